@@ -1,0 +1,405 @@
+package catalog
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// example holds one valid resource of every kind, with most fields used.
+const example = `# a comment before the first document
+apiVersion: strait.dev/v1alpha1
+kind: Peer
+metadata:
+  name: west
+  labels: {region: eu-west}
+spec:
+  gateways: ["10.0.1.10:4443", "gw.west.example:4443", "[fd00::1]:4443"]
+---
+apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceExport
+metadata:
+  name: echo
+  labels: {app: echo, tier: backend}
+  annotations: {note: "anything: goes"}
+spec:
+  target: 127.0.0.1:8080
+  ports:
+  - {name: http, protocol: TCP, port: 80}
+  - {name: grpc, port: 9090, appProtocol: grpc}
+---
+---
+apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceImport
+metadata: {name: echo, namespace: shop}
+spec:
+  ips: [10.96.0.10]
+  ports: [{port: 80}]
+  clusters: [{cluster: west}, {cluster: east}]
+---
+apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceImport
+metadata: {name: db, namespace: shop}
+spec:
+  type: Headless
+status:
+  clusters: [{cluster: west}]
+---
+apiVersion: strait.dev/v1alpha1
+kind: AccessPolicy
+metadata: {name: shop-from-west}
+spec:
+  priority: 10
+  action: allow
+  from:
+    clusters: [west]
+    namespaces: [shop]
+    workloadSelector:
+      matchLabels: {app: frontend}
+      matchExpressions:
+      - {key: env, operator: In, values: [prod, staging]}
+      - {key: debug, operator: DoesNotExist}
+  to:
+    exports: [echo]
+    exportSelector:
+      matchExpressions: [{key: tier, operator: NotIn, values: [internal]}]
+`
+
+func TestParseExample(t *testing.T) {
+	rs, err := Parse(strings.NewReader(example))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, r := range rs {
+		keys = append(keys, r.Key().String())
+	}
+	want := []string{"Peer west", "ServiceExport default/echo", "ServiceImport shop/echo", "ServiceImport shop/db", "AccessPolicy shop-from-west"}
+	if !reflect.DeepEqual(keys, want) {
+		t.Fatalf("keys %q, want %q", keys, want)
+	}
+	exp := rs[1].(*ServiceExport)
+	if exp.Spec.Ports[1].Protocol != TCP || exp.APIVersion != MCSAPIVersion {
+		t.Errorf("defaults not filled: %+v", exp)
+	}
+	imp := rs[2].(*ServiceImport)
+	if imp.Spec.Type != ClusterSetIP || !reflect.DeepEqual(imp.SourceClusters(), []string{"west", "east"}) {
+		t.Errorf("import %+v, sources %v", imp.Spec, imp.SourceClusters())
+	}
+	if got := rs[3].(*ServiceImport).SourceClusters(); !reflect.DeepEqual(got, []string{"west"}) {
+		t.Errorf("status.clusters: sources %v", got)
+	}
+	roundTrip(t, rs)
+}
+
+// roundTrip checks that rs survive YAML and JSON encoding unchanged.
+func roundTrip(t testing.TB, rs []Resource) {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := Encode(&buf, rs); err != nil {
+		t.Fatalf("Encode: %v", err)
+	}
+	again, err := Parse(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatalf("re-parse: %v\n%s", err, buf.String())
+	}
+	if !reflect.DeepEqual(rs, again) {
+		t.Fatalf("YAML round trip changed the resources:\n%s", buf.String())
+	}
+	for _, r := range rs {
+		data, err := EncodeJSON(r)
+		if err != nil {
+			t.Fatalf("EncodeJSON: %v", err)
+		}
+		back, err := DecodeJSON(data)
+		if err != nil {
+			t.Fatalf("DecodeJSON(%s): %v", data, err)
+		}
+		if !reflect.DeepEqual(r, back) {
+			t.Fatalf("JSON round trip changed %s:\n%s", r.Key(), data)
+		}
+	}
+}
+
+const (
+	peerHead   = "apiVersion: strait.dev/v1alpha1\nkind: Peer\nmetadata: {name: west}\n"
+	exportHead = "apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata: {name: echo}\n"
+	importHead = "apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceImport\nmetadata: {name: echo}\n"
+	policyHead = "apiVersion: strait.dev/v1alpha1\nkind: AccessPolicy\nmetadata: {name: p}\n"
+)
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want []string // substrings of the error
+	}{
+		{"export target not host:port", peerHead + "spec: {gateways: [a:1]}\n---\n" + exportHead + "spec: {target: x}\n",
+			[]string{`document 2 (ServiceExport default/echo): spec.target: "x" is not host:port`}},
+		{"unknown field with line", exportHead + "spec:\n  target: a:1\n  tagret: b\n",
+			[]string{"document 1 (ServiceExport default/echo): spec.tagret: unknown field (line 6; allowed: ports, target)"}},
+		{"unknown nested field", exportHead + "spec:\n  target: a:1\n  ports:\n  - port: 80\n    prot: TCP\n",
+			[]string{"spec.ports[0].prot: unknown field (line 8"}},
+		{"unknown top-level field", exportHead + "spce: {}\n", []string{"document 1 (ServiceExport default/echo): spce: unknown field (line 4; allowed: apiVersion, kind, metadata, spec)"}},
+		{"wrong type", policyHead + "spec:\n  priority: high\n  action: allow\n", []string{"spec.priority: cannot unmarshal", "(line 5)"}},
+		{"duplicate key", policyHead + "spec: {priority: 1, action: allow, action: deny}\n", []string{"document 1 (AccessPolicy p)", `"action" already defined`}},
+		{"missing kind", "apiVersion: v1\nmetadata: {name: x}\n", []string{"document 1: kind: required: one of Peer, ServiceExport, ServiceImport, AccessPolicy"}},
+		{"unknown kind", "apiVersion: v1\nkind: Service\n", []string{`document 1: kind: "Service" is not one of`}},
+		{"wrong apiVersion", "apiVersion: v1\nkind: Peer\nmetadata: {name: west}\nspec: {gateways: [a:1]}\n", []string{`document 1 (Peer west): apiVersion: "v1" is not strait.dev/v1alpha1`}},
+		{"not a mapping", "- a\n- b\n", []string{"document 1: want a mapping"}},
+		{"syntax error", "a: [\n", []string{"document 1:"}},
+		{"peer without gateways", peerHead + "spec: {}\n", []string{"spec.gateways: required"}},
+		{"peer bad name", "apiVersion: strait.dev/v1alpha1\nkind: Peer\nmetadata: {name: West_1}\nspec: {gateways: [a:1]}\n", []string{`metadata.name: "West_1" is not a DNS label`}},
+		{"peer namespaced", "apiVersion: strait.dev/v1alpha1\nkind: Peer\nmetadata: {name: w, namespace: x}\nspec: {gateways: [a:1]}\n", []string{"metadata.namespace: must be empty: Peer is cluster-scoped"}},
+		{"peer bad port", peerHead + "spec: {gateways: [\"a:0\", \"b:99999\", \"c:http\", \"a:0\"]}\n", []string{"spec.gateways[0]", "spec.gateways[1]", "spec.gateways[2]", `spec.gateways[3]: duplicate`}},
+		{"peer bad host", peerHead + "spec: {gateways: [\"a_b:1\", \":1\"]}\n", []string{`spec.gateways[0]: "a_b:1": host "a_b"`, `spec.gateways[1]: ":1" is not host:port`}},
+		{"export name starts with digit", "apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata: {name: 1echo, namespace: Shop}\nspec: {target: a:1}\n",
+			[]string{`document 1 (ServiceExport Shop/1echo): metadata.name: "1echo" is not a service name`, `metadata.namespace: "Shop" is not a DNS label`}},
+		{"export bad labels", "apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata: {name: e, labels: {\"-bad\": x, \"ok/\": y, good: \"bad value\"}}\nspec: {target: a:1}\n",
+			[]string{`key "-bad"`, `key "ok/"`, `metadata.labels[good]: "bad value" is not a label value`}},
+		{"export ports", exportHead + "spec:\n  target: a:1\n  ports: [{port: 80}, {port: 0, protocol: ICMP}, {name: a, port: 1}, {name: a, port: 2}]\n",
+			[]string{"spec.ports[0].name: required when there is more than one port", `spec.ports[1].protocol: "ICMP" is not one of TCP, UDP, SCTP`,
+				"spec.ports[1].port: 0 is not in 1..65535", `spec.ports[3].name: duplicate port name "a"`}},
+		{"import without ports", importHead + "spec: {}\n", []string{"spec.ports: required"}},
+		{"import bad type", importHead + "spec: {type: LoadBalancer, ports: [{port: 1}]}\n", []string{`spec.type: "LoadBalancer" is not one of ClusterSetIP, Headless`}},
+		{"import headless with ips", importHead + "spec: {type: Headless, ips: [10.0.0.1]}\n", []string{"spec.ips: must be empty for type Headless"}},
+		{"import bad ips", importHead + "spec: {ips: [10.0.0.1, 10.0.0.2, nope], ports: [{port: 1}]}\n", []string{`spec.ips[2]: "nope" is not an IP address`, "spec.ips: at most one IPv4"}},
+		{"import clusters twice", importHead + "spec: {ports: [{port: 1}], clusters: [{cluster: a}]}\nstatus: {clusters: [{cluster: b}]}\n", []string{"set spec.clusters or status.clusters, not both"}},
+		{"import bad cluster", importHead + "spec: {ports: [{port: 1}], clusters: [{cluster: A}, {cluster: b}, {cluster: b}]}\n", []string{`spec.clusters[0].cluster: "A" is not a DNS label`, `spec.clusters[2].cluster: duplicate "b"`}},
+		{"policy priority and action", policyHead + "spec: {priority: -1}\n", []string{"spec.priority: -1 is not in 0..1000", "spec.action: required: allow or deny"}},
+		{"policy bad action", policyHead + "spec: {priority: 1, action: permit}\n", []string{`spec.action: "permit" is not one of allow, deny`}},
+		{"policy selectors", policyHead + `spec:
+  priority: 1
+  action: deny
+  from:
+    clusters: [West]
+    namespaces: [a, a]
+    workloadSelector:
+      matchExpressions:
+      - {key: a, operator: In}
+      - {key: b, operator: Exists, values: [x]}
+      - {key: c, operator: Like, values: [x]}
+  to:
+    exports: [Echo]
+    exportSelector: {matchLabels: {"a/b/c": x}}
+`, []string{`spec.from.clusters[0]: "West" is not a DNS label`, `spec.from.namespaces[1]: duplicate "a"`,
+			"spec.from.workloadSelector.matchExpressions[0].values: required: at least one value for operator In",
+			"spec.from.workloadSelector.matchExpressions[1].values: must be empty for operator Exists",
+			`spec.from.workloadSelector.matchExpressions[2].operator: "Like" is not one of In, NotIn, Exists, DoesNotExist`,
+			`spec.to.exports[0]: "Echo" is not a service name`, `spec.to.exportSelector.matchLabels: key "a/b/c"`}},
+		{"errors of several documents", peerHead + "spec: {}\n---\n" + policyHead + "spec: {priority: 1}\n",
+			[]string{"document 1 (Peer west): spec.gateways", "document 2 (AccessPolicy p): spec.action"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rs, err := Parse(strings.NewReader(tt.in))
+			if err == nil {
+				t.Fatalf("Parse succeeded with %d resources", len(rs))
+			}
+			if rs != nil {
+				t.Errorf("Parse returned resources with an error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error\n%v\ndoes not contain\n%s", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestParseEmpty(t *testing.T) {
+	for _, in := range []string{"", "# only a comment\n", "---\n---\n", "--- null\n"} {
+		rs, err := Parse(strings.NewReader(in))
+		if err != nil || len(rs) != 0 {
+			t.Errorf("Parse(%q) = %d, %v; want nothing", in, len(rs), err)
+		}
+	}
+}
+
+func TestDecodeJSONErrors(t *testing.T) {
+	for _, in := range []string{
+		`{"apiVersion":"strait.dev/v1alpha1","kind":"Peer","metadata":{"name":"w"},"spec":{"gateways":["a:1"]},"extra":1}`,
+		`{"apiVersion":"strait.dev/v1alpha1","kind":"Peer","metadata":{"name":"w"},"spec":{"gateways":[]}}`,
+		`{"apiVersion":"v1","kind":"Peer"}`,
+		`{"kind":"Nope"}`,
+		`{"apiVersion":"strait.dev/v1alpha1","kind":"Peer","metadata":{"name":"w"},"spec":{"gateways":["a:1"]}} {}`,
+		`[`,
+	} {
+		if _, err := DecodeJSON([]byte(in)); err == nil {
+			t.Errorf("DecodeJSON(%s) succeeded", in)
+		}
+	}
+}
+
+func parseOne(t *testing.T, in string) Resource {
+	t.Helper()
+	rs, err := Parse(strings.NewReader(in))
+	if err != nil || len(rs) != 1 {
+		t.Fatalf("Parse = %d, %v", len(rs), err)
+	}
+	return rs[0]
+}
+
+func TestSet(t *testing.T) {
+	var s Set
+	peer := &Peer{Metadata: ObjectMeta{Name: "west"}, Spec: PeerSpec{Gateways: []string{"a:1"}}}
+	if changed, err := s.Apply(peer); err != nil || !changed || s.Revision() != 1 {
+		t.Fatalf("Apply = %v, %v, revision %d", changed, err, s.Revision())
+	}
+	// Equal after defaults: no change, same revision.
+	same := parseOne(t, peerHead+"spec: {gateways: [a:1]}\n")
+	if changed, err := s.Apply(same); err != nil || changed || s.Revision() != 1 {
+		t.Fatalf("re-Apply = %v, %v, revision %d; want unchanged", changed, err, s.Revision())
+	}
+	// The set holds a copy.
+	peer.Spec.Gateways[0] = "b:2"
+	got, ok := s.Get(Key{KindPeer, "", "west"})
+	if !ok || got.(*Peer).Spec.Gateways[0] != "a:1" {
+		t.Fatalf("Get = %+v, %v", got, ok)
+	}
+	got.(*Peer).Spec.Gateways[0] = "c:3"
+	if again, _ := s.Get(got.Key()); again.(*Peer).Spec.Gateways[0] != "a:1" {
+		t.Fatal("Get returned the stored value, not a copy")
+	}
+	if changed, _ := s.Apply(peer); !changed || s.Revision() != 2 {
+		t.Fatalf("replace: changed %v, revision %d", changed, s.Revision())
+	}
+	if _, err := s.Apply(&Peer{Metadata: ObjectMeta{Name: "bad name"}}); err == nil || !strings.Contains(err.Error(), "Peer bad name: metadata.name") {
+		t.Fatalf("Apply invalid = %v", err)
+	}
+	rs, _ := Parse(strings.NewReader(example))
+	for _, r := range rs {
+		if _, err := s.Apply(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var keys []string
+	for _, r := range s.List() {
+		keys = append(keys, r.Key().String())
+	}
+	want := []string{"Peer west", "ServiceExport default/echo", "ServiceImport shop/db", "ServiceImport shop/echo", "AccessPolicy shop-from-west"}
+	if !reflect.DeepEqual(keys, want) {
+		t.Errorf("List = %q, want %q", keys, want)
+	}
+	if n := len(s.List(KindServiceImport)); n != 2 {
+		t.Errorf("List(ServiceImport) has %d", n)
+	}
+	rev := s.Revision()
+	if !s.Delete(Key{KindServiceImport, "shop", "db"}) || s.Delete(Key{KindServiceImport, "shop", "db"}) || s.Revision() != rev+1 {
+		t.Errorf("Delete: revision %d, want %d", s.Revision(), rev+1)
+	}
+	if s.Len() != 4 {
+		t.Errorf("Len = %d", s.Len())
+	}
+}
+
+func TestStore(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "catalog.json")
+	st, err := OpenStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, _ := Parse(strings.NewReader(example))
+	if n, err := st.Apply(rs...); err != nil || n != len(rs) {
+		t.Fatalf("Apply = %d, %v", n, err)
+	}
+	if n, err := st.Apply(rs...); err != nil || n != 0 {
+		t.Fatalf("Apply again = %d, %v; want 0", n, err)
+	}
+	// An invalid resource in a batch changes nothing.
+	bad := &Peer{Metadata: ObjectMeta{Name: "east"}}
+	good := &Peer{Metadata: ObjectMeta{Name: "north"}, Spec: PeerSpec{Gateways: []string{"n:1"}}}
+	if _, err := st.Apply(good, bad); err == nil {
+		t.Fatal("batch with an invalid resource applied")
+	}
+	if n, err := st.Delete(Key{KindPeer, "", "west"}, Key{KindPeer, "", "nope"}); err != nil || n != 1 {
+		t.Fatalf("Delete = %d, %v", n, err)
+	}
+	want, rev := st.Set().List(), st.Set().Revision()
+
+	// A restart finds the same resources and revision.
+	st2, err := OpenStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st2.Set().List(); !reflect.DeepEqual(got, want) || st2.Set().Revision() != rev {
+		t.Fatalf("reopened store: %d resources at revision %d; want %d at %d", len(got), st2.Set().Revision(), len(want), rev)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("store file: %v, %v", fi, err)
+	}
+	entries, _ := os.ReadDir(filepath.Dir(path))
+	if len(entries) != 1 {
+		t.Errorf("temporary files left: %v", entries)
+	}
+
+	// Corrupt files are reported and left alone.
+	for name, content := range map[string]string{
+		"truncated":        `{"revision": 3, "resources": [`,
+		"invalid resource": `{"revision": 1, "resources": [{"apiVersion":"strait.dev/v1alpha1","kind":"Peer","metadata":{"name":"w"},"spec":{"gateways":[]}}]}`,
+		"unknown field":    `{"revision": 1, "resources": [], "x": 1}`,
+		"duplicate": `{"revision": 1, "resources": [{"apiVersion":"strait.dev/v1alpha1","kind":"Peer","metadata":{"name":"w"},"spec":{"gateways":["a:1"]}},` +
+			`{"apiVersion":"strait.dev/v1alpha1","kind":"Peer","metadata":{"name":"w"},"spec":{"gateways":["b:1"]}}]}`,
+	} {
+		p := filepath.Join(t.TempDir(), "c.json")
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := OpenStore(p)
+		if err == nil || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "corrupt") {
+			t.Errorf("%s: OpenStore = %v; want an error naming the file", name, err)
+		}
+		if data, _ := os.ReadFile(p); string(data) != content {
+			t.Errorf("%s: the corrupt file was changed", name)
+		}
+	}
+}
+
+func TestValidNames(t *testing.T) {
+	for _, tt := range []struct {
+		s              string
+		label, subdomn bool
+	}{
+		{"a", true, true}, {"a-b", true, true}, {"0", true, true}, {"a.b", false, true},
+		{"-a", false, false}, {"a-", false, false}, {"A", false, false}, {"", false, false},
+		{strings.Repeat("a", 63), true, true}, {strings.Repeat("a", 64), false, false},
+		{"a..b", false, false}, {"a_b", false, false},
+	} {
+		if got := IsDNSLabel(tt.s); got != tt.label {
+			t.Errorf("IsDNSLabel(%q) = %v", tt.s, got)
+		}
+		if got := IsDNSSubdomain(tt.s); got != tt.subdomn {
+			t.Errorf("IsDNSSubdomain(%q) = %v", tt.s, got)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	// One seed per document: small seeds keep the fuzzer's minimization
+	// of new inputs short.
+	for _, doc := range strings.Split(example, "---\n") {
+		f.Add([]byte(doc))
+	}
+	f.Add([]byte(peerHead + "spec: {gateways: [a:1]}\n"))
+	f.Add([]byte(exportHead + "spec: {target: \"[::1]:80\", ports: [{port: 1}]}\n"))
+	f.Add([]byte(policyHead + "spec: {priority: 0, action: deny, to: {exportSelector: {}}}\n"))
+	f.Add([]byte(importHead + "spec: {ports: [{port: 1}]}\nstatus: {clusters: []}\n"))
+	f.Add([]byte("a: &x [*x]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		rs, err := Parse(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		roundTrip(t, rs)
+		var s Set
+		for _, r := range rs {
+			if _, err := s.Apply(r); err != nil {
+				t.Fatalf("Apply of a parsed resource: %v", err)
+			}
+		}
+	})
+}

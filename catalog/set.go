@@ -1,0 +1,314 @@
+package catalog
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+)
+
+// Set is an in-memory collection of valid resources, one per Key, with a
+// revision that increases by one on every change. It copies resources in
+// and out, so callers may keep and modify what they pass or get. The zero
+// value is an empty set at revision 0; a Set is safe for concurrent use.
+type Set struct {
+	mu    sync.RWMutex
+	rev   uint64
+	items map[Key]entry
+}
+
+type entry struct {
+	res  Resource
+	json []byte // canonical encoding: change detection without reflection
+}
+
+// Revision returns the revision: the number of changes since the set was
+// empty (or the revision it was loaded with, plus changes since).
+func (s *Set) Revision() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.rev
+}
+
+// Apply validates r and stores a copy, creating or replacing the resource
+// with its key. It reports whether the set changed; applying an equal
+// resource again changes nothing and keeps the revision.
+func (s *Set) Apply(r Resource) (changed bool, err error) {
+	e, err := prepare(r)
+	if err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.applyLocked(e), nil
+}
+
+func prepare(r Resource) (entry, error) {
+	c := Clone(r)
+	normalize(c)
+	if err := c.Validate(); err != nil {
+		return entry{}, fmt.Errorf("%s: %w", c.Key(), err)
+	}
+	data, err := json.Marshal(c)
+	if err != nil {
+		return entry{}, fmt.Errorf("%s: %w", c.Key(), err)
+	}
+	return entry{c, data}, nil
+}
+
+func (s *Set) applyLocked(e entry) bool {
+	k := e.res.Key()
+	if old, ok := s.items[k]; ok && bytes.Equal(old.json, e.json) {
+		return false
+	}
+	if s.items == nil {
+		s.items = map[Key]entry{}
+	}
+	s.items[k] = e
+	s.rev++
+	return true
+}
+
+// Delete removes the resource with key k and reports whether it was there.
+func (s *Set) Delete(k Key) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.items[k]; !ok {
+		return false
+	}
+	delete(s.items, k)
+	s.rev++
+	return true
+}
+
+// Get returns a copy of the resource with key k.
+func (s *Set) Get(k Key) (Resource, bool) {
+	s.mu.RLock()
+	e, ok := s.items[k]
+	s.mu.RUnlock()
+	if !ok {
+		return nil, false
+	}
+	return Clone(e.res), true
+}
+
+// List returns copies of the resources of the given kinds (all kinds if
+// none are given), ordered by kind (in Kinds order), namespace and name.
+func (s *Set) List(kinds ...Kind) []Resource {
+	s.mu.RLock()
+	var keep []entry
+	for k, e := range s.items {
+		if len(kinds) == 0 || contains(kinds, k.Kind) {
+			keep = append(keep, e)
+		}
+	}
+	s.mu.RUnlock()
+	sort.Slice(keep, func(i, j int) bool { return keep[i].res.Key().less(keep[j].res.Key()) })
+	out := make([]Resource, len(keep))
+	for i, e := range keep {
+		out[i] = Clone(e.res)
+	}
+	return out
+}
+
+// Len returns the number of resources.
+func (s *Set) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.items)
+}
+
+func contains[T comparable](list []T, x T) bool {
+	for _, y := range list {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// snapshot is the persisted form of a Set.
+type snapshot struct {
+	Revision  uint64            `json:"revision"`
+	Resources []json.RawMessage `json:"resources"`
+}
+
+// Store is a Set persisted to one JSON file, so a restarted gateway comes
+// back with the resources and the revision it had. Every change is written
+// atomically (temporary file, fsync, rename, fsync of the directory): after
+// a crash the file holds either the old or the new set, never a mix.
+// Methods are safe for concurrent use.
+type Store struct {
+	path string
+	mu   sync.Mutex // serializes changes and writes; set has its own lock
+	set  Set
+}
+
+// OpenStore loads the store at path, or starts an empty one if the file
+// does not exist (it is created on the first change). A file that does not
+// decode or holds an invalid resource is an error naming the file; the file
+// is left as it is for the operator to inspect.
+func OpenStore(path string) (*Store, error) {
+	st := &Store{path: path}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return st, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	var snap snapshot
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&snap); err != nil {
+		return nil, fmt.Errorf("store %s is corrupt (left unchanged): %w", path, err)
+	}
+	for i, raw := range snap.Resources {
+		r, err := DecodeJSON(raw)
+		if err != nil {
+			return nil, fmt.Errorf("store %s is corrupt (left unchanged): resource %d: %w", path, i, err)
+		}
+		e, err := prepare(r)
+		if err != nil {
+			return nil, fmt.Errorf("store %s is corrupt (left unchanged): resource %d: %w", path, i, err)
+		}
+		if _, dup := st.set.items[r.Key()]; dup {
+			return nil, fmt.Errorf("store %s is corrupt (left unchanged): resource %d: duplicate %s", path, i, r.Key())
+		}
+		st.set.applyLocked(e)
+	}
+	st.set.rev = snap.Revision
+	return st, nil
+}
+
+// Path returns the file the store persists to.
+func (st *Store) Path() string { return st.path }
+
+// Set returns the in-memory set for reading. Change it only through the
+// Store, or the change is not persisted.
+func (st *Store) Set() *Set { return &st.set }
+
+// Apply validates all resources first, then applies them and persists the
+// result if anything changed, returning how many changed. If any resource
+// is invalid or the write fails, nothing changes, in memory or on disk.
+func (st *Store) Apply(rs ...Resource) (changed int, err error) {
+	es := make([]entry, len(rs))
+	for i, r := range rs {
+		if es[i], err = prepare(r); err != nil {
+			return 0, err
+		}
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.update(func(s *Set) int {
+		n := 0
+		for _, e := range es {
+			if s.applyLocked(e) {
+				n++
+			}
+		}
+		return n
+	})
+}
+
+// Delete removes resources by key and persists the result, returning how
+// many were there.
+func (st *Store) Delete(keys ...Key) (deleted int, err error) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.update(func(s *Set) int {
+		n := 0
+		for _, k := range keys {
+			if _, ok := s.items[k]; ok {
+				delete(s.items, k)
+				s.rev++
+				n++
+			}
+		}
+		return n
+	})
+}
+
+// update runs change on a copy of the set, writes the copy if change
+// reports changes, and only then makes it current. st.mu must be held.
+func (st *Store) update(change func(*Set) int) (int, error) {
+	st.set.mu.RLock()
+	next := Set{rev: st.set.rev, items: make(map[Key]entry, len(st.set.items))}
+	for k, e := range st.set.items {
+		next.items[k] = e // entries are never modified in place
+	}
+	st.set.mu.RUnlock()
+	n := change(&next)
+	if n == 0 {
+		return 0, nil
+	}
+	if err := st.write(&next); err != nil {
+		return 0, err
+	}
+	st.set.mu.Lock()
+	st.set.rev, st.set.items = next.rev, next.items
+	st.set.mu.Unlock()
+	return n, nil
+}
+
+func (st *Store) write(s *Set) error {
+	keys := make([]Key, 0, len(s.items))
+	for k := range s.items {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].less(keys[j]) })
+	snap := snapshot{Revision: s.rev, Resources: make([]json.RawMessage, len(keys))}
+	for i, k := range keys {
+		snap.Resources[i] = s.items[k].json
+	}
+	data, err := json.MarshalIndent(snap, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode store: %w", err)
+	}
+	return WriteFileAtomic(st.path, append(data, '\n'), 0o600)
+}
+
+// WriteFileAtomic replaces path with data so that readers and a crash see
+// either the old or the new content: it writes a temporary file in the same
+// directory, syncs it, renames it over path and syncs the directory.
+func WriteFileAtomic(path string, data []byte, perm fs.FileMode) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // no-op after a successful rename
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		// The rename is durable only once the directory entry is.
+		err = d.Sync()
+		d.Close()
+		if err != nil {
+			return fmt.Errorf("sync %s: %w", dir, err)
+		}
+	}
+	return nil
+}

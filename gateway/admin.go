@@ -1,0 +1,263 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/strait-net/strait/catalog"
+)
+
+// The admin API is HTTP over a unix socket that only root can open: the
+// socket's file permissions are the authentication, as for the Docker and
+// containerd sockets.
+//
+//	POST   /v1/apply      body: YAML resources   → ApplyResult
+//	POST   /v1/delete     body: YAML resources   → ApplyResult (deletes by kind, namespace, name)
+//	GET    /v1/resources[?kind=K]                → YAML resources
+//	GET    /v1/status                            → Status
+const maxAdminBody = 8 << 20
+
+// ApplyResult tells what an apply or delete changed.
+type ApplyResult struct {
+	Changed   int    `json:"changed"`
+	Unchanged int    `json:"unchanged"`
+	Warning   string `json:"warning,omitempty"`
+}
+
+// Status is a gateway's view of itself.
+type Status struct {
+	Cluster  string       `json:"cluster"`
+	WAN      string       `json:"wan"`
+	Revision uint64       `json:"revision"`
+	Peers    []PeerStatus `json:"peers"`
+	Imports  []string     `json:"imports"`
+	Exports  []string     `json:"exports"`
+}
+
+// PeerStatus describes the sessions to one peer cluster.
+type PeerStatus struct {
+	Cluster string        `json:"cluster"`
+	Addrs   []string      `json:"addrs"`
+	Live    []string      `json:"live"`
+	RTT     time.Duration `json:"rttNanos"`
+}
+
+func (g *Gateway) serveAdmin(ctx context.Context) (*http.Server, error) {
+	path := g.cfg.admin()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	// A socket file left by a gateway that crashed would make Listen fail.
+	if c, err := net.Dial("unix", path); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("admin socket %s: another gateway is serving it", path)
+	}
+	_ = os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("admin socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/apply", g.handleChange(false))
+	mux.HandleFunc("POST /v1/delete", g.handleChange(true))
+	mux.HandleFunc("GET /v1/resources", g.handleGet)
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, g.status())
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	g.spawn(func() { _ = srv.Serve(ln) })
+	g.spawn(func() {
+		<-ctx.Done()
+		_ = srv.Close()
+		_ = os.Remove(path)
+	})
+	return srv, nil
+}
+
+func (g *Gateway) handleChange(del bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		rs, err := catalog.Parse(io.LimitReader(r.Body, maxAdminBody))
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		var n int
+		if del {
+			keys := make([]catalog.Key, len(rs))
+			for i, res := range rs {
+				keys[i] = res.Key()
+			}
+			n, err = g.store.Delete(keys...)
+		} else {
+			n, err = g.store.Apply(rs...)
+		}
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		res := ApplyResult{Changed: n, Unchanged: len(rs) - n}
+		if err := g.reconcile(); err != nil {
+			// The resources are stored; what could not be realized (e.g. an
+			// import address not on this host) is reported, not rolled back.
+			res.Warning = err.Error()
+		}
+		writeJSON(w, http.StatusOK, res)
+	}
+}
+
+func (g *Gateway) handleGet(w http.ResponseWriter, r *http.Request) {
+	var kinds []catalog.Kind
+	if k := r.URL.Query().Get("kind"); k != "" {
+		kinds = append(kinds, catalog.Kind(k))
+	}
+	var buf bytes.Buffer
+	if err := catalog.Encode(&buf, g.store.Set().List(kinds...)); err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/yaml")
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (g *Gateway) status() Status {
+	st := Status{Cluster: g.cfg.Cluster, Revision: g.store.Set().Revision(), Peers: g.peerStatus()}
+	if g.wan != nil {
+		st.WAN = g.wan.Addr().String()
+	}
+	g.mu.Lock()
+	for addr, l := range g.listeners {
+		r := l.route.Load()
+		st.Imports = append(st.Imports, r.ns+"/"+r.name+" "+addr)
+	}
+	g.mu.Unlock()
+	for k := range g.routes.Load().exports {
+		st.Exports = append(st.Exports, k.ns+"/"+k.name)
+	}
+	sort.Strings(st.Imports)
+	sort.Strings(st.Exports)
+	return st
+}
+
+func (g *Gateway) peerStatus() []PeerStatus {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]PeerStatus, 0, len(g.peers))
+	for id, p := range g.peers {
+		out = append(out, PeerStatus{Cluster: id, Addrs: p.addrs, Live: p.pool.Live(), RTT: p.pool.Stats().RTT})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Cluster < out[j].Cluster })
+	return out
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, map[string]string{"error": err.Error()})
+}
+
+// AdminClient talks to a gateway's admin socket.
+type AdminClient struct {
+	Socket string
+	http   http.Client
+}
+
+// NewAdminClient returns a client for the socket at path ("" means the
+// default path).
+func NewAdminClient(path string) *AdminClient {
+	if path == "" {
+		path = DefaultAdmin
+	}
+	c := &AdminClient{Socket: path}
+	c.http.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", path)
+	}}
+	c.http.Timeout = 30 * time.Second
+	return c
+}
+
+func (c *AdminClient) do(method, path string, body io.Reader, out any) error {
+	req, err := http.NewRequest(method, "http://gateway"+path, body)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("gateway admin socket %s: %w", c.Socket, unwrapURL(err))
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAdminBody))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct{ Error string }
+		if json.Unmarshal(b, &e) == nil && e.Error != "" {
+			return errors.New(e.Error)
+		}
+		return fmt.Errorf("gateway: %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	switch out := out.(type) {
+	case nil:
+	case *[]byte:
+		*out = b
+	default:
+		return json.Unmarshal(b, out)
+	}
+	return nil
+}
+
+func unwrapURL(err error) error {
+	var ue interface{ Unwrap() error }
+	if errors.As(err, &ue) {
+		return ue.Unwrap()
+	}
+	return err
+}
+
+// Apply sends YAML resources to be created or replaced.
+func (c *AdminClient) Apply(yaml []byte) (ApplyResult, error) {
+	var r ApplyResult
+	return r, c.do("POST", "/v1/apply", bytes.NewReader(yaml), &r)
+}
+
+// Delete removes the resources the YAML names.
+func (c *AdminClient) Delete(yaml []byte) (ApplyResult, error) {
+	var r ApplyResult
+	return r, c.do("POST", "/v1/delete", bytes.NewReader(yaml), &r)
+}
+
+// Get returns the gateway's resources as YAML, all or of one kind.
+func (c *AdminClient) Get(kind string) ([]byte, error) {
+	var b []byte
+	path := "/v1/resources"
+	if kind != "" {
+		path += "?kind=" + kind
+	}
+	return b, c.do("GET", path, nil, &b)
+}
+
+// Status returns the gateway's status.
+func (c *AdminClient) Status() (Status, error) {
+	var s Status
+	return s, c.do("GET", "/v1/status", nil, &s)
+}

@@ -1,0 +1,196 @@
+package gateway
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/strait-net/strait/catalog"
+)
+
+// Config is a gateway's configuration file.
+//
+//	cluster: a                        # this cluster's ID, as in its certificate
+//	identity: {dir: /etc/strait}      # a.crt, a.key, ca.crt from `strait fabric issue`
+//	listen: 0.0.0.0:4443              # where peer gateways connect
+//	admin: /run/strait/gateway.sock   # local admin API (strait apply/get/delete)
+//	state: /var/lib/strait/a.json     # resources survive restarts here
+//	dns: 127.0.0.1:5353               # clusterset.local DNS ("" = off)
+//	metrics: 127.0.0.1:9464           # Prometheus /metrics ("" = off)
+//	sources:                          # who a client address is, for policies
+//	  - {cidr: 10.0.0.0/8, namespace: default, labels: {app: web}}
+//	resources: [exports.yaml]         # applied at start, before the admin API opens
+type Config struct {
+	Cluster   string        `yaml:"cluster"`
+	Identity  IdentityFiles `yaml:"identity"`
+	Listen    string        `yaml:"listen"`
+	Admin     string        `yaml:"admin"`
+	State     string        `yaml:"state"`
+	DNS       string        `yaml:"dns"`
+	Metrics   string        `yaml:"metrics"`
+	Sources   []Source      `yaml:"sources"`
+	Resources []string      `yaml:"resources"`
+	// Congestion is the TCP congestion control of WAN sockets: "" means bbr
+	// where the kernel has it, "system" keeps the kernel default.
+	Congestion string `yaml:"congestion"`
+	// Preconnect is how many idle connections the gateway keeps open to
+	// each export's target, so a new stream does not wait for a TCP
+	// handshake with the service. 0 means 2; -1 turns it off.
+	Preconnect int `yaml:"preconnect"`
+	// Sessions is the number of warm sessions to each peer gateway (0: 2).
+	Sessions int `yaml:"sessions"`
+	// KeepaliveTimeout is how long a silent peer gateway lives (0: 1s).
+	KeepaliveTimeout time.Duration `yaml:"keepalive-timeout"`
+
+	Logger *slog.Logger `yaml:"-"`
+}
+
+// IdentityFiles locate the gateway's certificate, key and fabric CA.
+type IdentityFiles struct {
+	Dir  string `yaml:"dir"`
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+	CA   string `yaml:"ca"`
+}
+
+// Source names the workloads behind client addresses; a connection's source
+// namespace and labels, which policies match, come from the first source
+// whose CIDR holds the client's address.
+type Source struct {
+	CIDR      string            `yaml:"cidr"`
+	Namespace string            `yaml:"namespace"`
+	Labels    map[string]string `yaml:"labels"`
+
+	prefix netip.Prefix
+}
+
+// Defaults of Config.
+const (
+	DefaultListen  = ":4443"
+	DefaultAdmin   = "/run/strait/gateway.sock"
+	DefaultNS      = "default"
+	defaultPrecon  = 2
+	defaultStateFn = "/var/lib/strait/gateway-%s.json"
+)
+
+// LoadConfig reads a configuration file; relative paths in it are taken
+// relative to the file.
+func LoadConfig(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, err
+	}
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	dir := filepath.Dir(path)
+	for _, p := range []*string{&c.Identity.Dir, &c.Identity.Cert, &c.Identity.Key, &c.Identity.CA, &c.State} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
+	for i, r := range c.Resources {
+		if !filepath.IsAbs(r) {
+			c.Resources[i] = filepath.Join(dir, r)
+		}
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Validate checks every field and names the first bad one.
+func (c *Config) Validate() error {
+	if !catalog.IsDNSLabel(c.Cluster) {
+		return fmt.Errorf("cluster %q: must be a DNS label (the cluster ID in the certificate)", c.Cluster)
+	}
+	if c.Identity.Dir == "" && (c.Identity.Cert == "" || c.Identity.Key == "" || c.Identity.CA == "") {
+		return fmt.Errorf("identity: set dir, or all of cert, key and ca")
+	}
+	for field, addr := range map[string]string{"listen": c.Listen, "dns": c.DNS, "metrics": c.Metrics} {
+		if addr == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("%s %q: want host:port", field, addr)
+		}
+	}
+	if c.Preconnect < -1 || c.Preconnect > 64 {
+		return fmt.Errorf("preconnect %d: must be -1 (off), 0 (default %d) or up to 64", c.Preconnect, defaultPrecon)
+	}
+	if c.Sessions < 0 || c.Sessions > 16 {
+		return fmt.Errorf("sessions %d: must be 0 (default 2) to 16", c.Sessions)
+	}
+	if c.KeepaliveTimeout < 0 {
+		return fmt.Errorf("keepalive-timeout %v: must not be negative", c.KeepaliveTimeout)
+	}
+	for i := range c.Sources {
+		s := &c.Sources[i]
+		p, err := netip.ParsePrefix(s.CIDR)
+		if err != nil {
+			return fmt.Errorf("sources[%d].cidr %q: not a CIDR prefix", i, s.CIDR)
+		}
+		s.prefix = p.Masked()
+		if s.Namespace != "" && !catalog.IsDNSLabel(s.Namespace) {
+			return fmt.Errorf("sources[%d].namespace %q: must be a DNS label", i, s.Namespace)
+		}
+	}
+	return nil
+}
+
+func (c *Config) listen() string {
+	if c.Listen == "" {
+		return DefaultListen
+	}
+	return c.Listen
+}
+
+func (c *Config) admin() string {
+	if c.Admin == "" {
+		return DefaultAdmin
+	}
+	return c.Admin
+}
+
+func (c *Config) state() string {
+	if c.State == "" {
+		return fmt.Sprintf(defaultStateFn, c.Cluster)
+	}
+	return c.State
+}
+
+func (c *Config) preconnect() int {
+	switch c.Preconnect {
+	case 0:
+		return defaultPrecon
+	case -1:
+		return 0
+	}
+	return c.Preconnect
+}
+
+// source finds who a client address belongs to.
+func (c *Config) source(addr netip.Addr) (string, map[string]string) {
+	addr = addr.Unmap()
+	for _, s := range c.Sources {
+		if s.prefix.Contains(addr) {
+			ns := s.Namespace
+			if ns == "" {
+				ns = DefaultNS
+			}
+			return ns, s.Labels
+		}
+	}
+	return DefaultNS, nil
+}

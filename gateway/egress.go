@@ -1,0 +1,107 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+	"net"
+	"net/netip"
+	"sync/atomic"
+
+	"github.com/strait-net/strait/policy"
+)
+
+// importRoute is where an import's connections go.
+type importRoute struct {
+	ns, name string
+	clusters []string // exporting clusters, in order of preference
+	labels   map[string]string
+}
+
+// importListener accepts client connections on one address of an import.
+type importListener struct {
+	ln    *net.TCPListener
+	route atomic.Pointer[importRoute]
+}
+
+func (l *importListener) close() { l.ln.Close() }
+
+func (g *Gateway) listenImport(addr string, route *importRoute) (*importListener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	l := &importListener{ln: ln.(*net.TCPListener)}
+	l.route.Store(route)
+	g.spawn(func() {
+		for {
+			c, err := l.ln.AcceptTCP()
+			if err != nil {
+				return
+			}
+			g.spawn(func() { g.serveClient(c, l.route.Load()) })
+		}
+	})
+	g.log.Info("import listening", "import", route.ns+"/"+route.name, "addr", addr)
+	return l, nil
+}
+
+var flowSeed = maphash.MakeSeed()
+
+// flowKey identifies a client connection for the choice of remote gateway,
+// so that one flow always takes the same path while others spread.
+func flowKey(c net.Conn) uint64 {
+	return maphash.String(flowSeed, c.RemoteAddr().String()+"|"+c.LocalAddr().String())
+}
+
+// serveClient carries one client connection of an import to the exporting
+// cluster. The client's TCP handshake ended here, and the stream opens on a
+// warm session with the header in front of the first bytes, so the WAN
+// sees the request itself first.
+func (g *Gateway) serveClient(c *net.TCPConn, route *importRoute) {
+	g.metrics.clientConns.Add(1)
+	src := netip.MustParseAddrPort(c.RemoteAddr().String()).Addr()
+	ns, labels := g.cfg.source(src)
+	rt := g.routes.Load()
+	dec := rt.policy.Decide(
+		policy.Source{Cluster: g.cfg.Cluster, Namespace: ns, Labels: labels},
+		policy.Destination{Export: route.name, Namespace: route.ns, Labels: route.labels})
+	if !dec.Allow {
+		g.metrics.denied(pointEgress)
+		g.log.Info("connection denied", "at", "egress", "import", route.ns+"/"+route.name, "client", c.RemoteAddr().String(), "reason", dec.Reason)
+		abort(c)
+		return
+	}
+	hdr := Header{Namespace: route.ns, Export: route.name, SourceNamespace: ns, SourceLabels: labels}.Marshal()
+	key := flowKey(c)
+	var lastErr error = errors.New("no exporting cluster configured (spec.clusters of the ServiceImport)")
+	for _, cluster := range route.clusters {
+		pool := g.peer(cluster)
+		if pool == nil {
+			lastErr = errors.New("no Peer resource for cluster " + cluster)
+			continue
+		}
+		st, err := pool.OpenStream(context.Background(), key, hdr)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		g.metrics.streamOpened(pointEgress)
+		up, down, err := splice(c, st)
+		g.metrics.streamClosed(pointEgress, up, down)
+		if err != nil {
+			g.log.Debug("stream ended", "import", route.ns+"/"+route.name, "peer", cluster, "err", err)
+		}
+		return
+	}
+	g.metrics.openFailures.Add(1)
+	g.log.Warn("import unreachable", "import", route.ns+"/"+route.name, "err", lastErr)
+	abort(c)
+}
+
+// abort closes c with a reset, so the client learns at once that the
+// connection is refused instead of seeing an orderly end of stream.
+func abort(c *net.TCPConn) {
+	_ = c.SetLinger(0)
+	_ = c.Close()
+}

@@ -1,0 +1,152 @@
+package gateway
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// Header travels in front of a stream's first bytes: which export the
+// stream is for, and who opened it inside the sending cluster. The sending
+// cluster itself is not in the header — the receiver takes it from the
+// session's authenticated certificate, so a peer cannot claim to be another
+// cluster. Namespace and labels are the sending gateway's word; that gateway
+// is trusted for its own cluster.
+type Header struct {
+	Namespace       string // export namespace
+	Export          string // export name
+	SourceNamespace string
+	SourceLabels    map[string]string
+}
+
+// Wire format, version 1 (all lengths are unsigned varints):
+//
+//	'S' 0x01
+//	len namespace, len export, len source namespace   (each followed by its bytes)
+//	count of labels, then per label: len key, key, len value, value
+//
+// Labels are sorted by key so equal headers encode to equal bytes.
+const (
+	headerMagic   = 'S'
+	headerVersion = 1
+	maxNameLen    = 253
+	maxLabels     = 64
+	maxLabelKey   = 317 // a DNS-subdomain prefix, '/', a 63-byte name
+	maxLabelValue = 63
+)
+
+// ErrBadHeader is wrapped by every ParseHeader error.
+var ErrBadHeader = errors.New("bad stream header")
+
+// Marshal encodes h.
+func (h Header) Marshal() []byte {
+	b := make([]byte, 0, 16+len(h.Namespace)+len(h.Export)+len(h.SourceNamespace)+32*len(h.SourceLabels))
+	b = append(b, headerMagic, headerVersion)
+	b = appendString(b, h.Namespace)
+	b = appendString(b, h.Export)
+	b = appendString(b, h.SourceNamespace)
+	keys := make([]string, 0, len(h.SourceLabels))
+	for k := range h.SourceLabels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	b = binary.AppendUvarint(b, uint64(len(keys)))
+	for _, k := range keys {
+		b = appendString(b, k)
+		b = appendString(b, h.SourceLabels[k])
+	}
+	return b
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// ParseHeader decodes a header, rejecting anything Marshal would not
+// produce: a peer sending one is broken or hostile, and the stream is
+// refused.
+func ParseHeader(b []byte) (Header, error) {
+	d := decoder{b: b}
+	if len(b) < 2 || b[0] != headerMagic {
+		return Header{}, fmt.Errorf("%w: not a strait stream header", ErrBadHeader)
+	}
+	if b[1] != headerVersion {
+		return Header{}, fmt.Errorf("%w: version %d, this gateway speaks %d", ErrBadHeader, b[1], headerVersion)
+	}
+	d.b = b[2:]
+	var h Header
+	h.Namespace = d.str("namespace", maxNameLen)
+	h.Export = d.str("export", maxNameLen)
+	h.SourceNamespace = d.str("source namespace", maxNameLen)
+	n := d.uvarint("label count")
+	if d.err == nil && n > maxLabels {
+		d.fail("%d labels, at most %d", n, maxLabels)
+	}
+	if d.err == nil && n > 0 {
+		h.SourceLabels = make(map[string]string, n)
+		prev := ""
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			k := d.str("label key", maxLabelKey)
+			v := d.str("label value", maxLabelValue)
+			if d.err == nil && (k == "" || k <= prev) {
+				d.fail("label keys empty, unsorted or repeated at %q", k)
+			}
+			prev = k
+			h.SourceLabels[k] = v
+		}
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("%d trailing bytes", len(d.b))
+	}
+	if d.err == nil && (h.Namespace == "" || h.Export == "") {
+		d.fail("no export named")
+	}
+	if d.err != nil {
+		return Header{}, d.err
+	}
+	return h, nil
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", ErrBadHeader, fmt.Sprintf(format, args...))
+	}
+}
+
+func (d *decoder) uvarint(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("truncated %s", what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) str(what string, max int) string {
+	n := d.uvarint(what)
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(max) {
+		d.fail("%s of %d bytes, at most %d", what, n, max)
+		return ""
+	}
+	if n > uint64(len(d.b)) {
+		d.fail("truncated %s", what)
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}

@@ -1,0 +1,98 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net"
+
+	"github.com/strait-net/strait/policy"
+	"github.com/strait-net/strait/tunnel"
+)
+
+// acceptSessions takes sessions from peer gateways until the listener
+// closes.
+func (g *Gateway) acceptSessions(ctx context.Context) error {
+	for {
+		s, err := g.wan.Accept(ctx)
+		if err != nil {
+			return err
+		}
+		g.metrics.sessionsAccepted.Add(1)
+		g.spawn(func() {
+			<-ctx.Done()
+			s.Close()
+		})
+		g.spawn(func() { g.serveSession(ctx, s) })
+	}
+}
+
+func (g *Gateway) serveSession(ctx context.Context, s tunnel.Session) {
+	for {
+		st, err := s.AcceptStream(ctx)
+		if err != nil {
+			return
+		}
+		g.spawn(func() { g.serveStream(s.Peer(), st) })
+	}
+}
+
+// serveStream checks an incoming stream against the exports and policies,
+// and connects it to the export's target. A refused stream is reset with
+// the reason, which the sending gateway sees at once.
+func (g *Gateway) serveStream(peerCluster string, st tunnel.Stream) {
+	h, err := ParseHeader(st.Header())
+	if err != nil {
+		g.refuse(st, "", err.Error())
+		return
+	}
+	rt := g.routes.Load()
+	exp, ok := rt.exports[nsName{h.Namespace, h.Export}]
+	if !ok {
+		g.refuse(st, h.Namespace+"/"+h.Export, "unknown export "+h.Namespace+"/"+h.Export)
+		return
+	}
+	dec := rt.policy.Decide(
+		policy.Source{Cluster: peerCluster, Namespace: h.SourceNamespace, Labels: h.SourceLabels},
+		policy.Destination{Export: h.Export, Namespace: h.Namespace, Labels: exp.Metadata.Labels})
+	if !dec.Allow {
+		g.metrics.denied(pointIngress)
+		g.log.Info("connection denied", "at", "ingress", "export", h.Namespace+"/"+h.Export, "peer", peerCluster, "reason", dec.Reason)
+		_ = st.Reset("denied by policy: " + dec.Reason)
+		return
+	}
+	target, err := g.dialTarget(exp.Spec.Target)
+	if err != nil {
+		g.refuse(st, h.Namespace+"/"+h.Export, fmt.Sprintf("export target %s unreachable: %v", exp.Spec.Target, err))
+		return
+	}
+	g.metrics.streamOpened(pointIngress)
+	up, down, _ := splice(target, st)
+	g.metrics.streamClosed(pointIngress, down, up)
+}
+
+func (g *Gateway) refuse(st tunnel.Stream, export, reason string) {
+	g.metrics.refused.Add(1)
+	g.log.Info("stream refused", "export", export, "reason", reason)
+	_ = st.Reset(reason)
+}
+
+// dialTarget returns a connection to an export's target, a warm one when
+// the preconnector has it.
+func (g *Gateway) dialTarget(addr string) (*net.TCPConn, error) {
+	g.mu.Lock()
+	t := g.targets[addr]
+	g.mu.Unlock()
+	if t != nil {
+		if c := t.take(); c != nil {
+			g.metrics.warmDials.Add(1)
+			return c, nil
+		}
+	}
+	g.metrics.coldDials.Add(1)
+	c, err := net.DialTimeout("tcp", addr, dialTimeout)
+	if err != nil {
+		return nil, err
+	}
+	tc := c.(*net.TCPConn)
+	return tc, nil
+}

@@ -1,0 +1,74 @@
+package gateway
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+
+	"github.com/strait-net/strait/tunnel"
+)
+
+// copyBufSize is large enough that one read drains a socket receiving at
+// several Gbit/s, and small enough for thousands of concurrent streams.
+const copyBufSize = 128 << 10
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
+
+// splice copies between a TCP connection and a stream until both directions
+// ended. An orderly end (EOF) in one direction is passed on as a half-close,
+// so request/response protocols that half-close keep working; an error in
+// either direction aborts both. It returns the bytes copied each way.
+func splice(c *net.TCPConn, st tunnel.Stream) (toStream, toConn int64, err error) {
+	var wg sync.WaitGroup
+	var upErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		toStream, upErr = copyHalf(st, c)
+		if upErr == nil {
+			upErr = st.CloseWrite()
+		}
+		if upErr != nil {
+			_ = st.Reset("client connection failed")
+			_ = c.SetLinger(0)
+			_ = c.Close()
+		}
+	}()
+	toConn, err = copyHalf(c, st)
+	if err == nil {
+		err = c.CloseWrite()
+	}
+	if err != nil {
+		_ = c.SetLinger(0)
+		_ = c.Close()
+		_ = st.Reset("target connection failed")
+	}
+	wg.Wait()
+	_ = c.Close()
+	_ = st.Close()
+	return toStream, toConn, errors.Join(err, upErr)
+}
+
+func copyHalf(dst io.Writer, src io.Reader) (int64, error) {
+	bp := bufPool.Get().(*[]byte)
+	defer bufPool.Put(bp)
+	buf := *bp
+	var n int64
+	for {
+		nr, rerr := src.Read(buf)
+		if nr > 0 {
+			nw, werr := dst.Write(buf[:nr])
+			n += int64(nw)
+			if werr != nil {
+				return n, werr
+			}
+		}
+		if rerr == io.EOF {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, rerr
+		}
+	}
+}

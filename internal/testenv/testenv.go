@@ -1,0 +1,149 @@
+// Package testenv holds what tests that cross a real network need: root
+// checks, a freshly built strait binary, and network namespaces that are
+// removed when the test ends.
+package testenv
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// RequireRoot skips t unless the test runs as root, which network
+// namespaces, TUN devices and qdiscs need.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates network namespaces and devices (run as root, e.g. sudo make test)")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("needs iproute2's ip command")
+	}
+}
+
+var (
+	buildOnce sync.Once
+	buildPath string
+	buildErr  error
+)
+
+// StraitBinary builds cmd/strait once per test process and returns its path.
+// Tests start it with `ip netns exec` rather than entering namespaces
+// themselves.
+func StraitBinary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "strait-test-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildPath = filepath.Join(dir, "strait")
+		cmd := exec.Command("go", "build", "-o", buildPath, "./cmd/strait")
+		cmd.Dir = moduleRoot()
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/strait: %v\n%s", err, out.String())
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildPath
+}
+
+func moduleRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// UniqueName returns prefix followed by a short random suffix, for names of
+// namespaces and labs that must not collide with parallel tests.
+func UniqueName(prefix string) string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// Netns creates a network namespace named name (see UniqueName) with its
+// loopback up, and removes it — killing any process still inside — when t
+// ends.
+func Netns(t testing.TB, name string) string {
+	t.Helper()
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
+	}
+	t.Cleanup(func() { RemoveNetns(name) })
+	Run(t, "ip", "-n", name, "link", "set", "lo", "up")
+	return name
+}
+
+// RemoveNetns kills every process in the namespace and deletes it.
+func RemoveNetns(name string) {
+	out, _ := exec.Command("ip", "netns", "pids", name).Output()
+	for _, f := range strings.Fields(string(out)) {
+		var pid int
+		if _, err := fmt.Sscan(f, &pid); err == nil && pid > 1 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	for i := 0; i < 50; i++ {
+		if exec.Command("ip", "netns", "del", name).Run() == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Run runs a command and fails t with its output if it fails.
+func Run(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// Start starts a background process that is killed when t ends.
+func Start(t testing.TB, name string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() && out.Len() > 0 {
+			t.Logf("output of %s %s:\n%s", name, strings.Join(args, " "), out.String())
+		}
+	})
+	return cmd
+}
+
+// ProcessAlive reports whether pid runs. A zombie counts as dead: a daemon
+// whose parent exited is reparented to PID 1, which in a container may never
+// reap it, so kill(pid, 0) would still succeed.
+func ProcessAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}

@@ -1,0 +1,278 @@
+// Package emulator is strait's userspace link emulator, for kernels without
+// netem. An emulated link is a pair of TUN devices, one in each namespace;
+// the emulator reads what one namespace routes into its device, impairs it
+// with netem's meanings (delay and jitter from netem's distribution tables,
+// random loss with netem's correlation, a serializing rate, a queue limit
+// with tail drop, FIFO order unless reordering is asked for) and writes it
+// into the other device.
+//
+// Loss must be real per-packet loss so that TCP reacts to it. The devices
+// use IFF_VNET_HDR with TCP segmentation offload: a super-packet the kernel
+// hands over is split into MTU-sized packets before anything is decided, so
+// one drop never removes a burst, and consecutive packets released together
+// are coalesced again on write, which keeps the cost near a third of a core
+// per Gbit/s.
+package emulator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/strait-net/strait/lab/emulation"
+)
+
+// Endpoint is one end of a link: a TUN device in a network namespace.
+type Endpoint struct {
+	Netns  string // name as `ip netns` shows it (a file under /var/run/netns); "" = the caller's namespace
+	Device string // interface name to create, ≤ 15 bytes
+}
+
+// Link is one emulated point-to-point L3 link.
+type Link struct {
+	Name       string
+	A, B       Endpoint
+	AtoB, BtoA emulation.Params
+}
+
+// Config describes every link one emulator process carries.
+type Config struct {
+	Links     []Link
+	MTU       int    // 0 means 1500
+	Seed      uint64 // 0 means random; the seed used is logged so runs can be repeated
+	ReadyFile string // if set, written once every device exists
+	Logger    *slog.Logger
+}
+
+// DefaultMTU is the MTU of the devices when Config.MTU is 0.
+const DefaultMTU = 1500
+
+func (c Config) mtu() int {
+	if c.MTU == 0 {
+		return DefaultMTU
+	}
+	return c.MTU
+}
+
+// Validate reports the first problem, naming the field.
+func (c Config) Validate() error {
+	if len(c.Links) == 0 {
+		return errors.New("links: need at least one link")
+	}
+	if c.MTU != 0 && (c.MTU < 576 || c.MTU > 65000) {
+		return fmt.Errorf("mtu %d: must be between 576 and 65000 (0 means %d)", c.MTU, DefaultMTU)
+	}
+	names := map[string]bool{}
+	devices := map[Endpoint]string{}
+	for i, l := range c.Links {
+		field := fmt.Sprintf("links[%d]", i)
+		if l.Name == "" {
+			return fmt.Errorf("%s.name: must not be empty", field)
+		}
+		if names[l.Name] {
+			return fmt.Errorf("%s.name %q: used twice", field, l.Name)
+		}
+		names[l.Name] = true
+		for _, e := range []struct {
+			side string
+			ep   Endpoint
+		}{{"a", l.A}, {"b", l.B}} {
+			if err := validateNetns(e.ep.Netns); err != nil {
+				return fmt.Errorf("%s.%s.netns: %w", field, e.side, err)
+			}
+			if err := validateDevice(e.ep.Device); err != nil {
+				return fmt.Errorf("%s.%s.device: %w", field, e.side, err)
+			}
+			if other, ok := devices[e.ep]; ok {
+				return fmt.Errorf("%s.%s.device %q: already used by %s in the same namespace", field, e.side, e.ep.Device, other)
+			}
+			devices[e.ep] = field + "." + e.side
+		}
+		if err := l.AtoB.Validate(); err != nil {
+			return fmt.Errorf("%s.a-to-b: %w", field, err)
+		}
+		if err := l.BtoA.Validate(); err != nil {
+			return fmt.Errorf("%s.b-to-a: %w", field, err)
+		}
+	}
+	return nil
+}
+
+func validateNetns(name string) error {
+	if name == "" {
+		return nil
+	}
+	if name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
+		return fmt.Errorf("%q: must be a name under /var/run/netns", name)
+	}
+	return nil
+}
+
+// validateDevice follows the kernel's dev_valid_name.
+func validateDevice(name string) error {
+	switch {
+	case name == "":
+		return errors.New("must not be empty")
+	case len(name) > 15:
+		return fmt.Errorf("%q: must be at most 15 bytes", name)
+	case name == "." || name == ".." || strings.ContainsAny(name, "/: \t\n\x00"):
+		return fmt.Errorf("%q: must not be . or .. or contain '/', ':' or white space", name)
+	}
+	return nil
+}
+
+// Run creates every device, writes ReadyFile, forwards until ctx is done,
+// then closes the devices (which removes them), removes ReadyFile, logs the
+// counters and returns after all its goroutines have exited. A clean
+// shutdown returns nil. The process should have GOMAXPROCS above the CPU
+// count (see the package's command): every direction keeps a locked OS
+// thread that sleeps in nanosleep, holding a P meanwhile.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	seed := cfg.Seed
+	if seed == 0 {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		seed = binary.LittleEndian.Uint64(b[:]) | 1
+	}
+	mtu := cfg.mtu()
+
+	var devs []Device
+	closeAll := func() {
+		for _, d := range devs {
+			_ = d.Close()
+		}
+	}
+	var drains sync.WaitGroup
+	pairs := make([][2]Device, len(cfg.Links))
+	for i, l := range cfg.Links {
+		for j, ep := range []Endpoint{l.A, l.B} {
+			d, err := createTUN(ep.Netns, ep.Device, mtu, &drains)
+			if err != nil {
+				closeAll()
+				drains.Wait()
+				return fmt.Errorf("link %s: create %s in netns %q: %w", l.Name, ep.Device, ep.Netns, err)
+			}
+			devs = append(devs, d)
+			pairs[i][j] = d
+		}
+	}
+
+	e, err := newEngine(cfg.Links, pairs, mtu, seed, monotonic())
+	if err != nil {
+		closeAll()
+		drains.Wait()
+		return err
+	}
+	var wg sync.WaitGroup
+	wg.Go(e.run)
+	log.Info("emulator running", "links", len(cfg.Links), "mtu", mtu, "seed", seed)
+
+	if cfg.ReadyFile != "" {
+		if err = writeReady(cfg.ReadyFile); err != nil {
+			err = fmt.Errorf("ready file: %w", err)
+		}
+	}
+	if err == nil {
+		<-ctx.Done()
+	}
+	e.stop()
+	closeAll()
+	wg.Wait()
+	drains.Wait()
+	if cfg.ReadyFile != "" && err == nil {
+		_ = os.Remove(cfg.ReadyFile)
+	}
+	for i, l := range cfg.Links {
+		for j, dir := range []string{"a-to-b", "b-to-a"} {
+			s := e.pumps[2*i+j].c.snapshot()
+			log.Info("link counters", "link", l.Name, "direction", dir,
+				"packets_in", s.PacketsIn, "bytes_in", s.BytesIn,
+				"packets_out", s.PacketsOut, "bytes_out", s.BytesOut,
+				"dropped_loss", s.DroppedLoss, "dropped_limit", s.DroppedLimit,
+				"read_errors", s.ReadErrors, "write_errors", s.WriteErrors, "batches", s.Batches)
+		}
+	}
+	return err
+}
+
+// writeReady creates the file by renaming, so a reader never sees it half
+// written.
+func writeReady(path string) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".ready-*")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(tmp, "%d\n", os.Getpid())
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+	}
+	return err
+}
+
+// engine runs the two pumps of every link.
+type engine struct {
+	pumps []*pump
+}
+
+// newEngine wires pairs[i] = {A, B} of links[i]. Direction d of link i
+// draws from its own random stream, seeded by (seed, 2i+d), so one link's
+// traffic does not change another's random decisions.
+func newEngine(links []Link, pairs [][2]Device, mtu int, seed uint64, now clock) (*engine, error) {
+	e := &engine{}
+	for i, l := range links {
+		a, b := pairs[i][0], pairs[i][1]
+		for d, dir := range []struct {
+			src, dst Device
+			p        emulation.Params
+		}{{a, b, l.AtoB}, {b, a, l.BtoA}} {
+			p, err := newPump(dir.src, dir.dst, newShaper(dir.p, seed, uint64(2*i+d)), mtu, now)
+			if err != nil {
+				for _, p := range e.pumps {
+					unix.Close(p.wake)
+				}
+				return nil, err
+			}
+			e.pumps = append(e.pumps, p)
+		}
+	}
+	return e, nil
+}
+
+// run returns when every pump has stopped: after stop and after the
+// devices are closed.
+func (e *engine) run() {
+	var wg sync.WaitGroup
+	for _, p := range e.pumps {
+		wg.Go(p.run)
+	}
+	wg.Wait()
+}
+
+func (e *engine) stop() {
+	for _, p := range e.pumps {
+		p.stop()
+	}
+}

@@ -1,0 +1,121 @@
+package emulator
+
+import (
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"sync"
+
+	"golang.org/x/sys/unix"
+	"golang.zx2c4.com/wireguard/tun"
+)
+
+// createTUN creates the TUN device name in network namespace netns ("" is
+// the caller's). The device belongs to the namespace of the thread that
+// creates it, so creation happens on a locked OS thread that enters netns
+// and comes back. wireguard-go's CreateTUN turns on IFF_VNET_HDR with TSO
+// and USO offloads: reads split super-packets, writes coalesce. drains
+// tracks the goroutine that consumes the device's status events (wireguard's
+// listeners block when nobody reads them); it ends after Close.
+func createTUN(netns, name string, mtu int, drains *sync.WaitGroup) (Device, error) {
+	var dev tun.Device
+	var err error
+	if netns == "" {
+		dev, err = tun.CreateTUN(name, mtu)
+		if err == nil {
+			if err = setTxQueueLen(name, txQueueLen); err != nil {
+				dev.Close()
+			}
+		}
+	} else {
+		dev, err = createTUNIn(netns, name, mtu)
+	}
+	if err != nil {
+		return nil, err
+	}
+	drains.Go(func() {
+		for range dev.Events() {
+		}
+	})
+	return dev, nil
+}
+
+// createTUNIn does the namespace switch on a goroutine of its own: if
+// switching back fails, that goroutine ends with its thread still locked,
+// and Go then discards the thread instead of letting other goroutines run in
+// the wrong namespace.
+func createTUNIn(netns, name string, mtu int) (tun.Device, error) {
+	type result struct {
+		dev tun.Device
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		dev, err, ok := createOnThread(netns, name, mtu)
+		if ok {
+			runtime.UnlockOSThread()
+		}
+		ch <- result{dev, err}
+	}()
+	r := <-ch
+	return r.dev, r.err
+}
+
+// createOnThread locks the OS thread and leaves it locked; ok reports
+// whether the thread is back in its own namespace and may be unlocked.
+func createOnThread(netns, name string, mtu int) (dev tun.Device, err error, ok bool) {
+	runtime.LockOSThread()
+	target, err := unix.Open(filepath.Join("/var/run/netns", netns), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open netns: %w", err), true
+	}
+	defer unix.Close(target)
+	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open own netns: %w", err), true
+	}
+	defer unix.Close(orig)
+	if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+		return nil, fmt.Errorf("setns: %w", err), true
+	}
+	dev, err = tun.CreateTUN(name, mtu)
+	if err == nil {
+		if err = setTxQueueLen(name, txQueueLen); err != nil {
+			dev.Close()
+			dev = nil
+		}
+	}
+	if serr := unix.Setns(orig, unix.CLONE_NEWNET); serr != nil {
+		if dev != nil {
+			_ = dev.Close()
+		}
+		return nil, fmt.Errorf("setns back: %w", serr), false
+	}
+	return dev, err, true
+}
+
+// txQueueLen replaces the TUN default of 500 packets for the queue in front
+// of the emulator's reader. Packets wait there only while the reader is
+// late; a longer queue turns such a stall into delay instead of loss the
+// link was not asked for. TCP hands over 64 KiB super-packets, so this
+// matters for small datagrams (UDP floods, ACK storms).
+const txQueueLen = 4000
+
+// setTxQueueLen sets the device's transmit queue length, in the calling
+// thread's network namespace.
+func setTxQueueLen(name string, n int) error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("txqueuelen: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		return err
+	}
+	ifr.SetUint32(uint32(n))
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFTXQLEN, ifr); err != nil {
+		return fmt.Errorf("txqueuelen: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,217 @@
+package lab_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/strait-net/strait/internal/testenv"
+	"github.com/strait-net/strait/lab"
+	"github.com/strait-net/strait/lab/emulation"
+	"github.com/strait-net/strait/lab/topology"
+)
+
+const twoClusters = `
+clusters:
+  - name: a
+    nodes: [{name: gw, gateway: true}, {name: server}]
+  - name: b
+    nodes: [{name: gw, gateway: true}, {name: client}]
+wan:
+  - between: [a, b]
+`
+
+// newPlan returns the two-cluster plan under a fresh lab name, so that
+// tests running in parallel never share a namespace.
+func newPlan(t *testing.T) *topology.Plan {
+	t.Helper()
+	name := testenv.UniqueName("t")
+	topo, err := topology.Parse([]byte("name: " + name + "\n" + twoClusters))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := topo.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan
+}
+
+func options(t *testing.T) lab.Options {
+	return lab.Options{Binary: testenv.StraitBinary(t), StateDir: t.TempDir()}
+}
+
+func up(t *testing.T, plan *topology.Plan, opts lab.Options) *lab.Lab {
+	t.Helper()
+	l, err := lab.Up(context.Background(), plan, opts)
+	if err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	t.Cleanup(func() { _ = lab.Down(context.Background(), plan.Name, opts) })
+	return l
+}
+
+func netnsOf(t *testing.T, name string) []string {
+	t.Helper()
+	entries, _ := os.ReadDir("/var/run/netns")
+	var out []string
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), lab.NetnsPrefix+name+"-") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// pingRTT pings from one node to another's address and returns the average
+// RTT ping reports.
+func pingRTT(t *testing.T, l *lab.Lab, from, to string, count int) time.Duration {
+	t.Helper()
+	dst, err := l.Node(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := l.Command(context.Background(), from, "ping", "-q", "-n", "-i", "0.05", "-c", strconv.Itoa(count), "-W", "2", dst.Addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("ping %s → %s: %v\n%s", from, to, err, out)
+	}
+	// rtt min/avg/max/mdev = 0.036/0.045/0.061/0.008 ms
+	line := out[strings.LastIndex(string(out), "=")+1:]
+	fields := strings.Split(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(string(line)), "ms")), "/")
+	d, err := time.ParseDuration(strings.TrimSpace(fields[1]) + "ms")
+	if err != nil {
+		t.Fatalf("parse ping output %q: %v", out, err)
+	}
+	return d
+}
+
+func TestUpRoutesEveryNodeToEveryNode(t *testing.T) {
+	testenv.RequireRoot(t)
+	plan := newPlan(t)
+	opts := options(t)
+	l := up(t, plan, opts)
+	if l.Backend != lab.BackendNone {
+		t.Errorf("backend = %s, want none for a lab without emulation", l.Backend)
+	}
+	if got := len(netnsOf(t, plan.Name)); got != len(plan.Nodes) {
+		t.Fatalf("%d namespaces, want %d", got, len(plan.Nodes))
+	}
+	for _, from := range plan.Nodes {
+		for _, to := range plan.Nodes {
+			if from.ID != to.ID {
+				pingRTT(t, l, from.ID, to.ID, 1)
+			}
+		}
+	}
+	// Congestion control is set per namespace, cubic unless the file says
+	// otherwise: users' hosts run cubic, this host's default is bbr.
+	cmd, _ := l.Command(context.Background(), "b/client", "sysctl", "-n", "net.ipv4.tcp_congestion_control")
+	if out, err := cmd.Output(); err != nil || strings.TrimSpace(string(out)) != "cubic" {
+		t.Errorf("client congestion control = %q, %v; want cubic", out, err)
+	}
+	if _, err := lab.Up(context.Background(), plan, opts); err == nil {
+		t.Error("a second lab up of the same lab succeeded")
+	}
+	if err := lab.Down(context.Background(), plan.Name, opts); err != nil {
+		t.Fatal(err)
+	}
+	if left := netnsOf(t, plan.Name); len(left) > 0 {
+		t.Errorf("namespaces left after down: %v", left)
+	}
+	if _, err := os.Stat(filepath.Join(opts.StateDir, plan.Name)); !os.IsNotExist(err) {
+		t.Errorf("state directory left after down: %v", err)
+	}
+	if err := lab.Down(context.Background(), plan.Name, opts); err != nil {
+		t.Errorf("second down: %v", err)
+	}
+}
+
+func TestUpEmulatedWANAddsDelay(t *testing.T) {
+	testenv.RequireRoot(t)
+	plan := newPlan(t)
+	delay := 5 * time.Millisecond
+	for i := range plan.Links {
+		if plan.Links[i].Class == topology.WAN {
+			plan.Links[i].AtoB = emulation.Params{Delay: delay}
+			plan.Links[i].BtoA = emulation.Params{Delay: delay}
+		}
+	}
+	opts := options(t)
+	opts.Emulator = lab.BackendUserspace
+	l := up(t, plan, opts)
+	if l.EmulatorPID == 0 {
+		t.Fatal("no emulator daemon recorded")
+	}
+	rtt := pingRTT(t, l, "b/client", "a/server", 20)
+	// Only a lower bound: the emulator cannot deliver early, however busy
+	// the machine; how close it stays is linkcheck's business.
+	if rtt < 2*delay {
+		t.Errorf("RTT through a %v WAN link = %v, want at least %v", delay, rtt, 2*delay)
+	}
+	t.Logf("RTT client→server over a %v-per-direction WAN link: %v", delay, rtt)
+	pid := l.EmulatorPID
+	if err := lab.Down(context.Background(), plan.Name, opts); err != nil {
+		t.Fatal(err)
+	}
+	if testenv.ProcessAlive(pid) {
+		t.Errorf("emulator pid %d still running after down", pid)
+	}
+}
+
+// TestDownWithoutState checks that `strait lab down` removes every namespace,
+// the emulator daemon and processes left inside the lab even when the state
+// file is gone, as after a crash during `lab up`.
+func TestDownWithoutState(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.StraitBinary(t)
+	state := t.TempDir()
+	name := testenv.UniqueName("k")
+	file := filepath.Join(t.TempDir(), "topo.yaml")
+	topo := "name: " + name + "\n" + twoClusters + "    emulation: {delay: 1ms}\n"
+	if err := os.WriteFile(file, []byte(topo), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), lab.StateDirEnv+"="+state)
+	upCmd := exec.Command(bin, "lab", "up", file, "--emulator", "userspace")
+	upCmd.Env = env
+	if out, err := upCmd.CombinedOutput(); err != nil {
+		t.Fatalf("strait lab up: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { _ = lab.Down(context.Background(), name, lab.Options{StateDir: state}) })
+	// A process left running inside the lab, like a workload of a run that
+	// was killed.
+	sleeper := exec.Command(bin, "lab", "exec", "--lab", name, "a/server", "--", "sleep", "600")
+	sleeper.Env = env
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = sleeper.Wait() }()
+	l, err := lab.Load(name, lab.Options{StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Lose the state file, as a crash during up would.
+	if err := os.Remove(filepath.Join(state, name, "lab.json")); err != nil {
+		t.Fatal(err)
+	}
+	down := exec.Command(bin, "lab", "down", name)
+	down.Env = env
+	if out, err := down.CombinedOutput(); err != nil {
+		t.Fatalf("strait lab down: %v\n%s", err, out)
+	}
+	if left := netnsOf(t, name); len(left) > 0 {
+		t.Errorf("namespaces left: %v", left)
+	}
+	if testenv.ProcessAlive(l.EmulatorPID) {
+		t.Errorf("emulator %d still running", l.EmulatorPID)
+	}
+}

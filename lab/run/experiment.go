@@ -1,0 +1,290 @@
+// Package run executes experiments: for every scenario and repetition it
+// builds a fresh lab, starts the workloads, sets up each tool, drives the
+// load generator through it, and records every request.
+package run
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/strait-net/strait/lab/emulation"
+	"github.com/strait-net/strait/lab/scenario"
+	"github.com/strait-net/strait/lab/tool"
+	"github.com/strait-net/strait/lab/topology"
+)
+
+// Experiment is an experiment file: one topology, the scenarios to impair it
+// with, the tools to compare and the workloads to drive through them.
+//
+//	name: quickstart
+//	topology: quickstart.yaml        # a path relative to this file, or an inline topology
+//	scenarios: [lcl, edg10]
+//	tools: [direct]
+//	server: a/server                 # node running the workloads
+//	client: b/client                 # node running the load generator
+//	repetitions: 1
+//	workloads:
+//	  - name: echo
+//	    payloads: [1KB, 100KB]
+//	load: {requests: 40, threads: 1, keepalive: true}
+type Experiment struct {
+	Name        string     `yaml:"name"`
+	Topology    yaml.Node  `yaml:"topology"`
+	Scenarios   []string   `yaml:"scenarios"`
+	Tools       []string   `yaml:"tools"`
+	Server      string     `yaml:"server"`
+	Client      string     `yaml:"client"`
+	Repetitions int        `yaml:"repetitions"`
+	Workloads   []Workload `yaml:"workloads"`
+	Load        Load       `yaml:"load"`
+
+	// Resolved by Parse.
+	source    []byte
+	topo      *topology.Topology
+	scenarios []scenario.Scenario
+}
+
+// Workload is one workload and the request payload sizes to drive it with.
+type Workload struct {
+	Name     string   `yaml:"name"`
+	Payloads []string `yaml:"payloads"`
+
+	sizes []int
+}
+
+// Workload kinds and the port each listens on, on the server node.
+var workloadPorts = map[string]int{"echo": 8080, "recv": 8081, "static": 8082, "hello": 8083}
+
+// Load are the load generator's settings, as `strait load seq` takes them.
+type Load struct {
+	Requests        int    `yaml:"requests"`
+	Threads         int    `yaml:"threads"`
+	KeepAlive       *bool  `yaml:"keepalive"`
+	Think           string `yaml:"think"`
+	ConnectTimeout  string `yaml:"connect-timeout"`
+	ResponseTimeout string `yaml:"response-timeout"`
+	Warmup          int    `yaml:"warmup"`
+}
+
+//go:embed builtin/*.yaml
+var builtin embed.FS
+
+// Builtins lists the experiments that can be run by name.
+func Builtins() []string {
+	entries, _ := builtin.ReadDir("builtin")
+	var names []string
+	for _, e := range entries {
+		if n, ok := strings.CutSuffix(e.Name(), ".yaml"); ok && !strings.HasSuffix(n, "-topology") {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+// Load reads an experiment from a file, or a built-in one by name.
+func LoadExperiment(nameOrPath string) (*Experiment, error) {
+	if b, err := builtin.ReadFile("builtin/" + nameOrPath + ".yaml"); err == nil && !strings.ContainsAny(nameOrPath, "/.") {
+		return Parse(b, "builtin")
+	}
+	b, err := os.ReadFile(nameOrPath)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) && !strings.ContainsAny(nameOrPath, "/.") {
+			return nil, fmt.Errorf("no experiment file %q and no built-in experiment of that name (built-in: %s)", nameOrPath, strings.Join(Builtins(), ", "))
+		}
+		return nil, err
+	}
+	e, err := Parse(b, filepath.Dir(nameOrPath))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", nameOrPath, err)
+	}
+	return e, nil
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+// Parse decodes and validates an experiment. dir resolves a topology given
+// as a relative path ("builtin" means the embedded files).
+func Parse(b []byte, dir string) (*Experiment, error) {
+	var e Experiment
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&e); err != nil {
+		return nil, fmt.Errorf("parse experiment: %w", err)
+	}
+	if err := e.resolve(dir); err != nil {
+		return nil, err
+	}
+	e.source = b
+	return &e, nil
+}
+
+func (e *Experiment) resolve(dir string) error {
+	if !nameRE.MatchString(e.Name) {
+		return fmt.Errorf("name %q: must be lowercase letters, digits and '-', starting with a letter or digit", e.Name)
+	}
+	var err error
+	switch e.Topology.Kind {
+	case 0:
+		return errors.New("topology: missing (a file path or an inline topology)")
+	case yaml.ScalarNode:
+		var b []byte
+		if dir == "builtin" {
+			b, err = builtin.ReadFile("builtin/" + e.Topology.Value)
+		} else {
+			b, err = os.ReadFile(filepath.Join(dir, e.Topology.Value))
+		}
+		if err != nil {
+			return fmt.Errorf("topology: %w", err)
+		}
+		if e.topo, err = topology.Parse(b); err != nil {
+			return fmt.Errorf("topology %s: %w", e.Topology.Value, err)
+		}
+	case yaml.MappingNode:
+		b, err := yaml.Marshal(&e.Topology)
+		if err != nil {
+			return fmt.Errorf("topology: %w", err)
+		}
+		if e.topo, err = topology.Parse(b); err != nil {
+			return fmt.Errorf("topology: %w", err)
+		}
+	default:
+		return fmt.Errorf("topology: line %d: want a file path or a mapping", e.Topology.Line)
+	}
+	plan, err := e.topo.Plan()
+	if err != nil {
+		return fmt.Errorf("topology: %w", err)
+	}
+	if len(e.Scenarios) == 0 {
+		return errors.New("scenarios: name at least one (e.g. lcl, edg10)")
+	}
+	for i, name := range e.Scenarios {
+		sc, err := scenario.Lookup(name)
+		if err != nil {
+			return fmt.Errorf("scenarios[%d]: %w", i, err)
+		}
+		e.scenarios = append(e.scenarios, sc)
+	}
+	if len(e.Tools) == 0 {
+		e.Tools = []string{"direct"}
+	}
+	for i, name := range e.Tools {
+		if _, err := tool.New(name); err != nil {
+			return fmt.Errorf("tools[%d]: %w", i, err)
+		}
+	}
+	for field, id := range map[string]string{"server": e.Server, "client": e.Client} {
+		if _, ok := plan.Node(id); !ok {
+			return fmt.Errorf("%s: %q is not a node of the topology (use cluster/node)", field, id)
+		}
+	}
+	if e.Server == e.Client {
+		return fmt.Errorf("client: %q is also the server", e.Client)
+	}
+	if e.Repetitions == 0 {
+		e.Repetitions = 1
+	}
+	if e.Repetitions < 0 || e.Repetitions > 1000 {
+		return fmt.Errorf("repetitions %d: must be between 1 and 1000", e.Repetitions)
+	}
+	if len(e.Workloads) == 0 {
+		return errors.New("workloads: name at least one (echo, recv, static, hello)")
+	}
+	for i := range e.Workloads {
+		w := &e.Workloads[i]
+		if _, ok := workloadPorts[w.Name]; !ok {
+			return fmt.Errorf("workloads[%d].name %q: must be one of echo, recv, static, hello", i, w.Name)
+		}
+		if len(w.Payloads) == 0 {
+			w.Payloads = []string{"0"}
+		}
+		for j, p := range w.Payloads {
+			n, err := ParseSize(p)
+			if err != nil {
+				return fmt.Errorf("workloads[%d].payloads[%d]: %w", i, j, err)
+			}
+			if n > 0 && (w.Name == "static" || w.Name == "hello") {
+				return fmt.Errorf("workloads[%d].payloads[%d]: %s takes no request body (payload 0)", i, j, w.Name)
+			}
+			w.sizes = append(w.sizes, n)
+		}
+	}
+	return e.Load.validate()
+}
+
+func (l *Load) validate() error {
+	if l.Requests == 0 {
+		l.Requests = 40
+	}
+	if l.Threads == 0 {
+		l.Threads = 1
+	}
+	if l.Requests < 0 || l.Threads < 0 || l.Warmup < 0 {
+		return errors.New("load: requests, threads and warmup must not be negative")
+	}
+	for field, v := range map[string]string{"think": l.Think, "connect-timeout": l.ConnectTimeout, "response-timeout": l.ResponseTimeout} {
+		if v == "" {
+			continue
+		}
+		if _, err := emulation.ParseDuration(v); err != nil {
+			return fmt.Errorf("load.%s: %w", field, err)
+		}
+	}
+	return nil
+}
+
+func (l Load) keepAlive() bool { return l.KeepAlive == nil || *l.KeepAlive }
+
+var sizeRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)$`)
+
+var sizeUnits = map[string]float64{
+	"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30,
+}
+
+// ParseSize reads a payload size: bytes, or with a unit — KB and MB are
+// decimal (1KB = 1000 B, as seed 000's sizes are), KiB and MiB binary.
+func ParseSize(s string) (int, error) {
+	m := sizeRE.FindStringSubmatch(strings.TrimSpace(s))
+	if m == nil {
+		return 0, fmt.Errorf("%q is not a size (use e.g. 60, 1KB, 100KB, 1MB, 1KiB)", s)
+	}
+	unit, ok := sizeUnits[strings.ToLower(m[2])]
+	if !ok {
+		return 0, fmt.Errorf("%q: unknown unit %q (use B, KB, MB, GB, KiB, MiB, GiB)", s, m[2])
+	}
+	v, _ := strconv.ParseFloat(m[1], 64)
+	n := v * unit
+	if n > 1<<30 || n != math.Trunc(n) {
+		return 0, fmt.Errorf("%q: must be a whole number of bytes up to 1GiB", s)
+	}
+	return int(n), nil
+}
+
+// FormatSize renders a payload size the way the seeds label them.
+func FormatSize(n int) string {
+	switch {
+	case n >= 1e6 && n%1e6 == 0:
+		return strconv.Itoa(n/1e6) + "MB"
+	case n >= 1e3 && n%1e3 == 0:
+		return strconv.Itoa(n/1e3) + "KB"
+	}
+	return strconv.Itoa(n) + "B"
+}
+
+func (l Load) durationOr(v string, def time.Duration) time.Duration {
+	if v == "" {
+		return def
+	}
+	d, _ := emulation.ParseDuration(v)
+	return d
+}

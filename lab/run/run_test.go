@@ -1,0 +1,192 @@
+package run_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/strait-net/strait/internal/testenv"
+	"github.com/strait-net/strait/lab"
+	"github.com/strait-net/strait/lab/run"
+	"github.com/strait-net/strait/load"
+)
+
+// experiment writes an experiment file with an inline two-cluster topology
+// under a unique lab name and returns its path and the lab name.
+func experiment(t *testing.T, scenarios string, requests int, workloads string) (string, string) {
+	t.Helper()
+	name := testenv.UniqueName("r")
+	text := `name: test
+topology:
+  name: ` + name + `
+  clusters:
+    - name: a
+      nodes: [{name: gw, gateway: true}, {name: server}]
+    - name: b
+      nodes: [{name: gw, gateway: true}, {name: client}]
+  wan:
+    - between: [a, b]
+scenarios: ` + scenarios + `
+tools: [direct]
+server: a/server
+client: b/client
+workloads:
+` + workloads + `
+load: {requests: ` + strconv.Itoa(requests) + `, threads: 1, keepalive: true}
+`
+	path := filepath.Join(t.TempDir(), "exp.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, name
+}
+
+func TestRunWritesEveryRequest(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.StraitBinary(t)
+	state := t.TempDir()
+	out := t.TempDir()
+	file, name := experiment(t, "[lcl, edg10]", 10, `  - {name: echo, payloads: [60, 1MB]}
+  - {name: static}`)
+	t.Cleanup(func() { _ = lab.Down(context.Background(), name, lab.Options{StateDir: state}) })
+	cmd := exec.Command(bin, "lab", "run", file, "--out", out)
+	cmd.Env = append(os.Environ(), lab.StateDirEnv+"="+state)
+	stdout, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("strait lab run: %v\n%s", err, stdout)
+	}
+	t.Logf("%s", stdout)
+	dirs, _ := filepath.Glob(filepath.Join(out, "test-*"))
+	if len(dirs) != 1 {
+		t.Fatalf("run directories: %v", dirs)
+	}
+	var cells []run.CellResult
+	b, err := os.ReadFile(filepath.Join(dirs[0], "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &cells); err != nil {
+		t.Fatal(err)
+	}
+	if len(cells) != 6 {
+		t.Fatalf("%d cells, want 2 scenarios × 3 (echo 60 B, echo 1 MB, static)", len(cells))
+	}
+	median := map[string]float64{}
+	for _, c := range cells {
+		if c.Count != 10 || c.Errors != 0 {
+			t.Errorf("%+v: want 10 requests, no errors", c.Cell)
+		}
+		if c.Workload == "static" {
+			median[c.Scenario] = c.MedianMS
+		}
+	}
+	// edg10 puts 5 ms on every node's egress; the client→server path
+	// crosses three links each way, so a keep-alive request takes at least
+	// 30 ms more than without impairment. A lower bound only: the emulator
+	// can be late on a busy machine but never early.
+	if median["edg10"] < 30 {
+		t.Errorf("static median at edg10 = %.3f ms, want ≥ 30 ms (3 hops × 5 ms each way)", median["edg10"])
+	}
+	f, err := os.Open(filepath.Join(dirs[0], "requests.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	samples, err := load.ReadCSV(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(samples) != 60 {
+		t.Errorf("requests.csv has %d rows, want 60", len(samples))
+	}
+	for _, name := range []string{"metadata.json", "table.txt"} {
+		if _, err := os.Stat(filepath.Join(dirs[0], name)); err != nil {
+			t.Error(err)
+		}
+	}
+	if !bytes.Contains(stdout, []byte("IQR mean")) {
+		t.Error("no table on stdout")
+	}
+}
+
+// TestKilledRunIsCleanedUp kills `strait lab run` with SIGKILL in the middle
+// of a measurement and checks that `strait lab down` leaves no namespace and
+// no process behind.
+func TestKilledRunIsCleanedUp(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.StraitBinary(t)
+	state := t.TempDir()
+	file, name := experiment(t, "[edg10]", 100000, `  - {name: echo, payloads: [1KB]}`)
+	env := append(os.Environ(), lab.StateDirEnv+"="+state)
+	t.Cleanup(func() { _ = lab.Down(context.Background(), name, lab.Options{StateDir: state}) })
+	cmd := exec.Command(bin, "lab", "run", file, "--out", t.TempDir())
+	cmd.Env = env
+	var stdout bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the load generator runs: the lab, the apps and the
+	// emulator all exist then.
+	deadline := time.Now().Add(60 * time.Second)
+	for !processRunning(bin, "load", "seq") {
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("load generator never started:\n%s", stdout.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	if !processRunning(bin, "app", "echo") {
+		t.Fatal("the echo app died with the runner; the test would not show that down cleans up")
+	}
+	down := exec.Command(bin, "lab", "down", name)
+	down.Env = env
+	if out, err := down.CombinedOutput(); err != nil {
+		t.Fatalf("strait lab down: %v\n%s", err, out)
+	}
+	for _, args := range [][]string{{"app", "echo"}, {"load", "seq"}, {"lab", "emulate"}} {
+		if processRunning(bin, args...) {
+			t.Errorf("%s %v still running after down", bin, args)
+		}
+	}
+	entries, _ := os.ReadDir("/var/run/netns")
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), lab.NetnsPrefix+name+"-") {
+			t.Errorf("namespace %s left after down", e.Name())
+		}
+	}
+}
+
+// processRunning reports whether a live process runs bin with args (ip netns
+// exec replaces itself with the command, so the command line is the
+// binary's own).
+func processRunning(bin string, args ...string) bool {
+	entries, _ := os.ReadDir("/proc")
+	want := strings.Join(append([]string{bin}, args...), "\x00")
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.HasPrefix(string(b), want) {
+			continue
+		}
+		stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+			continue
+		}
+		return true
+	}
+	return false
+}

@@ -1,0 +1,351 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/strait-net/strait/lab/emulator"
+	"github.com/strait-net/strait/lab/topology"
+)
+
+// Up creates every namespace, link, address and route of plan and records
+// the lab in its state directory. If anything fails, it removes what it
+// created before returning the error.
+func Up(ctx context.Context, plan *topology.Plan, opts Options) (lab *Lab, err error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if err := ValidName(plan.Name); err != nil {
+		return nil, err
+	}
+	log := opts.logger().With("lab", plan.Name)
+	if existing, _ := List(ctx, opts); slices.Contains(existing, plan.Name) {
+		return nil, fmt.Errorf("lab %s is already up (or left over): run `strait lab down %s` first", plan.Name, plan.Name)
+	}
+	dir := filepath.Join(opts.stateDir(), plan.Name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	lab = &Lab{Plan: plan, Dir: dir, Backend: BackendNone, Created: time.Now().UTC()}
+	defer func() {
+		if err != nil {
+			// Teardown must run even if ctx was cancelled (Ctrl-C during up).
+			if derr := Down(context.WithoutCancel(ctx), plan.Name, opts); derr != nil {
+				err = errors.Join(err, fmt.Errorf("clean up: %w", derr))
+			}
+			lab = nil
+		}
+	}()
+	// Record the plan first so that Down finds everything even if Up dies
+	// half way.
+	if err := lab.save(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if err := createNodes(ctx, plan); err != nil {
+		return nil, err
+	}
+	if lab.Backend, err = chooseBackend(ctx, plan, opts); err != nil {
+		return nil, err
+	}
+	if err := lab.save(); err != nil {
+		return nil, err
+	}
+	var emulated []emulator.Link
+	var veths []topology.PlanLink
+	for _, l := range plan.Links {
+		switch {
+		case !l.Emulated() || lab.Backend == BackendNetem:
+			veths = append(veths, l)
+		default:
+			emulated = append(emulated, emulator.Link{
+				Name: l.Name,
+				A:    emulator.Endpoint{Netns: l.A.Netns, Device: l.A.Device},
+				B:    emulator.Endpoint{Netns: l.B.Netns, Device: l.B.Device},
+				AtoB: l.AtoB, BtoA: l.BtoA,
+			})
+		}
+	}
+	if err := createVeths(ctx, veths, lab.Backend == BackendNetem); err != nil {
+		return nil, err
+	}
+	if len(emulated) > 0 {
+		if lab.EmulatorPID, err = startEmulator(ctx, dir, emulated, opts); err != nil {
+			return nil, err
+		}
+		if err := lab.save(); err != nil {
+			return nil, err
+		}
+	}
+	if err := addressAndRoute(ctx, plan); err != nil {
+		return nil, err
+	}
+	log.Info("lab up", "nodes", len(plan.Nodes), "links", len(plan.Links),
+		"emulated", len(emulated), "backend", lab.Backend, "took", time.Since(start).Round(time.Millisecond))
+	return lab, lab.save()
+}
+
+// createNodes adds the namespaces and sets their sysctls. Forwarding is on
+// everywhere because any node may sit on a path; reverse-path filtering is
+// off because ECMP replies may return on another link.
+func createNodes(ctx context.Context, plan *topology.Plan) error {
+	var lines []string
+	for _, n := range plan.Nodes {
+		lines = append(lines, "netns add "+n.Netns)
+	}
+	if err := ipBatch(ctx, "", lines); err != nil {
+		return err
+	}
+	ccs := map[string]bool{}
+	for _, n := range plan.Nodes {
+		ccs[n.CongestionControl] = true
+	}
+	if err := allowCongestionControls(ccs); err != nil {
+		return err
+	}
+	for _, n := range plan.Nodes {
+		sysctls := []string{
+			"net.ipv4.ip_forward=1",
+			"net.ipv4.conf.all.rp_filter=0",
+			"net.ipv4.conf.default.rp_filter=0",
+			// Every connection starts from the same state, as on a fresh host:
+			// no cached ssthresh or RTT from an earlier request.
+			"net.ipv4.tcp_no_metrics_save=1",
+			"net.ipv6.conf.all.disable_ipv6=1",
+			"net.ipv6.conf.default.disable_ipv6=1",
+		}
+		if n.CongestionControl != "" {
+			sysctls = append(sysctls, "net.ipv4.tcp_congestion_control="+n.CongestionControl)
+		}
+		args := append([]string{"netns", "exec", n.Netns, "sysctl", "-q", "-w"}, sysctls...)
+		if _, err := run(ctx, "ip", args...); err != nil {
+			return fmt.Errorf("node %s: %w", n.ID, err)
+		}
+		lines := []string{
+			"link set lo up",
+			fmt.Sprintf("addr add %s/32 dev lo", n.Addr),
+		}
+		if err := ipBatch(ctx, n.Netns, lines); err != nil {
+			return fmt.Errorf("node %s: %w", n.ID, err)
+		}
+	}
+	return nil
+}
+
+const allowedCCPath = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+
+// allowCongestionControls adds ccs to the host's allowed list. A namespace
+// other than the host's may only choose an allowed algorithm as its default,
+// and Debian allows only reno and the host default out of the box.
+func allowCongestionControls(ccs map[string]bool) error {
+	b, err := os.ReadFile(allowedCCPath)
+	if err != nil {
+		return fmt.Errorf("read allowed congestion controls: %w", err)
+	}
+	allowed := strings.Fields(string(b))
+	changed := false
+	for cc := range ccs {
+		if cc != "" && !slices.Contains(allowed, cc) {
+			allowed = append(allowed, cc)
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	if err := os.WriteFile(allowedCCPath, []byte(strings.Join(allowed, " ")), 0o644); err != nil {
+		return fmt.Errorf("allow congestion controls %v (is the module loaded? see tcp_available_congestion_control): %w", allowed, err)
+	}
+	return nil
+}
+
+// chooseBackend resolves "auto" by trying a netem qdisc in one of the lab's
+// own namespaces, so the probe leaves nothing on the host.
+func chooseBackend(ctx context.Context, plan *topology.Plan, opts Options) (string, error) {
+	anyEmulated := false
+	for _, l := range plan.Links {
+		anyEmulated = anyEmulated || l.Emulated()
+	}
+	if !anyEmulated {
+		return BackendNone, nil
+	}
+	want := opts.Emulator
+	if want == "" {
+		want = plan.Emulator
+	}
+	if want == "" {
+		want = BackendAuto
+	}
+	if want == BackendUserspace {
+		return BackendUserspace, nil
+	}
+	netemErr := probeNetem(ctx, plan.Nodes[0].Netns)
+	switch {
+	case netemErr == nil:
+		return BackendNetem, nil
+	case want == BackendNetem:
+		return "", fmt.Errorf("emulator netem: the kernel has no netem qdisc (%v); use emulator: userspace or auto", netemErr)
+	default:
+		return BackendUserspace, nil
+	}
+}
+
+func probeNetem(ctx context.Context, netns string) error {
+	if _, err := run(ctx, "tc", "-n", netns, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"); err != nil {
+		return err
+	}
+	_, err := run(ctx, "tc", "-n", netns, "qdisc", "del", "dev", "lo", "root")
+	return err
+}
+
+// createVeths makes the links that need no userspace emulator. With netem,
+// segmentation offloads are turned off on impaired devices: a qdisc sees GSO
+// super-packets, and one drop would remove a whole burst of segments.
+func createVeths(ctx context.Context, links []topology.PlanLink, netem bool) error {
+	var lines []string
+	for _, l := range links {
+		lines = append(lines, fmt.Sprintf("link add %s netns %s type veth peer name %s netns %s",
+			l.A.Device, l.A.Netns, l.B.Device, l.B.Netns))
+	}
+	if err := ipBatch(ctx, "", lines); err != nil {
+		return err
+	}
+	if !netem {
+		return nil
+	}
+	for _, l := range links {
+		for _, side := range []struct {
+			end    topology.LinkEnd
+			params interface{ NetemArgs() []string }
+			zero   bool
+		}{{l.A, l.AtoB, l.AtoB.IsZero()}, {l.B, l.BtoA, l.BtoA.IsZero()}} {
+			if side.zero {
+				continue
+			}
+			args := append([]string{"-n", side.end.Netns, "qdisc", "add", "dev", side.end.Device, "root", "netem"}, side.params.NetemArgs()...)
+			if _, err := run(ctx, "tc", args...); err != nil {
+				return fmt.Errorf("link %s: %w", l.Name, err)
+			}
+			if _, err := run(ctx, "ip", "netns", "exec", side.end.Netns, "ethtool", "-K", side.end.Device, "tso", "off", "gso", "off", "gro", "off"); err != nil {
+				return fmt.Errorf("link %s: %w", l.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+const emulatorConfig = "emulator.json"
+
+// startEmulator starts `strait lab emulate` as a daemon in its own session,
+// so it outlives `strait lab up`, and waits until every TUN device exists.
+func startEmulator(ctx context.Context, dir string, links []emulator.Link, opts Options) (int, error) {
+	binary := opts.Binary
+	if binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return 0, fmt.Errorf("find strait binary for the emulator: %w", err)
+		}
+		binary = exe
+	}
+	ready := filepath.Join(dir, "emulator.ready")
+	cfg := emulator.Config{Links: links, ReadyFile: ready}
+	if err := cfg.Validate(); err != nil {
+		return 0, fmt.Errorf("emulator config: %w", err)
+	}
+	b, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return 0, err
+	}
+	cfgPath := filepath.Join(dir, emulatorConfig)
+	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
+		return 0, err
+	}
+	logf, err := os.Create(filepath.Join(dir, "emulator.log"))
+	if err != nil {
+		return 0, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(binary, "lab", "emulate", "--config", cfgPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("start emulator: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
+	for {
+		if _, err := os.Stat(ready); err == nil {
+			return cmd.Process.Pid, nil
+		}
+		select {
+		case err := <-exited:
+			logb, _ := os.ReadFile(filepath.Join(dir, "emulator.log"))
+			return 0, fmt.Errorf("emulator exited before it was ready (%v): %s", err, strings.TrimSpace(string(logb)))
+		case <-deadline:
+			return cmd.Process.Pid, fmt.Errorf("emulator not ready after 30s; see %s", filepath.Join(dir, "emulator.log"))
+		case <-ctx.Done():
+			return cmd.Process.Pid, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// addressAndRoute configures every namespace with one ip batch each.
+func addressAndRoute(ctx context.Context, plan *topology.Plan) error {
+	perNetns := map[string][]string{}
+	for _, l := range plan.Links {
+		for _, e := range []topology.LinkEnd{l.A, l.B} {
+			perNetns[e.Netns] = append(perNetns[e.Netns],
+				fmt.Sprintf("addr add %s dev %s", e.Addr, e.Device),
+				fmt.Sprintf("link set %s up", e.Device))
+		}
+	}
+	for _, n := range plan.Nodes {
+		for _, r := range n.Routes {
+			perNetns[n.Netns] = append(perNetns[n.Netns], routeLine(r))
+		}
+	}
+	names := make([]string, 0, len(perNetns))
+	for ns := range perNetns {
+		names = append(names, ns)
+	}
+	sort.Strings(names)
+	for _, ns := range names {
+		if err := ipBatch(ctx, ns, perNetns[ns]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func routeLine(r topology.Route) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "route add %s", r.Dst)
+	if len(r.NextHops) == 1 {
+		fmt.Fprintf(&b, " via %s dev %s", r.NextHops[0].Via, r.NextHops[0].Device)
+	} else {
+		for _, h := range r.NextHops {
+			fmt.Fprintf(&b, " nexthop via %s dev %s", h.Via, h.Device)
+		}
+	}
+	if r.Src != (netip.Addr{}) {
+		fmt.Fprintf(&b, " src %s", r.Src)
+	}
+	return b.String()
+}
+
+func sortStrings(s []string) { sort.Strings(s) }

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# fuzz.sh runs every Fuzz target in the module for a short time each
+# (default 5s), so parsers and wire decoders meet fresh random input on every
+# test run, not only their seed corpus.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fuzztime=${1:-5s}
+status=0
+while IFS= read -r file; do
+	pkg=./$(dirname "$file")
+	for target in $(grep -oE '^func (Fuzz[A-Za-z0-9_]+)' "$file" | awk '{print $2}'); do
+		echo "fuzz: $pkg $target ($fuzztime)"
+		if ! go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -fuzzminimizetime 100x "$pkg" >/tmp/strait-fuzz.log 2>&1; then
+			cat /tmp/strait-fuzz.log
+			status=1
+		fi
+	done
+done < <(grep -rlE '^func Fuzz' --include='*_test.go' . | sort)
+exit $status

@@ -1,0 +1,726 @@
+package tunnel
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// session is the strait multiplexer over one connection. Three goroutines
+// run per session: the reader (frames in), the writer (frames out, batched
+// in a buffered writer flushed when its queue is empty) and the keepalive.
+type session struct {
+	conn       net.Conn
+	rd         io.Reader
+	bw         *bufio.Writer
+	client     bool
+	peer       string
+	congestion string
+	cfg        *Config
+	log        *slog.Logger
+	start      time.Time
+
+	mu         sync.Mutex // guards the fields below
+	streams    map[uint32]*stream
+	nextID     uint32 // next ID we open
+	lastPeerID uint32 // highest ID the peer opened
+	goAway     string // reason from the peer's GOAWAY
+	learned    uint64 // largest stream window reached, new streams start there
+	acceptQ    chan *stream
+
+	fmu       sync.Mutex // session-level flow control
+	sendLimit uint64
+	sent      uint64
+	sendWake  chan struct{} // closed and replaced when sendLimit grows
+	recv      recvWindow
+	received  uint64
+
+	wmu     sync.Mutex // writer queue
+	ctrlQ   []*writeReq
+	dataQ   []*writeReq
+	wclosed bool
+	wsig    chan struct{}
+
+	closeOnce sync.Once
+	closed    chan struct{}
+	err       error
+	wg        sync.WaitGroup
+
+	lastRecv atomic.Int64 // nanoseconds since start
+	srtt     atomic.Int64
+	st       counters
+}
+
+type counters struct {
+	streamsOpened, streamsAccepted, streamsRefused atomic.Uint64
+	resetsSent, resetsReceived                     atomic.Uint64
+	bytesSent, bytesReceived                       atomic.Uint64
+	framesSent, framesReceived                     atomic.Uint64
+	pingsSent, pongsReceived                       atomic.Uint64
+}
+
+type writeReq struct {
+	hdr     frameHeader
+	payload []byte
+	done    chan error // nil: nobody waits
+	flush   bool       // flush before signalling done (last words)
+}
+
+// newSession starts the multiplexer on conn. cfg must have defaults applied.
+func newSession(conn net.Conn, client bool, peer, congestion string, cfg *Config) *session {
+	now := time.Now()
+	s := &session{
+		conn:       conn,
+		rd:         conn,
+		bw:         bufio.NewWriterSize(conn, 64<<10),
+		client:     client,
+		peer:       peer,
+		congestion: congestion,
+		cfg:        cfg,
+		log:        cfg.logger(),
+		start:      now,
+		streams:    make(map[uint32]*stream),
+		nextID:     2,
+		acceptQ:    make(chan *stream, cfg.AcceptBacklog),
+		sendLimit:  initialSessionWindow,
+		sendWake:   make(chan struct{}),
+		recv:       newRecvWindow(initialSessionWindow, uint64(cfg.MaxSessionWindow), now),
+		learned:    initialStreamWindow,
+		wsig:       make(chan struct{}, 1),
+		closed:     make(chan struct{}),
+	}
+	if client {
+		s.nextID = 1
+	}
+	// crypto/tls decrypts a record into its own buffer and Read copies from
+	// there, so small header reads are cheap; a plain conn gets a buffer.
+	if _, ok := conn.(*tls.Conn); !ok {
+		s.rd = bufio.NewReaderSize(conn, 64<<10)
+	}
+	// Announce the real session window and measure the RTT right away, so
+	// auto-tuning has a round-trip time before the first bulk transfer.
+	if l, ok := s.recv.grow(uint64(cfg.InitialSessionWindow)); ok {
+		s.queueWindow(0, l)
+	}
+	s.sendPing()
+	s.wg.Add(3)
+	go s.readLoop()
+	go s.writeLoop()
+	go s.keepalive()
+	return s
+}
+
+func (s *session) now() int64 { return int64(time.Since(s.start)) }
+
+func (s *session) Peer() string          { return s.peer }
+func (s *session) Done() <-chan struct{} { return s.closed }
+func (s *session) RTT() time.Duration    { return time.Duration(s.srtt.Load()) }
+func (s *session) LocalAddr() net.Addr   { return s.conn.LocalAddr() }
+func (s *session) RemoteAddr() net.Addr  { return s.conn.RemoteAddr() }
+func (s *session) String() string        { return "session to " + s.peer }
+func (s *session) closedErr() error      { return fmt.Errorf("session to %s: %w", s.peer, s.Err()) }
+func (s *session) isClosed() bool        { return chanClosed(s.closed) }
+func chanClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+func notify(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+func (s *session) Err() error {
+	select {
+	case <-s.closed:
+		return s.err
+	default:
+		return nil
+	}
+}
+
+func (s *session) Stats() Stats {
+	return Stats{
+		StreamsOpened:   s.st.streamsOpened.Load(),
+		StreamsAccepted: s.st.streamsAccepted.Load(),
+		StreamsRefused:  s.st.streamsRefused.Load(),
+		ResetsSent:      s.st.resetsSent.Load(),
+		ResetsReceived:  s.st.resetsReceived.Load(),
+		BytesSent:       s.st.bytesSent.Load(),
+		BytesReceived:   s.st.bytesReceived.Load(),
+		FramesSent:      s.st.framesSent.Load(),
+		FramesReceived:  s.st.framesReceived.Load(),
+		PingsSent:       s.st.pingsSent.Load(),
+		PongsReceived:   s.st.pongsReceived.Load(),
+		RTT:             s.RTT(),
+		StreamWindow:    s.learnedWindow(),
+		Congestion:      s.congestion,
+	}
+}
+
+func (s *session) learnedWindow() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.learned
+}
+
+// Close sends GOAWAY (waiting briefly for it to leave), closes the
+// connection and waits for the session's goroutines.
+func (s *session) Close() error {
+	if !s.isClosed() {
+		s.lastWords("closed", 250*time.Millisecond)
+	}
+	s.closeWithError(ErrSessionClosed)
+	s.wg.Wait()
+	return nil
+}
+
+// lastWords sends GOAWAY with reason and waits up to d for it to be
+// flushed to the connection.
+func (s *session) lastWords(reason string, d time.Duration) {
+	reason = reason[:min(len(reason), maxReasonLen)]
+	done := make(chan error, 1)
+	r := &writeReq{hdr: frameHeader{typ: frameGoAway, length: uint16(len(reason))}, payload: []byte(reason), done: done, flush: true}
+	if s.enqueue(r, true) != nil {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	case <-s.closed:
+	}
+}
+
+// closeWithError ends the session with err (the first error wins).
+func (s *session) closeWithError(err error) {
+	s.closeOnce.Do(func() {
+		s.err = err
+		close(s.closed)
+		_ = s.conn.Close()
+		s.wmu.Lock()
+		notify(s.wsig)
+		s.wmu.Unlock()
+	})
+}
+
+// ---- writing ----
+
+// enqueue hands a frame to the writer. Control frames go ahead of data.
+func (s *session) enqueue(r *writeReq, ctrl bool) error {
+	s.wmu.Lock()
+	if s.wclosed {
+		s.wmu.Unlock()
+		return s.closedErr()
+	}
+	if ctrl {
+		s.ctrlQ = append(s.ctrlQ, r)
+	} else {
+		s.dataQ = append(s.dataQ, r)
+	}
+	s.wmu.Unlock()
+	notify(s.wsig)
+	return nil
+}
+
+func (s *session) queueCtrl(h frameHeader, payload []byte) {
+	h.length = uint16(len(payload))
+	_ = s.enqueue(&writeReq{hdr: h, payload: payload}, true)
+}
+
+func (s *session) queueWindow(id uint32, limit uint64) {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, limit)
+	s.queueCtrl(frameHeader{typ: frameWindow, stream: id}, b)
+}
+
+func (s *session) queueReset(id uint32, reason string) {
+	if len(reason) > maxReasonLen {
+		reason = reason[:maxReasonLen]
+	}
+	s.st.resetsSent.Add(1)
+	s.queueCtrl(frameHeader{typ: frameReset, stream: id}, []byte(reason))
+}
+
+func (s *session) sendPing() {
+	b := make([]byte, 8)
+	binary.BigEndian.PutUint64(b, uint64(s.now()))
+	s.st.pingsSent.Add(1)
+	s.queueCtrl(frameHeader{typ: framePing}, b)
+}
+
+func (s *session) writeLoop() {
+	defer s.wg.Done()
+	var err error
+	yielded := false
+	for err == nil {
+		s.wmu.Lock()
+		var r *writeReq
+		switch {
+		case len(s.ctrlQ) > 0:
+			r = s.ctrlQ[0]
+			s.ctrlQ[0] = nil
+			s.ctrlQ = s.ctrlQ[1:]
+		case len(s.dataQ) > 0:
+			r = s.dataQ[0]
+			s.dataQ[0] = nil
+			s.dataQ = s.dataQ[1:]
+		}
+		s.wmu.Unlock()
+		if r == nil {
+			if s.bw.Buffered() > 0 && !yielded {
+				// A producer that was just woken (a Write right after
+				// OpenStream, a reply to a read) often enqueues within
+				// microseconds: let it, so both share one record.
+				yielded = true
+				runtime.Gosched()
+				continue
+			}
+			yielded = false
+			if s.bw.Buffered() > 0 {
+				if err = s.bw.Flush(); err != nil {
+					break
+				}
+			}
+			select {
+			case <-s.wsig:
+			case <-s.closed:
+				err = s.closedErr()
+			}
+			continue
+		}
+		yielded = false
+		err = s.writeReq(r)
+		if err == nil && r.flush {
+			err = s.bw.Flush()
+		}
+		if r.done != nil {
+			r.done <- err
+		}
+	}
+	if !s.isClosed() {
+		s.closeWithError(fmt.Errorf("write: %w", err))
+	}
+	s.wmu.Lock()
+	s.wclosed = true
+	q := append(s.ctrlQ, s.dataQ...)
+	s.ctrlQ, s.dataQ = nil, nil
+	s.wmu.Unlock()
+	cerr := s.closedErr()
+	for _, r := range q {
+		if r.done != nil {
+			r.done <- cerr
+		}
+	}
+}
+
+// writeReq writes one request, splitting DATA into frames of dataFrameSize.
+// FIN goes on the last frame only.
+func (s *session) writeReq(r *writeReq) error {
+	var hb [frameHeaderLen]byte
+	if r.hdr.typ != frameData {
+		r.hdr.encode(hb[:])
+		s.st.framesSent.Add(1)
+		if _, err := s.bw.Write(hb[:]); err != nil {
+			return err
+		}
+		_, err := s.bw.Write(r.payload)
+		return err
+	}
+	p := r.payload
+	for {
+		n := min(len(p), dataFrameSize)
+		h := r.hdr
+		h.length = uint16(n)
+		if n < len(p) {
+			h.flags &^= flagFIN
+		}
+		h.encode(hb[:])
+		s.st.framesSent.Add(1)
+		if _, err := s.bw.Write(hb[:]); err != nil {
+			return err
+		}
+		if _, err := s.bw.Write(p[:n]); err != nil {
+			return err
+		}
+		p = p[n:]
+		if len(p) == 0 {
+			return nil
+		}
+	}
+}
+
+// ---- keepalive ----
+
+// keepalive pings every interval and closes the session when nothing at all
+// arrived for the timeout. Any frame counts as a sign of life, so a peer
+// whose pong is stuck behind bulk data on a slow link is not declared dead.
+func (s *session) keepalive() {
+	defer s.wg.Done()
+	interval, timeout := s.cfg.KeepaliveInterval, s.cfg.KeepaliveTimeout
+	nextPing := time.Duration(s.now()) + interval
+	t := time.NewTimer(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.closed:
+			return
+		case <-t.C:
+		}
+		now := time.Duration(s.now())
+		silent := now - time.Duration(s.lastRecv.Load())
+		if silent >= timeout {
+			s.closeWithError(fmt.Errorf("%w: nothing received for %v", ErrPeerUnresponsive, silent.Round(time.Millisecond)))
+			return
+		}
+		if now >= nextPing {
+			s.sendPing()
+			nextPing = now + interval
+		}
+		t.Reset(max(min(nextPing-now, timeout-silent), time.Millisecond))
+	}
+}
+
+func (s *session) onPong(sent uint64) {
+	sample := time.Duration(uint64(s.now()) - sent)
+	if sample <= 0 || sent > uint64(s.now()) {
+		return
+	}
+	s.st.pongsReceived.Add(1)
+	old := time.Duration(s.srtt.Load())
+	if old == 0 {
+		s.srtt.Store(int64(sample))
+		return
+	}
+	s.srtt.Store(int64(old*7/8 + sample/8))
+}
+
+// ---- streams ----
+
+func (s *session) OpenStream(ctx context.Context, header []byte) (Stream, error) {
+	if len(header) > s.cfg.MaxHeaderSize {
+		return nil, fmt.Errorf("open stream: %w: %d bytes, maximum %d", ErrHeaderTooLarge, len(header), s.cfg.MaxHeaderSize)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("open stream: %w", err)
+	}
+	s.mu.Lock()
+	if s.isClosed() {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("open stream: %w", s.closedErr())
+	}
+	if s.goAway != "" {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("open stream: %w: %s", ErrGoingAway, s.goAway)
+	}
+	if s.nextID > 1<<32-3 {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("open stream: %w: stream IDs exhausted", ErrGoingAway)
+	}
+	id := s.nextID
+	s.nextID += 2
+	h := append([]byte(nil), header...)
+	st := newStream(s, id, h, s.learned)
+	s.streams[id] = st
+	// Queued under s.mu so OPEN frames leave in ID order.
+	s.queueCtrl(frameHeader{typ: frameOpen, stream: id}, h)
+	if st.recv.size > initialStreamWindow {
+		s.queueWindow(id, st.recv.limit)
+	}
+	s.mu.Unlock()
+	s.st.streamsOpened.Add(1)
+	return st, nil
+}
+
+func (s *session) AcceptStream(ctx context.Context) (Stream, error) {
+	select {
+	case st := <-s.acceptQ:
+		return st, nil
+	default:
+	}
+	select {
+	case st := <-s.acceptQ:
+		return st, nil
+	case <-s.closed:
+		return nil, fmt.Errorf("accept stream: %w", s.closedErr())
+	case <-ctx.Done():
+		return nil, fmt.Errorf("accept stream: %w", ctx.Err())
+	}
+}
+
+func (s *session) removeStream(id uint32) {
+	s.mu.Lock()
+	delete(s.streams, id)
+	s.mu.Unlock()
+}
+
+// reserve takes up to n bytes of session send credit, 0 if none.
+func (s *session) reserve(n uint64) (uint64, <-chan struct{}) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	avail := s.sendLimit - s.sent
+	if avail == 0 {
+		return 0, s.sendWake
+	}
+	n = min(n, avail)
+	s.sent += n
+	return n, nil
+}
+
+// unreserve returns session credit taken by reserve but not used.
+func (s *session) unreserve(n uint64) {
+	if n == 0 {
+		return
+	}
+	s.fmu.Lock()
+	s.sent -= n
+	close(s.sendWake)
+	s.sendWake = make(chan struct{})
+	s.fmu.Unlock()
+}
+
+// consumed credits n bytes read (or discarded) back to the session window.
+func (s *session) consumed(n uint64) {
+	if n == 0 {
+		return
+	}
+	s.fmu.Lock()
+	l, ok := s.recv.consume(n, time.Now(), s.RTT())
+	s.fmu.Unlock()
+	if ok {
+		s.queueWindow(0, l)
+	}
+}
+
+// streamWindowGrew keeps the session window at least twice the largest
+// stream window, so one fast stream cannot starve the others, and remembers
+// the size for new streams.
+func (s *session) streamWindowGrew(size uint64) {
+	s.mu.Lock()
+	if size > s.learned {
+		s.learned = size
+	}
+	s.mu.Unlock()
+	s.fmu.Lock()
+	l, ok := s.recv.grow(2 * size)
+	s.fmu.Unlock()
+	if ok {
+		s.queueWindow(0, l)
+	}
+}
+
+// ---- reading ----
+
+func (s *session) readLoop() {
+	defer s.wg.Done()
+	var hb [frameHeaderLen]byte
+	scratch := make([]byte, 4<<10)
+	for {
+		if _, err := io.ReadFull(s.rd, hb[:]); err != nil {
+			s.closeWithError(s.readError(err))
+			return
+		}
+		s.lastRecv.Store(s.now())
+		s.st.framesReceived.Add(1)
+		h := decodeFrameHeader(hb[:])
+		if err := s.handleFrame(h, &scratch); err != nil {
+			if !errors.Is(err, ErrProtocol) {
+				err = s.readError(err)
+			} else {
+				// Best effort: tell the peer why before hanging up.
+				s.lastWords(err.Error(), 100*time.Millisecond)
+			}
+			s.closeWithError(err)
+			return
+		}
+	}
+}
+
+func (s *session) readError(err error) error {
+	s.mu.Lock()
+	reason := s.goAway
+	s.mu.Unlock()
+	if reason != "" {
+		return fmt.Errorf("peer closed the session: %s", reason)
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("read: connection closed by peer: %w", err)
+	}
+	return fmt.Errorf("read: %w", err)
+}
+
+func (s *session) readPayload(n int, scratch *[]byte) ([]byte, error) {
+	if cap(*scratch) < n {
+		*scratch = make([]byte, n)
+	}
+	b := (*scratch)[:n]
+	_, err := io.ReadFull(s.rd, b)
+	return b, err
+}
+
+// lookup finds the stream for a frame. A nil stream with nil error means the
+// stream existed but is gone.
+func (s *session) lookup(id uint32) (*stream, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.streams[id]; st != nil {
+		return st, nil
+	}
+	local := (id&1 == 1) == s.client
+	if (local && id >= s.nextID) || (!local && id > s.lastPeerID) {
+		return nil, fmt.Errorf("%w: frame for stream %d that was never opened", ErrProtocol, id)
+	}
+	return nil, nil
+}
+
+func (s *session) handleFrame(h frameHeader, scratch *[]byte) error {
+	if err := h.validate(s.cfg.MaxHeaderSize); err != nil {
+		return err
+	}
+	switch h.typ {
+	case frameData:
+		return s.handleData(h, scratch)
+	case frameOpen:
+		return s.handleOpen(h)
+	case frameWindow:
+		p, err := s.readPayload(8, scratch)
+		if err != nil {
+			return err
+		}
+		limit := binary.BigEndian.Uint64(p)
+		if h.stream == 0 {
+			s.fmu.Lock()
+			if limit > s.sendLimit {
+				s.sendLimit = limit
+				close(s.sendWake)
+				s.sendWake = make(chan struct{})
+			}
+			s.fmu.Unlock()
+			return nil
+		}
+		st, err := s.lookup(h.stream)
+		if st != nil {
+			st.onWindow(limit)
+		}
+		return err
+	case frameReset:
+		p, err := s.readPayload(int(h.length), scratch)
+		if err != nil {
+			return err
+		}
+		st, err := s.lookup(h.stream)
+		if st != nil {
+			s.st.resetsReceived.Add(1)
+			st.onReset(string(p))
+		}
+		return err
+	case framePing:
+		p, err := s.readPayload(8, scratch)
+		if err != nil {
+			return err
+		}
+		if h.flags&flagACK != 0 {
+			s.onPong(binary.BigEndian.Uint64(p))
+			return nil
+		}
+		s.queueCtrl(frameHeader{typ: framePing, flags: flagACK}, append([]byte(nil), p...))
+		return nil
+	case frameGoAway:
+		p, err := s.readPayload(int(h.length), scratch)
+		if err != nil {
+			return err
+		}
+		reason := string(p)
+		if reason == "" {
+			reason = "going away"
+		}
+		s.mu.Lock()
+		s.goAway = reason
+		s.mu.Unlock()
+		return nil
+	}
+	return fmt.Errorf("%w: unknown frame type %d", ErrProtocol, uint8(h.typ))
+}
+
+func (s *session) handleOpen(h frameHeader) error {
+	id := h.stream
+	s.mu.Lock()
+	if (id&1 == 1) == s.client || id <= s.lastPeerID {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: OPEN of stream %d: wrong parity or not increasing (last %d)", ErrProtocol, id, s.lastPeerID)
+	}
+	s.lastPeerID = id
+	learned := s.learned
+	s.mu.Unlock()
+	header := make([]byte, h.length)
+	if _, err := io.ReadFull(s.rd, header); err != nil {
+		return err
+	}
+	st := newStream(s, id, header, learned)
+	s.mu.Lock()
+	refuse := ""
+	switch {
+	case s.isClosed():
+		refuse = "session closing"
+	case len(s.streams) >= s.cfg.MaxIncomingStreams:
+		refuse = "too many streams"
+	default:
+		select {
+		case s.acceptQ <- st:
+			s.streams[id] = st
+		default:
+			refuse = "accept backlog full"
+		}
+	}
+	if refuse == "" && st.recv.size > initialStreamWindow {
+		s.queueWindow(id, st.recv.limit)
+	}
+	s.mu.Unlock()
+	if refuse != "" {
+		s.st.streamsRefused.Add(1)
+		s.queueReset(id, refuse)
+		return nil
+	}
+	s.st.streamsAccepted.Add(1)
+	return nil
+}
+
+func (s *session) handleData(h frameHeader, scratch *[]byte) error {
+	n := uint64(h.length)
+	s.fmu.Lock()
+	if s.received+n > s.recv.limit {
+		s.fmu.Unlock()
+		return fmt.Errorf("%w: session flow control: %d bytes beyond the window", ErrProtocol, s.received+n-s.recv.limit)
+	}
+	s.received += n
+	s.fmu.Unlock()
+	st, err := s.lookup(h.stream)
+	if err != nil {
+		return err
+	}
+	if st == nil {
+		// The stream is gone: drop the bytes, credit the session.
+		if _, err := s.readPayload(int(n), scratch); err != nil {
+			return err
+		}
+		s.consumed(n)
+		return nil
+	}
+	return st.onData(h, scratch)
+}

@@ -1,0 +1,18 @@
+//go:build !linux
+
+package tunnel
+
+import "net"
+
+func tuneTCP(conn net.Conn, cfg *Config) string {
+	if tc, ok := conn.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+		if cfg.SendBuffer > 0 {
+			_ = tc.SetWriteBuffer(cfg.SendBuffer)
+		}
+		if cfg.ReceiveBuffer > 0 {
+			_ = tc.SetReadBuffer(cfg.ReceiveBuffer)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,422 @@
+package tunnel
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+)
+
+// maxWriteChunk bounds how much of one Write is handed to the writer at once,
+// so control frames and other streams' data wait at most this long.
+const maxWriteChunk = 256 << 10
+
+type stream struct {
+	s      *session
+	id     uint32
+	header []byte
+
+	mu sync.Mutex // guards the fields below
+	// receive side
+	chunks   [][]byte // chunks[0][off:] is the next unread data
+	off      int
+	buffered int
+	recv     recvWindow
+	received uint64
+	finRecv  bool
+	readDL   time.Time
+	// send side
+	sendLimit   uint64
+	sent        uint64
+	writeClosed bool // CloseWrite or Close called
+	writeDL     time.Time
+	// both
+	rst        *ResetError
+	readClosed bool // Close called
+	removed    bool
+
+	readNotify  chan struct{}
+	writeNotify chan struct{}
+
+	wmu   sync.Mutex // serializes Write and the FIN of CloseWrite
+	wreq  writeReq
+	wdone chan error
+}
+
+func newStream(s *session, id uint32, header []byte, window uint64) *stream {
+	st := &stream{
+		s:           s,
+		id:          id,
+		header:      header,
+		recv:        newRecvWindow(initialStreamWindow, uint64(s.cfg.MaxStreamWindow), time.Now()),
+		sendLimit:   initialStreamWindow,
+		readNotify:  make(chan struct{}, 1),
+		writeNotify: make(chan struct{}, 1),
+		wdone:       make(chan error, 1),
+	}
+	st.recv.grow(window)
+	return st
+}
+
+func (st *stream) Header() []byte { return st.header }
+
+func (st *stream) SetDeadline(t time.Time) error {
+	st.mu.Lock()
+	st.readDL, st.writeDL = t, t
+	st.mu.Unlock()
+	notify(st.readNotify)
+	notify(st.writeNotify)
+	return nil
+}
+
+func (st *stream) SetReadDeadline(t time.Time) error {
+	st.mu.Lock()
+	st.readDL = t
+	st.mu.Unlock()
+	notify(st.readNotify)
+	return nil
+}
+
+func (st *stream) SetWriteDeadline(t time.Time) error {
+	st.mu.Lock()
+	st.writeDL = t
+	st.mu.Unlock()
+	notify(st.writeNotify)
+	return nil
+}
+
+// wait blocks until a notification, the session's end or the deadline.
+func wait(c <-chan struct{}, also <-chan struct{}, closed <-chan struct{}, deadline time.Time) {
+	var tc <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		tc = t.C
+	}
+	select {
+	case <-c:
+	case <-also:
+	case <-closed:
+	case <-tc:
+	}
+}
+
+func pastDeadline(d time.Time) bool { return !d.IsZero() && !time.Now().Before(d) }
+
+func (st *stream) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	s := st.s
+	for {
+		st.mu.Lock()
+		if st.buffered > 0 {
+			n := 0
+			for n < len(p) && len(st.chunks) > 0 {
+				c := st.chunks[0]
+				k := copy(p[n:], c[st.off:])
+				n += k
+				st.off += k
+				if st.off == len(c) {
+					putChunk(c)
+					st.chunks[0] = nil
+					st.chunks = st.chunks[1:]
+					st.off = 0
+				}
+			}
+			st.buffered -= n
+			var limit uint64
+			var update bool
+			oldSize := st.recv.size
+			if !st.finRecv && st.rst == nil {
+				limit, update = st.recv.consume(uint64(n), time.Now(), s.RTT())
+			}
+			grew := st.recv.size > oldSize
+			size := st.recv.size
+			st.mu.Unlock()
+			if grew {
+				s.streamWindowGrew(size)
+			}
+			if update {
+				s.queueWindow(st.id, limit)
+			}
+			s.consumed(uint64(n))
+			return n, nil
+		}
+		switch {
+		case st.readClosed:
+			st.mu.Unlock()
+			return 0, ErrClosedStream
+		case st.rst != nil:
+			st.mu.Unlock()
+			return 0, st.rst
+		case st.finRecv:
+			st.mu.Unlock()
+			return 0, io.EOF
+		case s.isClosed():
+			st.mu.Unlock()
+			return 0, s.closedErr()
+		case pastDeadline(st.readDL):
+			st.mu.Unlock()
+			return 0, os.ErrDeadlineExceeded
+		}
+		dl := st.readDL
+		st.mu.Unlock()
+		wait(st.readNotify, nil, s.closed, dl)
+	}
+}
+
+// onData receives one DATA frame (reader goroutine).
+func (st *stream) onData(h frameHeader, scratch *[]byte) error {
+	s := st.s
+	n := int(h.length)
+	st.mu.Lock()
+	if st.finRecv {
+		st.mu.Unlock()
+		return fmt.Errorf("%w: DATA on stream %d after FIN", ErrProtocol, st.id)
+	}
+	if st.received+uint64(n) > st.recv.limit {
+		st.mu.Unlock()
+		return fmt.Errorf("%w: stream %d flow control: %d bytes beyond the window", ErrProtocol, st.id, st.received+uint64(n)-st.recv.limit)
+	}
+	st.received += uint64(n)
+	discard := st.readClosed || st.rst != nil
+	st.mu.Unlock()
+
+	// Large frames are read straight into a buffer of their own; small ones
+	// go through scratch and are appended to the last buffer.
+	var data, big []byte
+	if n > 0 {
+		var err error
+		if !discard && n >= 4<<10 {
+			big = getChunk(n)[:n]
+			_, err = io.ReadFull(s.rd, big)
+			data = big
+		} else {
+			data, err = s.readPayload(n, scratch)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	s.st.bytesReceived.Add(uint64(n))
+
+	st.mu.Lock()
+	fin := h.flags&flagFIN != 0
+	if fin {
+		st.finRecv = true
+	}
+	if st.readClosed || st.rst != nil {
+		resetPeer := n > 0 && st.rst == nil
+		if resetPeer {
+			st.rst = &ResetError{Reason: "stream closed"}
+		}
+		remove := resetPeer || (st.finRecv && st.writeClosed)
+		st.mu.Unlock()
+		if big != nil {
+			putChunk(big)
+		}
+		s.consumed(uint64(n))
+		if resetPeer {
+			// Like TCP's RST: data arrived that nobody will read.
+			s.queueReset(st.id, "stream closed by the receiver")
+		}
+		if remove {
+			st.remove()
+		}
+		return nil
+	}
+	if n > 0 {
+		if big != nil {
+			st.chunks = append(st.chunks, big)
+		} else if k := len(st.chunks); k > 0 && cap(st.chunks[k-1])-len(st.chunks[k-1]) >= n {
+			st.chunks[k-1] = append(st.chunks[k-1], data...)
+		} else {
+			c := getChunk(max(n, 16<<10))
+			st.chunks = append(st.chunks, append(c, data...))
+		}
+		st.buffered += n
+	}
+	done := st.finRecv && st.writeClosed
+	st.mu.Unlock()
+	notify(st.readNotify)
+	if done {
+		st.remove()
+	}
+	return nil
+}
+
+func (st *stream) remove() {
+	st.mu.Lock()
+	if st.removed {
+		st.mu.Unlock()
+		return
+	}
+	st.removed = true
+	st.mu.Unlock()
+	st.s.removeStream(st.id)
+}
+
+func (st *stream) onWindow(limit uint64) {
+	st.mu.Lock()
+	if limit > st.sendLimit {
+		st.sendLimit = limit
+	}
+	st.mu.Unlock()
+	notify(st.writeNotify)
+}
+
+func (st *stream) onReset(reason string) {
+	st.mu.Lock()
+	if st.rst == nil {
+		st.rst = &ResetError{Reason: reason, Remote: true}
+	}
+	st.mu.Unlock()
+	notify(st.readNotify)
+	notify(st.writeNotify)
+	st.remove()
+}
+
+// waitCredit blocks until stream and session both allow sending, and takes
+// up to want bytes of credit.
+func (st *stream) waitCredit(want int) (int, error) {
+	s := st.s
+	for {
+		st.mu.Lock()
+		switch {
+		case st.rst != nil:
+			st.mu.Unlock()
+			return 0, st.rst
+		case st.writeClosed:
+			st.mu.Unlock()
+			return 0, ErrClosedStream
+		case s.isClosed():
+			st.mu.Unlock()
+			return 0, s.closedErr()
+		case pastDeadline(st.writeDL):
+			st.mu.Unlock()
+			return 0, os.ErrDeadlineExceeded
+		}
+		var sessWake <-chan struct{}
+		if avail := st.sendLimit - st.sent; avail > 0 {
+			got, wake := s.reserve(min(avail, uint64(want), maxWriteChunk))
+			if got > 0 {
+				st.sent += got
+				st.mu.Unlock()
+				return int(got), nil
+			}
+			sessWake = wake
+		}
+		dl := st.writeDL
+		st.mu.Unlock()
+		wait(st.writeNotify, sessWake, s.closed, dl)
+	}
+}
+
+func (st *stream) Write(p []byte) (int, error) {
+	st.wmu.Lock()
+	defer st.wmu.Unlock()
+	total := 0
+	for len(p) > 0 {
+		n, err := st.waitCredit(len(p))
+		if err != nil {
+			return total, err
+		}
+		st.wreq = writeReq{hdr: frameHeader{typ: frameData, stream: st.id}, payload: p[:n], done: st.wdone}
+		if err := st.s.enqueue(&st.wreq, false); err != nil {
+			return total, err
+		}
+		// The writer signals every request it dequeued, also on failure, so
+		// p is never referenced after this.
+		if err := <-st.wdone; err != nil {
+			return total, fmt.Errorf("write: %w", err)
+		}
+		st.s.st.bytesSent.Add(uint64(n))
+		total += n
+		p = p[n:]
+	}
+	return total, nil
+}
+
+func (st *stream) CloseWrite() error {
+	st.mu.Lock()
+	if st.writeClosed || st.rst != nil {
+		st.writeClosed = true
+		st.mu.Unlock()
+		return nil
+	}
+	st.writeClosed = true
+	st.mu.Unlock()
+	notify(st.writeNotify) // a blocked Write gives up
+
+	st.wmu.Lock()
+	err := st.s.enqueue(&writeReq{hdr: frameHeader{typ: frameData, flags: flagFIN, stream: st.id}}, false)
+	st.wmu.Unlock()
+	st.mu.Lock()
+	done := st.finRecv || st.rst != nil
+	st.mu.Unlock()
+	if done {
+		st.remove()
+	}
+	if err != nil {
+		return fmt.Errorf("close write: %w", err)
+	}
+	return nil
+}
+
+func (st *stream) Close() error {
+	err := st.CloseWrite()
+	st.mu.Lock()
+	if st.readClosed {
+		st.mu.Unlock()
+		return nil
+	}
+	st.readClosed = true
+	unread := st.releaseLocked()
+	reset := unread > 0 && st.rst == nil && !st.finRecv
+	if reset {
+		st.rst = &ResetError{Reason: "stream closed"}
+	}
+	done := st.finRecv || st.rst != nil
+	st.mu.Unlock()
+	notify(st.readNotify)
+	st.s.consumed(uint64(unread))
+	if reset {
+		st.s.queueReset(st.id, "stream closed by the receiver with unread data")
+	}
+	if done {
+		st.remove()
+	}
+	if err != nil && !st.s.isClosed() {
+		return err
+	}
+	return nil
+}
+
+// releaseLocked drops unread data and returns how much there was.
+func (st *stream) releaseLocked() int {
+	n := st.buffered
+	for _, c := range st.chunks {
+		putChunk(c)
+	}
+	st.chunks, st.off, st.buffered = nil, 0, 0
+	return n
+}
+
+func (st *stream) Reset(reason string) error {
+	st.mu.Lock()
+	if st.rst != nil || (st.finRecv && st.writeClosed && st.buffered == 0) {
+		st.mu.Unlock()
+		return nil
+	}
+	st.rst = &ResetError{Reason: reason}
+	unread := st.releaseLocked()
+	st.mu.Unlock()
+	notify(st.readNotify)
+	notify(st.writeNotify)
+	st.s.consumed(uint64(unread))
+	st.s.queueReset(st.id, reason)
+	st.remove()
+	return nil
+}

@@ -1,0 +1,530 @@
+package tunnel_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/strait-net/strait/tunnel"
+	"github.com/strait-net/strait/tunnel/tunneltest"
+)
+
+// newTLS returns a transport that dials as cluster a and listens as
+// cluster b; mutate adjusts its Config.
+func newTLS(t testing.TB, pki *tunneltest.PKI, mutate func(*tunnel.Config)) *tunnel.TLSTransport {
+	t.Helper()
+	if pki == nil {
+		pki = tunneltest.NewPKI(t)
+	}
+	cfg := tunnel.Config{ClientTLS: pki.ClientTLS(t, "a"), ServerTLS: pki.ServerTLS(t, "b")}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	tr, err := tunnel.NewTLS(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+func TestConformanceTLS(t *testing.T) {
+	pki := tunneltest.NewPKI(t)
+	tunneltest.Conformance(t, func(t *testing.T) (tunnel.Session, tunnel.Session) {
+		return tunneltest.Pair(t, newTLS(t, pki, nil))
+	})
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  tunnel.Config
+		want string // substring of the error, "" for valid
+	}{
+		{"zero", tunnel.Config{}, ""},
+		{"header too big", tunnel.Config{MaxHeaderSize: 70000}, "MaxHeaderSize"},
+		{"tiny stream window", tunnel.Config{MaxStreamWindow: 1000}, "MaxStreamWindow"},
+		{"session below stream", tunnel.Config{MaxStreamWindow: 8 << 20, MaxSessionWindow: 4 << 20}, "MaxSessionWindow"},
+		{"timeout below interval", tunnel.Config{KeepaliveInterval: time.Second, KeepaliveTimeout: 500 * time.Millisecond}, "KeepaliveTimeout"},
+		{"no client auth", tunnel.Config{ServerTLS: &tls.Config{}}, "ClientAuth"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("Validate() = %v, want error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestCongestionControlReported(t *testing.T) {
+	c, s := tunneltest.Pair(t, newTLS(t, nil, nil))
+	cc, sc := c.Stats().Congestion, s.Stats().Congestion
+	t.Logf("congestion control: dialer %q, listener %q", cc, sc)
+	if cc == "" || sc == "" {
+		t.Fatal("congestion control not reported on a TCP socket")
+	}
+}
+
+// TestOpenNeedsNoRoundTrip holds back everything the server sends to the
+// client after the handshake: open, write and half-close must still
+// complete, and the server must receive header, data and EOF.
+func TestOpenNeedsNoRoundTrip(t *testing.T) {
+	conns := make(chan *gateConn, 1)
+	tr := newTLS(t, nil, func(c *tunnel.Config) {
+		c.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			raw, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			g := newGateConn(raw)
+			conns <- g
+			return g, nil
+		}
+	})
+	client, server := tunneltest.Pair(t, tr)
+	gate := <-conns
+	gate.Hold()
+	defer gate.Open()
+	// Let a read that was already past the gate finish.
+	time.Sleep(50 * time.Millisecond)
+	before := client.Stats().FramesReceived
+
+	done := make(chan error, 1)
+	go func() {
+		st, err := client.OpenStream(context.Background(), []byte("export=db"))
+		if err == nil {
+			_, err = st.Write([]byte("SELECT 1"))
+		}
+		if err == nil {
+			err = st.CloseWrite()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("open+write+close blocked while nothing from the peer could arrive")
+	}
+	st, err := server.AcceptStream(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(st)
+	if err != nil || string(st.Header()) != "export=db" || string(got) != "SELECT 1" {
+		t.Fatalf("server got header %q data %q err %v", st.Header(), got, err)
+	}
+	if after := client.Stats().FramesReceived; after != before {
+		t.Fatalf("client received %d frames while the gate was shut", after-before)
+	}
+}
+
+func TestDeadPeerDetectedByKeepalive(t *testing.T) {
+	conns := make(chan *gateConn, 1)
+	tr := newTLS(t, nil, func(c *tunnel.Config) {
+		c.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			raw, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			g := newGateConn(raw)
+			conns <- g
+			return g, nil
+		}
+	})
+	client, server := tunneltest.Pair(t, tr)
+	gate := <-conns
+	st, err := client.OpenStream(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readErr := make(chan error, 1)
+	go func() {
+		_, err := st.Read(make([]byte, 1))
+		readErr <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // a keepalive round trip
+	if client.RTT() == 0 {
+		t.Error("no RTT measured from keepalive pings")
+	}
+	start := time.Now()
+	gate.blackhole.Store(true)
+	for _, s := range []tunnel.Session{client, server} {
+		select {
+		case <-s.Done():
+		case <-time.After(3 * time.Second):
+			t.Fatal("dead peer not detected within 3s")
+		}
+	}
+	// The server may see the client hang up first; the client must blame
+	// the silence.
+	if !errors.Is(client.Err(), tunnel.ErrPeerUnresponsive) {
+		t.Errorf("client Err() = %v, want ErrPeerUnresponsive", client.Err())
+	}
+	t.Logf("both sides detected the dead peer after %v (keepalive timeout 1s)", time.Since(start).Round(time.Millisecond))
+	if err := <-readErr; err == nil || errors.Is(err, io.EOF) {
+		t.Fatalf("stream read after peer death = %v, want an error", err)
+	}
+}
+
+// TestWindowGrowsTowardBDP sends for a while over a link with 20 ms RTT and
+// checks that the receive window grew well past its 256 KiB start.
+func TestWindowGrowsTowardBDP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("transfers for ~1.5s")
+	}
+	const oneWay = 10 * time.Millisecond
+	tr := newTLS(t, nil, func(c *tunnel.Config) {
+		c.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			raw, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return newDelayConn(raw, oneWay), nil
+		}
+	})
+	client, server := tunneltest.Pair(t, tr)
+	st, err := client.OpenStream(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		n   int64
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		peer, err := server.AcceptStream(context.Background())
+		if err != nil {
+			res <- result{0, err}
+			return
+		}
+		n, err := io.Copy(io.Discard, peer)
+		res <- result{n, err}
+	}()
+	buf := make([]byte, 256<<10)
+	start := time.Now()
+	for time.Since(start) < 1500*time.Millisecond {
+		if _, err := st.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.CloseWrite()
+	r := <-res
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	elapsed := time.Since(start)
+	rate := float64(r.n) / elapsed.Seconds()
+	rtt := client.RTT()
+	win := server.Stats().StreamWindow
+	t.Logf("sent %d MiB in %v (%.0f MB/s) at RTT %v; receiver stream window %d KiB; rate×RTT %d KiB",
+		r.n>>20, elapsed.Round(time.Millisecond), rate/1e6, rtt.Round(time.Millisecond), win>>10, int64(rate*rtt.Seconds())>>10)
+	if win < 4*256<<10 {
+		t.Fatalf("stream window %d KiB did not grow (start 256 KiB)", win>>10)
+	}
+}
+
+// rawMux dials the listener with TLS and the mux ALPN but speaks raw frames.
+func rawMux(t *testing.T, pki *tunneltest.PKI, addr string) *tls.Conn {
+	cfg := pki.ClientTLS(t, "evil")
+	cfg.NextProtos = []string{"strait-mux/1"}
+	c, err := tls.Dial("tcp", addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func frame(typ, flags byte, stream uint32, payload []byte) []byte {
+	b := make([]byte, 8, 8+len(payload))
+	b[0], b[1] = typ, flags
+	binary.BigEndian.PutUint16(b[2:], uint16(len(payload)))
+	binary.BigEndian.PutUint32(b[4:], stream)
+	return append(b, payload...)
+}
+
+func TestMalformedFramesCloseOnlyThatSession(t *testing.T) {
+	pki := tunneltest.NewPKI(t)
+	tr := newTLS(t, pki, nil)
+	ln, err := tr.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ctx := context.Background()
+
+	// A healthy session that must survive everything below.
+	good, err := tr.Dial(ctx, ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	goodSrv, err := ln.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer goodSrv.Close()
+	go func() {
+		for {
+			st, err := goodSrv.AcceptStream(ctx)
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(st, st); st.Close() }()
+		}
+	}()
+
+	bigData := func() []byte {
+		var b []byte
+		b = append(b, frame(1, 0, 1, nil)...)
+		for range 9 { // 9 × 32 KiB > the 256 KiB initial stream window
+			b = append(b, frame(0, 0, 1, make([]byte, 32<<10))...)
+		}
+		return b
+	}()
+	for _, tc := range []struct {
+		name  string
+		input []byte
+		want  string
+	}{
+		{"unknown type", frame(9, 0, 1, nil), "unknown frame type"},
+		{"header too large", frame(1, 0, 1, make([]byte, 5000)), "exceeds the maximum"},
+		{"data on unopened stream", frame(0, 0, 7, []byte("x")), "never opened"},
+		{"open with server parity", frame(1, 0, 2, nil), "wrong parity"},
+		{"ping wrong length", frame(4, 0, 0, []byte("abc")), "want 8"},
+		{"unknown flag", frame(0, 0x80, 1, nil), "unknown flags"},
+		{"open on stream 0", frame(1, 0, 0, nil), "needs a stream ID"},
+		{"flow control violation", bigData, "flow control"},
+		{"data after fin", append(append(frame(1, 0, 1, nil), frame(0, 1, 1, nil)...), frame(0, 0, 1, []byte("x"))...), "after FIN"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := rawMux(t, pki, ln.Addr().String())
+			srv, err := ln.Accept(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			// The server may hang up before reading all of it.
+			c.Write(tc.input)
+			select {
+			case <-srv.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("session not closed after a malformed frame")
+			}
+			if !errors.Is(srv.Err(), tunnel.ErrProtocol) || !strings.Contains(srv.Err().Error(), tc.want) {
+				t.Fatalf("Err() = %v, want ErrProtocol mentioning %q", srv.Err(), tc.want)
+			}
+			// The peer learns why in a GOAWAY before the connection ends
+			// (best effort: when the server hangs up on unread input, TCP's
+			// reset may discard it, so only small inputs are checked).
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			rest, _ := io.ReadAll(c)
+			if len(tc.input) < 1000 && !bytes.Contains(rest, []byte(tc.want)) {
+				t.Errorf("peer did not receive a GOAWAY with the reason (got %d bytes)", len(rest))
+			}
+		})
+	}
+
+	// The healthy session still works.
+	st, err := good.OpenStream(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Write([]byte("still here"))
+	st.CloseWrite()
+	got, err := io.ReadAll(st)
+	if err != nil || string(got) != "still here" {
+		t.Fatalf("healthy session after malformed peers: %q, %v", got, err)
+	}
+}
+
+func TestAcceptBacklogRefuses(t *testing.T) {
+	tr := newTLS(t, nil, func(c *tunnel.Config) { c.AcceptBacklog = 2 })
+	client, server := tunneltest.Pair(t, tr)
+	var streams []tunnel.Stream
+	for i := range 4 {
+		st, err := client.OpenStream(context.Background(), fmt.Appendf(nil, "%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams = append(streams, st)
+	}
+	// Streams 3 and 4 find the backlog full and are refused.
+	for _, st := range streams[2:] {
+		st.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err := st.Read(make([]byte, 1))
+		var re *tunnel.ResetError
+		if !errors.As(err, &re) || !strings.Contains(re.Reason, "backlog") {
+			t.Fatalf("err = %v, want refusal for a full backlog", err)
+		}
+	}
+	if n := server.Stats().StreamsRefused; n != 2 {
+		t.Fatalf("StreamsRefused = %d, want 2", n)
+	}
+}
+
+// gateway serves echo streams prefixed with its name, like a peer gateway.
+type gateway struct {
+	name string
+	ln   tunnel.Listener
+	mu   sync.Mutex
+	sess []tunnel.Session
+	wg   sync.WaitGroup
+}
+
+func startGateway(t *testing.T, tr tunnel.Transport, name string) *gateway {
+	ln, err := tr.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gateway{name: name, ln: ln}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		for {
+			s, err := ln.Accept(context.Background())
+			if err != nil {
+				return
+			}
+			g.mu.Lock()
+			g.sess = append(g.sess, s)
+			g.mu.Unlock()
+			g.wg.Add(1)
+			go func() {
+				defer g.wg.Done()
+				for {
+					st, err := s.AcceptStream(context.Background())
+					if err != nil {
+						return
+					}
+					go func() {
+						st.Write([]byte(name + ":"))
+						io.Copy(st, st)
+						st.Close()
+					}()
+				}
+			}()
+		}
+	}()
+	t.Cleanup(g.kill)
+	return g
+}
+
+// kill ends the gateway and all its sessions.
+func (g *gateway) kill() {
+	g.ln.Close()
+	g.mu.Lock()
+	for _, s := range g.sess {
+		s.Close()
+	}
+	g.mu.Unlock()
+	g.wg.Wait()
+}
+
+func TestPoolFailover(t *testing.T) {
+	tr := newTLS(t, nil, nil)
+	a, b := startGateway(t, tr, "A"), startGateway(t, tr, "B")
+	pool, err := tunnel.NewPool(tunnel.PoolConfig{
+		Transport: tr, Peer: "cluster-b", Logger: slog.New(slog.DiscardHandler),
+		Addrs:      []string{a.ln.Addr().String(), b.ln.Addr().String()},
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- pool.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-runDone
+	}()
+	waitFor(t, func() bool { return len(pool.Live()) == 2 })
+
+	which := func(key uint64) (string, tunnel.Stream) {
+		t.Helper()
+		st, err := pool.OpenStream(context.Background(), key, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prefix := make([]byte, 2)
+		st.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(st, prefix); err != nil {
+			t.Fatal(err)
+		}
+		st.SetReadDeadline(time.Time{})
+		return string(prefix[:1]), st
+	}
+	// Flows spread over both gateways, and a key sticks to its gateway.
+	seen := map[string][]uint64{}
+	var onA []tunnel.Stream
+	for key := range uint64(16) {
+		g, st := which(key)
+		seen[g] = append(seen[g], key)
+		if g == "A" {
+			onA = append(onA, st)
+		} else {
+			st.Close()
+		}
+	}
+	if len(seen["A"]) == 0 || len(seen["B"]) == 0 {
+		t.Fatalf("flows did not spread over both gateways: %v", seen)
+	}
+	if g, st := which(seen["B"][0]); g != "B" {
+		t.Fatalf("key %d moved from B to %s while B lives", seen["B"][0], g)
+	} else {
+		st.Close()
+	}
+
+	a.kill()
+	// A's streams end with an error, not a hang.
+	for _, st := range onA {
+		st.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := st.Read(make([]byte, 1)); err == nil || errors.Is(err, io.EOF) || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("stream on the dead gateway: read err = %v, want the session's error", err)
+		}
+	}
+	// A's flows move to B.
+	for _, key := range seen["A"] {
+		if g, st := which(key); g != "B" {
+			t.Fatalf("key %d went to %s after A died", key, g)
+		} else {
+			st.Close()
+		}
+	}
+
+	b.kill()
+	waitFor(t, func() bool { return len(pool.Live()) == 0 })
+	start := time.Now()
+	_, err = pool.OpenStream(context.Background(), 1, nil)
+	if !errors.Is(err, tunnel.ErrNoSession) {
+		t.Fatalf("OpenStream with every gateway dead: %v, want ErrNoSession", err)
+	}
+	t.Logf("with no live gateway OpenStream failed after %v: %v", time.Since(start), err)
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
