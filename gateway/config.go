@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -78,6 +79,9 @@ const (
 	DefaultNS      = "default"
 	defaultPrecon  = 2
 	defaultStateFn = "/var/lib/strait/gateway-%s.json"
+	// keepaliveInterval is the tunnel's default ping interval, which the
+	// gateway keeps; the tunnel refuses a keepalive timeout not above it.
+	keepaliveInterval = 250 * time.Millisecond
 )
 
 // LoadConfig reads a configuration file; relative paths in it are taken
@@ -94,7 +98,7 @@ func LoadConfig(path string) (Config, error) {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
 	dir := filepath.Dir(path)
-	for _, p := range []*string{&c.Identity.Dir, &c.Identity.Cert, &c.Identity.Key, &c.Identity.CA, &c.State} {
+	for _, p := range []*string{&c.Identity.Dir, &c.Identity.Cert, &c.Identity.Key, &c.Identity.CA, &c.State, &c.Admin} {
 		if *p != "" && !filepath.IsAbs(*p) {
 			*p = filepath.Join(dir, *p)
 		}
@@ -122,8 +126,12 @@ func (c *Config) Validate() error {
 		if addr == "" {
 			continue
 		}
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			return fmt.Errorf("%s %q: want host:port", field, addr)
+		_, port, err := net.SplitHostPort(addr)
+		if err == nil {
+			_, err = strconv.ParseUint(port, 10, 16)
+		}
+		if err != nil {
+			return fmt.Errorf("%s %q: want host:port (port 0..65535)", field, addr)
 		}
 	}
 	if c.Preconnect < -1 || c.Preconnect > 64 {
@@ -134,6 +142,9 @@ func (c *Config) Validate() error {
 	}
 	if c.KeepaliveTimeout < 0 {
 		return fmt.Errorf("keepalive-timeout %v: must not be negative", c.KeepaliveTimeout)
+	}
+	if c.KeepaliveTimeout != 0 && c.KeepaliveTimeout <= keepaliveInterval {
+		return fmt.Errorf("keepalive-timeout %v: must exceed the keepalive interval %v (0: 1s)", c.KeepaliveTimeout, keepaliveInterval)
 	}
 	for i := range c.Sources {
 		s := &c.Sources[i]

@@ -18,8 +18,14 @@ func (g *Gateway) acceptSessions(ctx context.Context) error {
 			return err
 		}
 		g.metrics.sessionsAccepted.Add(1)
+		// Close the session at shutdown, or forget it when it ended on
+		// its own: waiting for ctx alone would keep every ended session
+		// (and a goroutine) until the gateway stops.
 		g.spawn(func() {
-			<-ctx.Done()
+			select {
+			case <-ctx.Done():
+			case <-s.Done():
+			}
 			s.Close()
 		})
 		g.spawn(func() { g.serveSession(ctx, s) })
@@ -66,8 +72,9 @@ func (g *Gateway) serveStream(peerCluster string, st tunnel.Stream) {
 		return
 	}
 	g.metrics.streamOpened(pointIngress)
-	up, down, _ := splice(target, st)
-	g.metrics.streamClosed(pointIngress, down, up)
+	// toPeer is the export's reply, which goes toward the other cluster.
+	toPeer, toTarget, _ := splice(target, st)
+	g.metrics.streamClosed(pointIngress, toPeer, toTarget)
 }
 
 func (g *Gateway) refuse(st tunnel.Stream, export, reason string) {

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 fuzztime=${1:-5s}
 status=0
 while IFS= read -r file; do
-	pkg=./$(dirname "$file")
+	pkg=$(dirname "$file")
 	for target in $(grep -oE '^func (Fuzz[A-Za-z0-9_]+)' "$file" | awk '{print $2}'); do
 		echo "fuzz: $pkg $target ($fuzztime)"
 		if ! go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -fuzzminimizetime 100x "$pkg" >/tmp/strait-fuzz.log 2>&1; then

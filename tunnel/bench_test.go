@@ -100,6 +100,7 @@ func BenchmarkThroughput(b *testing.B) {
 			b.Fatal(err)
 		}
 		benchWrite(b, st, func() { st.CloseWrite(); <-done })
+		b.ReportMetric(float64(server.Stats().StreamWindow>>10), "window-KiB")
 	})
 	b.Run("tls", func(b *testing.B) {
 		ln, err := tls.Listen("tcp", "127.0.0.1:0", pki.ServerTLS(b, "b"))

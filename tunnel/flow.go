@@ -40,11 +40,19 @@ func (w *recvWindow) consume(n uint64, now time.Time, rtt time.Duration) (uint64
 	return w.limit, true
 }
 
+// minTuneRTT is the smallest round-trip time auto-tuning assumes. On
+// loopback or a LAN the measured RTT is tens of microseconds, while the
+// credit loop really takes a reader wake-up, a writer flush and the peer's
+// wake-up: with the raw RTT a 256 KiB window never grew there and one stream
+// lost about a fifth of its rate.
+const minTuneRTT = time.Millisecond
+
 func (w *recvWindow) autotune(now time.Time, rtt time.Duration) {
 	inEpoch := w.consumed - w.epochOffset
 	if inEpoch <= w.size/2 || rtt == 0 || w.size >= w.max {
 		return
 	}
+	rtt = max(rtt, minTuneRTT)
 	fraction := float64(inEpoch) / float64(w.size)
 	if now.Sub(w.epochStart) < time.Duration(4*fraction*float64(rtt)) {
 		w.size = min(2*w.size, w.max)

@@ -71,6 +71,7 @@ type Pool struct {
 
 	mu      sync.Mutex
 	running bool
+	closed  bool
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
@@ -126,6 +127,10 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 // then closes them and returns after its goroutines exited.
 func (p *Pool) Run(ctx context.Context) error {
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
 	if p.running {
 		p.mu.Unlock()
 		return errors.New("pool: Run called twice")
@@ -150,11 +155,14 @@ func (p *Pool) Run(ctx context.Context) error {
 	return nil
 }
 
-// Close stops Run and waits for it. Idempotent.
+// Close stops Run and waits for it; a Run after Close returns at once.
+// Idempotent.
 func (p *Pool) Close() error {
 	p.mu.Lock()
+	p.closed = true
 	running, cancel := p.running, p.cancel
 	p.mu.Unlock()
+	p.roundOnce.Do(func() { close(p.firstRound) }) // OpenStream fails fast
 	if running {
 		cancel()
 		<-p.done

@@ -35,7 +35,7 @@ type session struct {
 	nextID     uint32 // next ID we open
 	lastPeerID uint32 // highest ID the peer opened
 	goAway     string // reason from the peer's GOAWAY
-	learned    uint64 // largest stream window reached, new streams start there
+	learned    uint64 // largest stream window reached; new streams start near it
 	acceptQ    chan *stream
 
 	fmu       sync.Mutex // session-level flow control
@@ -171,6 +171,14 @@ func (s *session) Stats() Stats {
 		StreamWindow:    s.learnedWindow(),
 		Congestion:      s.congestion,
 	}
+}
+
+// startWindow is the receive window of a new stream (s.mu held): the
+// largest one auto-tuning reached, so a short transfer on a warm session
+// needs no ramp-up, but at most a sixteenth of the session window, so a few
+// new streams whose readers stall cannot pin the whole session window.
+func (s *session) startWindow() uint64 {
+	return max(initialStreamWindow, min(s.learned, uint64(s.cfg.MaxSessionWindow)/16))
 }
 
 func (s *session) learnedWindow() uint64 {
@@ -436,7 +444,7 @@ func (s *session) OpenStream(ctx context.Context, header []byte) (Stream, error)
 	id := s.nextID
 	s.nextID += 2
 	h := append([]byte(nil), header...)
-	st := newStream(s, id, h, s.learned)
+	st := newStream(s, id, h, s.startWindow())
 	s.streams[id] = st
 	// Queued under s.mu so OPEN frames leave in ID order.
 	s.queueCtrl(frameHeader{typ: frameOpen, stream: id}, h)
@@ -666,7 +674,7 @@ func (s *session) handleOpen(h frameHeader) error {
 		return fmt.Errorf("%w: OPEN of stream %d: wrong parity or not increasing (last %d)", ErrProtocol, id, s.lastPeerID)
 	}
 	s.lastPeerID = id
-	learned := s.learned
+	learned := s.startWindow()
 	s.mu.Unlock()
 	header := make([]byte, h.length)
 	if _, err := io.ReadFull(s.rd, header); err != nil {

@@ -15,9 +15,6 @@ func tuneTCP(conn net.Conn, cfg *Config) string {
 		return ""
 	}
 	_ = tc.SetNoDelay(true)
-	if cfg.SendBuffer > 0 {
-		_ = tc.SetWriteBuffer(cfg.SendBuffer)
-	}
 	if cfg.ReceiveBuffer > 0 {
 		_ = tc.SetReadBuffer(cfg.ReceiveBuffer)
 	}
@@ -27,6 +24,16 @@ func tuneTCP(conn net.Conn, cfg *Config) string {
 	}
 	var algo string
 	_ = raw.Control(func(fd uintptr) {
+		if cfg.SendBuffer > 0 {
+			// The kernel doubles the value for its bookkeeping, as with
+			// SO_SNDBUF; without CAP_NET_ADMIN, SO_SNDBUF caps it at wmem_max.
+			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, cfg.SendBuffer) != nil {
+				_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, cfg.SendBuffer)
+			}
+		}
+		if cfg.NotSentLowWater > 0 {
+			_ = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, cfg.NotSentLowWater)
+		}
 		want := cfg.Congestion
 		if want == "" {
 			want = "bbr"

@@ -34,9 +34,18 @@ type Config struct {
 	// other name is tried, and the kernel default stays if it is not
 	// available. Stats.Congestion tells what the socket really uses.
 	Congestion string
-	// SendBuffer sets SO_SNDBUF (the kernel caps it at wmem_max). 0 means
-	// 4 MiB, -1 keeps the kernel's auto-tuning.
+	// SendBuffer sets the socket send buffer, which must hold everything
+	// in flight plus what awaits retransmission: 1 Gbit/s at 40 ms with some
+	// loss needs well over the 4 MiB that wmem_max allows by default. With
+	// CAP_NET_ADMIN it is forced past wmem_max (SO_SNDBUFFORCE), otherwise
+	// the kernel caps it. 0 means 16 MiB, -1 keeps the kernel's auto-tuning.
 	SendBuffer int
+	// NotSentLowWater (TCP_NOTSENT_LOWAT) bounds the data queued in the
+	// socket but not yet sent, so a large send buffer holds data in flight
+	// rather than a queue that pings and window updates wait behind; our
+	// own writer queue lets control frames jump ahead. 0 means 1 MiB, -1
+	// leaves it unset.
+	NotSentLowWater int
 	// ReceiveBuffer sets SO_RCVBUF. 0 keeps the kernel's receive auto-tuning,
 	// which grows to tcp_rmem's maximum and beats any fixed value on long
 	// fat links; setting it turns auto-tuning off.
@@ -50,11 +59,13 @@ type Config struct {
 	// MaxStreamWindow caps the auto-tuned receive window of one stream.
 	// Default 16 MiB: one stream fills 1 Gbit/s up to ~130 ms RTT.
 	MaxStreamWindow int
-	// MaxSessionWindow caps the receive window of a whole session, the most
-	// memory a peer can make us buffer. Default 2 × MaxStreamWindow.
+	// MaxSessionWindow caps the receive window of a whole session: the most
+	// memory a peer can make us buffer, and what streams whose readers
+	// stall may pin before the others wait. Default 4 × MaxStreamWindow.
 	MaxSessionWindow int
-	// InitialSessionWindow is the session window announced at start.
-	// Default 4 MiB.
+	// InitialSessionWindow is the session window announced at start; it
+	// grows to at least twice the largest stream window. Default
+	// MaxSessionWindow: the session window is a memory cap, not a brake.
 	InitialSessionWindow int
 	// KeepaliveInterval is how often we ping. Default 250ms.
 	KeepaliveInterval time.Duration
@@ -82,6 +93,7 @@ func (c *Config) Validate() error {
 	}
 	checks := []check{
 		{c.SendBuffer >= -1, "SendBuffer", ">= -1"},
+		{c.NotSentLowWater >= -1, "NotSentLowWater", ">= -1"},
 		{c.ReceiveBuffer >= 0, "ReceiveBuffer", ">= 0"},
 		{c.HandshakeTimeout >= 0, "HandshakeTimeout", ">= 0"},
 		{c.MaxHeaderSize >= 0 && c.MaxHeaderSize <= maxHeaderSize, "MaxHeaderSize", fmt.Sprintf("0 (default) or 1..%d", maxHeaderSize)},
@@ -126,12 +138,13 @@ func (c *Config) withDefaults() *Config {
 			*v = x
 		}
 	}
-	def(&d.SendBuffer, 4<<20)
+	def(&d.SendBuffer, 16<<20)
+	def(&d.NotSentLowWater, 1<<20)
 	defd(&d.HandshakeTimeout, 10*time.Second)
 	def(&d.MaxHeaderSize, 4096)
 	def(&d.MaxStreamWindow, 16<<20)
-	def(&d.MaxSessionWindow, 2*d.MaxStreamWindow)
-	def(&d.InitialSessionWindow, min(4<<20, d.MaxSessionWindow))
+	def(&d.MaxSessionWindow, 4*d.MaxStreamWindow)
+	def(&d.InitialSessionWindow, d.MaxSessionWindow)
 	defd(&d.KeepaliveInterval, 250*time.Millisecond)
 	defd(&d.KeepaliveTimeout, time.Second)
 	def(&d.AcceptBacklog, 256)

@@ -19,6 +19,7 @@ import (
 
 func init() {
 	var opts run.Options
+	var over run.Overrides
 	runCmd := &cobra.Command{
 		Use:   "run EXPERIMENT",
 		Short: "Run an experiment file (or a built-in experiment by name) and write its results",
@@ -27,8 +28,14 @@ func init() {
 			"Built-in experiments: " + strings.Join(run.Builtins(), ", ") + ".",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if opts.Parallel < 0 {
+				return fmt.Errorf("--parallel %d: must not be negative", opts.Parallel)
+			}
 			e, err := run.LoadExperiment(args[0])
 			if err != nil {
+				return err
+			}
+			if err := e.Override(over); err != nil {
 				return err
 			}
 			opts.Out = cmd.OutOrStdout()
@@ -39,7 +46,15 @@ func init() {
 		},
 	}
 	runCmd.Flags().StringVar(&opts.OutDir, "out", "results", "directory for run directories")
+	runCmd.Flags().StringVar(&opts.Resume, "resume", "", "finish an interrupted run: its directory (finished units are not redone)")
+	runCmd.Flags().IntVar(&opts.Parallel, "parallel", 0, "units (scenario × repetition) measured at once, each in its own lab (0: the experiment's setting)")
 	runCmd.Flags().StringVar(&opts.Emulator, "emulator", "", "emulation backend: auto, netem or userspace")
+	runCmd.Flags().StringSliceVar(&over.Scenarios, "scenarios", nil, "run only these scenarios (comma-separated)")
+	runCmd.Flags().StringSliceVar(&over.Tools, "tools", nil, "compare these tools instead")
+	runCmd.Flags().StringSliceVar(&over.Workloads, "workloads", nil, "run only these workloads")
+	runCmd.Flags().StringSliceVar(&over.Payloads, "payloads", nil, "payload sizes for the workloads that take a body (e.g. 60,1MB)")
+	runCmd.Flags().IntVar(&over.Repetitions, "repetitions", 0, "repetitions instead of the experiment's")
+	runCmd.Flags().IntVar(&over.Requests, "requests", 0, "requests per cell and repetition instead of the experiment's")
 
 	scenarios := &cobra.Command{
 		Use:   "scenarios",

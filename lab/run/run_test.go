@@ -56,7 +56,11 @@ func TestRunWritesEveryRequest(t *testing.T) {
 	out := t.TempDir()
 	file, name := experiment(t, "[lcl, edg10]", 10, `  - {name: echo, payloads: [60, 1MB]}
   - {name: static}`)
-	t.Cleanup(func() { _ = lab.Down(context.Background(), name, lab.Options{StateDir: state}) })
+	t.Cleanup(func() {
+		for _, unit := range []string{"0", "1"} {
+			_ = lab.Down(context.Background(), name+unit, lab.Options{StateDir: state})
+		}
+	})
 	cmd := exec.Command(bin, "lab", "run", file, "--out", out)
 	cmd.Env = append(os.Environ(), lab.StateDirEnv+"="+state)
 	stdout, err := cmd.CombinedOutput()
@@ -124,7 +128,8 @@ func TestKilledRunIsCleanedUp(t *testing.T) {
 	testenv.RequireRoot(t)
 	bin := testenv.StraitBinary(t)
 	state := t.TempDir()
-	file, name := experiment(t, "[edg10]", 100000, `  - {name: echo, payloads: [1KB]}`)
+	file, topoName := experiment(t, "[edg10]", 100000, `  - {name: echo, payloads: [1KB]}`)
+	name := topoName + "0" // the lab of the first unit
 	env := append(os.Environ(), lab.StateDirEnv+"="+state)
 	t.Cleanup(func() { _ = lab.Down(context.Background(), name, lab.Options{StateDir: state}) })
 	cmd := exec.Command(bin, "lab", "run", file, "--out", t.TempDir())
@@ -189,4 +194,83 @@ func processRunning(bin string, args ...string) bool {
 		return true
 	}
 	return false
+}
+
+// TestResumeSkipsFinishedUnits kills a run after its first unit and resumes
+// it: the finished unit is not measured again, the rest is, and the results
+// cover both.
+func TestResumeSkipsFinishedUnits(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.StraitBinary(t)
+	state := t.TempDir()
+	out := t.TempDir()
+	file, name := experiment(t, "[lcl, edg5]", 5, `  - {name: echo, payloads: [1KB]}`)
+	env := append(os.Environ(), lab.StateDirEnv+"="+state)
+	t.Cleanup(func() {
+		for _, unit := range []string{"0", "1"} {
+			_ = lab.Down(context.Background(), name+unit, lab.Options{StateDir: state})
+		}
+	})
+	cmd := exec.Command(bin, "lab", "run", file, "--out", out)
+	cmd.Env = env
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var dir string
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		done, _ := filepath.Glob(filepath.Join(out, "test-*", "units", "lcl-r1.done"))
+		if len(done) == 1 {
+			dir = filepath.Dir(filepath.Dir(done[0]))
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatal("first unit never finished")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	first := filepath.Join(dir, "raw", "lcl-direct-echo-1KB-r1.csv")
+	before, err := os.Stat(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resume := exec.Command(bin, "lab", "run", file, "--resume", dir)
+	resume.Env = env
+	stdout, err := resume.CombinedOutput()
+	if err != nil {
+		t.Fatalf("resume: %v\n%s", err, stdout)
+	}
+	if !bytes.Contains(stdout, []byte("1 of 2 units already done")) {
+		t.Errorf("resume did not report the finished unit:\n%s", stdout)
+	}
+	after, err := os.Stat(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.ModTime().Equal(before.ModTime()) {
+		t.Error("the finished unit's results were measured again")
+	}
+	f, err := os.Open(filepath.Join(dir, "requests.csv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	samples, err := load.ReadCSV(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(samples) != 2*5 { // 2 scenarios × 5 requests, direct only
+		t.Errorf("requests.csv has %d rows, want 10", len(samples))
+	}
+	// A resume with another experiment file is refused.
+	other, _ := experiment(t, "[lcl]", 5, `  - {name: echo, payloads: [1KB]}`)
+	bad := exec.Command(bin, "lab", "run", other, "--resume", dir)
+	bad.Env = env
+	if out, err := bad.CombinedOutput(); err == nil || !bytes.Contains(out, []byte("another experiment file")) {
+		t.Errorf("resume with another experiment: %v\n%s", err, out)
+	}
 }

@@ -1,7 +1,6 @@
 package run
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,16 +9,15 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/strait-net/strait/lab"
 	"github.com/strait-net/strait/lab/scenario"
 	"github.com/strait-net/strait/lab/tool"
-	"github.com/strait-net/strait/lab/topology"
 	"github.com/strait-net/strait/load"
 	"github.com/strait-net/strait/report"
 )
@@ -28,6 +26,8 @@ import (
 type Options struct {
 	Binary   string       // strait binary run in the namespaces; empty: this executable
 	OutDir   string       // parent of the run directory; empty: "results"
+	Resume   string       // an interrupted run's directory to finish instead of starting anew
+	Parallel int          // labs measured at once; 0: the experiment's setting
 	Emulator string       // emulation backend override
 	Version  string       // strait version for the metadata
 	Out      io.Writer    // progress and the final table; nil: discard
@@ -54,8 +54,25 @@ type Result struct {
 	Cells []CellResult
 }
 
+// A unit is one scenario and repetition: one fresh lab in which every tool
+// and workload is measured. Units are independent, so they can run in
+// parallel labs and an interrupted run resumes at the first unfinished one.
+type unit struct {
+	index    int
+	scenario scenario.Scenario
+	rep      int
+}
+
+func (u unit) id() string { return fmt.Sprintf("%s-r%d", u.scenario.Name, u.rep) }
+
+const (
+	experimentCopy = "experiment.yaml"
+	unitsDir       = "units"
+)
+
 // Run executes e. On cancellation it tears everything down and returns the
-// context's error; what was measured until then stays in the run directory.
+// context's error; finished units stay in the run directory, and
+// Options.Resume continues from there.
 func Run(ctx context.Context, e *Experiment, opts Options) (*Result, error) {
 	if opts.Binary == "" {
 		exe, err := os.Executable()
@@ -64,77 +81,152 @@ func Run(ctx context.Context, e *Experiment, opts Options) (*Result, error) {
 		}
 		opts.Binary = exe
 	}
-	if opts.OutDir == "" {
-		opts.OutDir = "results"
-	}
 	if opts.Out == nil {
 		opts.Out = io.Discard
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	dir := filepath.Join(opts.OutDir, e.Name+"-"+time.Now().UTC().Format("20060102-150405"))
-	if err := os.MkdirAll(filepath.Join(dir, "raw"), 0o755); err != nil {
+	parallel := opts.Parallel
+	if parallel == 0 {
+		parallel = e.Parallel
+	}
+	if parallel <= 0 {
+		parallel = 1
+	}
+	dir, err := runDir(e, opts)
+	if err != nil {
 		return nil, err
 	}
-	r := &runner{e: e, opts: opts, dir: dir, samples: map[Cell][]load.Sample{}}
+	r := &runner{e: e, opts: opts, dir: dir, tools: map[string]string{}}
+	var todo []unit
+	for _, sc := range e.scenarios {
+		for rep := 1; rep <= e.Repetitions; rep++ {
+			u := unit{index: len(r.units), scenario: sc, rep: rep}
+			r.units = append(r.units, u)
+			if _, err := os.Stat(r.donePath(u)); err != nil {
+				todo = append(todo, u)
+			}
+		}
+	}
 	started := time.Now()
-	err := r.run(ctx)
-	res := &Result{Dir: dir}
-	for _, c := range r.order {
-		res.Cells = append(res.Cells, CellResult{Cell: c, Summary: report.Summarize(r.samples[c])})
+	if skipped := len(r.units) - len(todo); skipped > 0 {
+		fmt.Fprintf(opts.Out, "resuming %s: %d of %d units already done\n", dir, skipped, len(r.units))
+	}
+	fmt.Fprintf(opts.Out, "%d units (scenario × repetition), %d at a time; results in %s\n", len(todo), min(parallel, max(len(todo), 1)), dir)
+	runErr := r.runUnits(ctx, todo, parallel)
+	res, err := r.aggregate()
+	if err != nil {
+		return res, errors.Join(runErr, err)
 	}
 	if werr := r.writeResults(res, started); werr != nil {
-		err = errors.Join(err, werr)
+		runErr = errors.Join(runErr, werr)
 	}
-	return res, err
+	return res, runErr
+}
+
+// runDir creates a new run directory, or checks that the one to resume
+// holds the same experiment.
+func runDir(e *Experiment, opts Options) (string, error) {
+	if opts.Resume != "" {
+		b, err := os.ReadFile(filepath.Join(opts.Resume, experimentCopy))
+		if err != nil {
+			return "", fmt.Errorf("resume %s: %w", opts.Resume, err)
+		}
+		if string(b) != string(e.source) {
+			return "", fmt.Errorf("resume %s: the run was made with another experiment file (see its %s)", opts.Resume, experimentCopy)
+		}
+		return opts.Resume, nil
+	}
+	out := opts.OutDir
+	if out == "" {
+		out = "results"
+	}
+	dir := filepath.Join(out, e.Name+"-"+time.Now().UTC().Format("20060102-150405"))
+	for _, d := range []string{"raw", unitsDir} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return "", err
+		}
+	}
+	return dir, os.WriteFile(filepath.Join(dir, experimentCopy), e.source, 0o644)
 }
 
 type runner struct {
-	e       *Experiment
-	opts    Options
-	dir     string
-	csv     *os.File
-	header  bool
-	samples map[Cell][]load.Sample
-	order   []Cell
+	e     *Experiment
+	opts  Options
+	dir   string
+	units []unit
+
+	mu      sync.Mutex // guards the fields below and the output
 	backend string
 	ccs     map[string]string
 	tools   map[string]string // tool name → version
 }
 
-func (r *runner) run(ctx context.Context) error {
-	f, err := os.Create(filepath.Join(r.dir, "requests.csv"))
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	r.csv = f
-	r.tools = map[string]string{}
-	total := len(r.e.scenarios) * r.e.Repetitions
-	done := 0
-	for _, sc := range r.e.scenarios {
-		for rep := 1; rep <= r.e.Repetitions; rep++ {
-			fmt.Fprintf(r.opts.Out, "[%d/%d] scenario %s (LAN %s; WAN %s), repetition %d\n",
-				done+1, total, sc.Name, sc.LAN, sc.WAN, rep)
-			if err := r.repetition(ctx, sc, rep); err != nil {
-				return fmt.Errorf("scenario %s repetition %d: %w", sc.Name, rep, err)
-			}
-			done++
-		}
-	}
-	return nil
+func (r *runner) donePath(u unit) string { return filepath.Join(r.dir, unitsDir, u.id()+".done") }
+
+func (r *runner) printf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fmt.Fprintf(r.opts.Out, format, args...)
 }
 
-// repetition builds a fresh lab, as the seeds revert their testbed to a
-// clean state before every run, so no repetition inherits another's state.
-func (r *runner) repetition(ctx context.Context, sc scenario.Scenario, rep int) (err error) {
+// runUnits measures units on parallel workers. The first failure stops
+// the others; their labs are torn down.
+func (r *runner) runUnits(ctx context.Context, todo []unit, parallel int) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	work := make(chan unit)
+	var wg sync.WaitGroup
+	var done int
+	start := time.Now()
+	for w := 0; w < min(parallel, len(todo)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for u := range work {
+				t0 := time.Now()
+				if err := r.unit(ctx, u); err != nil {
+					cancel(fmt.Errorf("%s: %w", u.id(), err))
+					continue
+				}
+				r.mu.Lock()
+				done++
+				elapsed := time.Since(start)
+				eta := time.Duration(float64(elapsed) / float64(done) * float64(len(todo)-done))
+				fmt.Fprintf(r.opts.Out, "[%d/%d] %s done in %v; elapsed %v, ETA %v\n", done, len(todo), u.id(),
+					time.Since(t0).Round(100*time.Millisecond), elapsed.Round(time.Second), eta.Round(time.Second))
+				r.mu.Unlock()
+			}
+		}()
+	}
+feed:
+	for _, u := range todo {
+		select {
+		case work <- u:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(work)
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
+// unit builds a fresh lab, as the seeds revert their testbed to a clean
+// state before every run, so no repetition inherits another's state.
+func (r *runner) unit(ctx context.Context, u unit) (err error) {
 	plan, err := r.e.topo.Plan()
 	if err != nil {
 		return err
 	}
-	sc.Apply(plan)
+	// Each unit has a lab of its own name, so parallel units never share a
+	// namespace; addresses may repeat, namespaces keep them apart.
+	plan.Rename(labName(plan.Name, u.index))
+	u.scenario.Apply(plan)
 	lopts := lab.Options{Binary: r.opts.Binary, Emulator: r.opts.Emulator, Logger: r.opts.Logger}
+	// A lab left by a killed run of the same experiment would block this one.
+	_ = lab.Down(context.WithoutCancel(ctx), plan.Name, lopts)
 	l, err := lab.Up(ctx, plan, lopts)
 	if err != nil {
 		return err
@@ -144,11 +236,13 @@ func (r *runner) repetition(ctx context.Context, sc scenario.Scenario, rep int) 
 			err = errors.Join(err, fmt.Errorf("lab down: %w", derr))
 		}
 	}()
+	r.mu.Lock()
 	r.backend = l.Backend
 	r.ccs = map[string]string{}
 	for _, n := range plan.Nodes {
 		r.ccs[n.ID] = n.CongestionControl
 	}
+	r.mu.Unlock()
 	server, _ := plan.Node(r.e.Server)
 	client, _ := plan.Node(r.e.Client)
 	var services []tool.Service
@@ -169,19 +263,29 @@ func (r *runner) repetition(ctx context.Context, sc scenario.Scenario, rep int) 
 	}
 	for _, name := range r.e.Tools {
 		t, _ := tool.New(name)
-		tdir := filepath.Join(r.dir, "tools", fmt.Sprintf("%s-%s-r%d", name, sc.Name, rep))
+		tdir := filepath.Join(r.dir, "tools", fmt.Sprintf("%s-%s", name, u.id()))
 		if err := os.MkdirAll(tdir, 0o755); err != nil {
 			return err
 		}
 		env := tool.Env{Lab: l, Server: server, Client: client, Services: services, Dir: tdir, Binary: r.opts.Binary, Logger: r.opts.Logger}
-		if err := r.measureTool(ctx, t, env, sc, rep); err != nil {
+		if err := r.measureTool(ctx, t, env, u); err != nil {
 			return err
 		}
 	}
-	return nil
+	return os.WriteFile(r.donePath(u), nil, 0o644)
 }
 
-func (r *runner) measureTool(ctx context.Context, t tool.Tool, env tool.Env, sc scenario.Scenario, rep int) (err error) {
+// labName makes a unit's lab name from the topology's: at most 8 letters
+// and digits, unique per unit.
+func labName(base string, index int) string {
+	suffix := strconv.FormatInt(int64(index), 36)
+	if len(base)+len(suffix) > 8 {
+		base = base[:8-len(suffix)]
+	}
+	return base + suffix
+}
+
+func (r *runner) measureTool(ctx context.Context, t tool.Tool, env tool.Env, u unit) (err error) {
 	defer func() {
 		if terr := t.Teardown(context.WithoutCancel(ctx)); terr != nil {
 			err = errors.Join(err, fmt.Errorf("tool %s teardown: %w", t.Name(), terr))
@@ -191,7 +295,10 @@ func (r *runner) measureTool(ctx context.Context, t tool.Tool, env tool.Env, sc 
 	if err != nil {
 		return fmt.Errorf("tool %s setup: %w", t.Name(), err)
 	}
-	r.tools[t.Name()] = t.Version(ctx)
+	version := t.Version(ctx)
+	r.mu.Lock()
+	r.tools[t.Name()] = version
+	r.mu.Unlock()
 	for _, w := range r.e.Workloads {
 		target, ok := targets[w.Name]
 		if !ok {
@@ -199,28 +306,24 @@ func (r *runner) measureTool(ctx context.Context, t tool.Tool, env tool.Env, sc 
 		}
 		// Health check: the workload must answer through the tool before
 		// anything is measured; apps may still be starting, so retry.
-		if err := r.healthCheck(ctx, env, w.Name, target); err != nil {
+		if err := r.healthCheck(ctx, env, target); err != nil {
 			return fmt.Errorf("tool %s: %s not reachable at %s: %w", t.Name(), w.Name, target, err)
 		}
 		for _, size := range w.sizes {
-			cell := Cell{Scenario: sc.Name, Tool: t.Name(), Workload: w.Name, Payload: size}
-			samples, err := r.measure(ctx, env, cell, target, rep)
+			cell := Cell{Scenario: u.scenario.Name, Tool: t.Name(), Workload: w.Name, Payload: size}
+			samples, err := r.measure(ctx, env, cell, target, u.rep)
 			if err != nil {
 				return err
 			}
-			if _, seen := r.samples[cell]; !seen {
-				r.order = append(r.order, cell)
-			}
-			r.samples[cell] = append(r.samples[cell], samples...)
 			s := report.Summarize(samples)
-			fmt.Fprintf(r.opts.Out, "  %-8s %-7s %7s  n=%d errors=%d  IQR mean %.3f ms  median %.3f ms  p99 %.3f ms\n",
-				cell.Tool, cell.Workload, FormatSize(cell.Payload), s.Count, s.Errors, s.IQRMeanMS, s.MedianMS, s.P99MS)
+			r.printf("  %-10s %-8s %-7s %7s  n=%d errors=%d  IQR mean %.3f ms  median %.3f ms  p99 %.3f ms\n",
+				u.id(), cell.Tool, cell.Workload, FormatSize(cell.Payload), s.Count, s.Errors, s.IQRMeanMS, s.MedianMS, s.P99MS)
 		}
 	}
 	return nil
 }
 
-func (r *runner) healthCheck(ctx context.Context, env tool.Env, workload, target string) error {
+func (r *runner) healthCheck(ctx context.Context, env tool.Env, target string) error {
 	var last error
 	for i := 0; i < 50; i++ {
 		args := []string{r.opts.Binary, "load", "seq", "--url", "http://" + target + "/", "--requests", "1",
@@ -249,10 +352,14 @@ func (r *runner) healthCheck(ctx context.Context, env tool.Env, workload, target
 	return last
 }
 
+func rawPath(dir string, cell Cell, rep int) string {
+	return filepath.Join(dir, "raw", fmt.Sprintf("%s-%s-%s-%s-r%d.csv", cell.Scenario, cell.Tool, cell.Workload, FormatSize(cell.Payload), rep))
+}
+
 // measure runs the load generator on the client node for one cell and
-// appends its rows, prefixed with the cell, to requests.csv.
+// repetition; its CSV stays in raw/ and is what every later step reads.
 func (r *runner) measure(ctx context.Context, env tool.Env, cell Cell, target string, rep int) ([]load.Sample, error) {
-	raw := filepath.Join(r.dir, "raw", fmt.Sprintf("%s-%s-%s-%s-r%d.csv", cell.Scenario, cell.Tool, cell.Workload, FormatSize(cell.Payload), rep))
+	raw := rawPath(r.dir, cell, rep)
 	l := r.e.Load
 	args := []string{r.opts.Binary, "load", "seq",
 		"--url", "http://" + target + "/",
@@ -261,7 +368,8 @@ func (r *runner) measure(ctx context.Context, env tool.Env, cell Cell, target st
 		"--keepalive=" + strconv.FormatBool(l.keepAlive()),
 		"--payload", strconv.Itoa(cell.Payload),
 		"--warmup", strconv.Itoa(l.Warmup),
-		"--csv", raw,
+		"--csv", raw + ".tmp",
+		"--quiet",
 	}
 	if l.Think != "" {
 		args = append(args, "--think", l.Think)
@@ -282,50 +390,92 @@ func (r *runner) measure(ctx context.Context, env tool.Env, cell Cell, target st
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("load seq on %s: %w: %s", env.Client.ID, err, strings.TrimSpace(string(out)))
 	}
-	f, err := os.Open(raw)
+	samples, err := readSamples(raw + ".tmp")
+	if err != nil {
+		return nil, err
+	}
+	// Renamed only when complete, so a resumed run never reads half a file.
+	return samples, os.Rename(raw+".tmp", raw)
+}
+
+func readSamples(path string) ([]load.Sample, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	samples, err := load.ReadCSV(f)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", raw, err)
-	}
-	if err := r.appendCSV(raw, cell, rep); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	return samples, nil
 }
 
-// appendCSV copies a raw load CSV into requests.csv with the cell's columns
-// in front, so one file holds every request of the run.
-func (r *runner) appendCSV(raw string, cell Cell, rep int) error {
-	f, err := os.Open(raw)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 1<<20)
-	w := bufio.NewWriter(r.csv)
-	prefix := fmt.Sprintf("%s,%s,%s,%d,%d,", cell.Scenario, cell.Tool, cell.Workload, cell.Payload, rep)
-	first := true
-	for sc.Scan() {
-		line := sc.Text()
-		if first {
-			first = false
-			if !r.header {
-				fmt.Fprintf(w, "scenario,tool,workload,payload_bytes,repetition,%s\n", line)
-				r.header = true
+// cells lists every cell of the experiment in report order: scenario, tool,
+// workload, payload.
+func (r *runner) cells() []Cell {
+	var cells []Cell
+	for _, sc := range r.e.scenarios {
+		for _, t := range r.e.Tools {
+			for _, w := range r.e.Workloads {
+				for _, size := range w.sizes {
+					cells = append(cells, Cell{Scenario: sc.Name, Tool: t, Workload: w.Name, Payload: size})
+				}
 			}
-			continue
 		}
-		fmt.Fprintf(w, "%s%s\n", prefix, line)
 	}
-	if err := sc.Err(); err != nil {
-		return err
+	return cells
+}
+
+// aggregate reads every finished unit's raw files, writes requests.csv (and
+// the JTL file when asked for) and summarizes each cell.
+func (r *runner) aggregate() (*Result, error) {
+	res := &Result{Dir: r.dir}
+	csvf, err := os.Create(filepath.Join(r.dir, "requests.csv"))
+	if err != nil {
+		return res, err
 	}
-	return w.Flush()
+	defer csvf.Close()
+	out := newRequestsWriter(csvf)
+	var jtl *jtlWriter
+	if r.e.JTL {
+		f, err := os.Create(filepath.Join(r.dir, "requests.jtl"))
+		if err != nil {
+			return res, err
+		}
+		defer f.Close()
+		jtl = newJTLWriter(f)
+	}
+	for _, cell := range r.cells() {
+		var all []load.Sample
+		for rep := 1; rep <= r.e.Repetitions; rep++ {
+			samples, err := readSamples(rawPath(r.dir, cell, rep))
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return res, err
+			}
+			if err := out.write(cell, rep, samples); err != nil {
+				return res, err
+			}
+			if jtl != nil {
+				if err := jtl.write(cell, samples); err != nil {
+					return res, err
+				}
+			}
+			all = append(all, samples...)
+		}
+		if len(all) > 0 {
+			res.Cells = append(res.Cells, CellResult{Cell: cell, Summary: report.Summarize(all)})
+		}
+	}
+	if jtl != nil {
+		if err := jtl.flush(); err != nil {
+			return res, err
+		}
+	}
+	return res, out.flush()
 }
 
 // Metadata describes the run well enough to repeat it and to tell runs on
@@ -340,10 +490,12 @@ type Metadata struct {
 	TCPCC      map[string]string `json:"tcpCongestionControl"`
 	Tools      map[string]string `json:"tools"`
 	Scenarios  any               `json:"scenarios"`
-	// Experiment file as given, and the topology it resolved to.
-	ExperimentFile string             `json:"experimentFile"`
-	Topology       *topology.Topology `json:"topology"`
-	Load           Load               `json:"load"`
+	Units      int               `json:"units"`
+	// The experiment file as given (also in experiment.yaml), the topology
+	// it resolved to, and the load settings with defaults applied.
+	ExperimentFile string `json:"experimentFile"`
+	Topology       any    `json:"topology"`
+	Load           Load   `json:"load"`
 }
 
 func (r *runner) writeResults(res *Result, started time.Time) error {
@@ -351,12 +503,14 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 	for _, sc := range r.e.scenarios {
 		scen = append(scen, map[string]string{"name": sc.Name, "lan": sc.LAN.String(), "wan": sc.WAN.String()})
 	}
+	r.mu.Lock()
 	md := Metadata{
 		Experiment: r.e.Name, Started: started.UTC(), Finished: time.Now().UTC(),
 		Host: hostInfo(), Strait: r.opts.Version, Emulation: r.backend, TCPCC: r.ccs,
-		Tools: r.tools, Scenarios: scen,
+		Tools: r.tools, Scenarios: scen, Units: len(r.units),
 		ExperimentFile: string(r.e.source), Topology: r.e.topo, Load: r.e.Load,
 	}
+	r.mu.Unlock()
 	if err := writeJSON(filepath.Join(r.dir, "metadata.json"), md); err != nil {
 		return err
 	}
@@ -369,7 +523,7 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 	}
 	defer f.Close()
 	WriteTable(io.MultiWriter(f, r.opts.Out), res.Cells)
-	fmt.Fprintf(r.opts.Out, "\nresults: %s (requests.csv, summary.json, metadata.json, table.txt)\n", r.dir)
+	r.printf("\nresults: %s (requests.csv, summary.json, metadata.json, table.txt)\n", r.dir)
 	return nil
 }
 
@@ -379,22 +533,4 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
-}
-
-func hostInfo() map[string]string {
-	info := map[string]string{}
-	if out, err := exec.Command("uname", "-srm").Output(); err == nil {
-		info["kernel"] = strings.TrimSpace(string(out))
-	}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				info["cpu"] = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	info["cpus"] = strconv.Itoa(numCPU())
-	info["go"] = goVersion()
-	return info
 }

@@ -3,12 +3,8 @@ package run
 import (
 	"fmt"
 	"io"
-	"runtime"
 	"text/tabwriter"
 )
-
-func numCPU() int       { return runtime.NumCPU() }
-func goVersion() string { return runtime.Version() }
 
 // WriteTable prints one row per cell: the seed 001 statistics of total
 // response time, and each tool's IQR mean relative to direct in the same

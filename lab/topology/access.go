@@ -153,3 +153,20 @@ func (p *Plan) Check() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Rename gives the plan another lab name, renaming every namespace with it,
+// so one topology can be built several times side by side.
+func (p *Plan) Rename(name string) {
+	p.Name = name
+	netns := map[string]string{}
+	for i := range p.Nodes {
+		n := &p.Nodes[i]
+		old := n.Netns
+		n.Netns = Namespace(name, n.Cluster, n.Name)
+		netns[old] = n.Netns
+	}
+	for i := range p.Links {
+		l := &p.Links[i]
+		l.A.Netns, l.B.Netns = netns[l.A.Netns], netns[l.B.Netns]
+	}
+}

@@ -404,3 +404,30 @@ func TestDocExample(t *testing.T) {
 		t.Errorf("doc example: %d nodes, %d links", len(p.Nodes), len(p.Links))
 	}
 }
+
+func TestRenameMovesEveryNamespace(t *testing.T) {
+	topo, err := Parse([]byte("name: qs\nclusters:\n  - {name: a, nodes: [{name: gw}, {name: s}]}\n  - {name: b, nodes: [{name: gw}]}\nwan: [{between: [a, b]}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := topo.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Rename("qs7")
+	if err := p.Check(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range p.Nodes {
+		if want := Namespace("qs7", n.Cluster, n.Name); n.Netns != want {
+			t.Errorf("node %s: namespace %s, want %s", n.ID, n.Netns, want)
+		}
+	}
+	for _, l := range p.Links {
+		for _, e := range []LinkEnd{l.A, l.B} {
+			if !strings.HasPrefix(e.Netns, "st-qs7-") {
+				t.Errorf("link %s end in %s", l.Name, e.Netns)
+			}
+		}
+	}
+}

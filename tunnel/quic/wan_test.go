@@ -104,7 +104,11 @@ func TestTransportsOverEmulatedWAN(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(300 * time.Millisecond)
-		for _, tr := range []string{"mux", "tls", "quic"} {
+		transports := []string{"mux", "tls", "quic"}
+		if v := os.Getenv("STRAIT_WAN_TRANSPORTS"); v != "" {
+			transports = strings.Split(v, ",")
+		}
+		for _, tr := range transports {
 			cl := exec.Command("ip", "netns", "exec", nsA, self, "-test.run=^TestWANHelper$", "-test.v")
 			cl.Env = append(os.Environ(), "STRAIT_WAN_ROLE=client", "STRAIT_WAN_TRANSPORT="+tr, "STRAIT_WAN_DURATION="+dur.String())
 			out, err := cl.CombinedOutput()
@@ -142,7 +146,11 @@ func TestWANHelper(t *testing.T) {
 	ctls.InsecureSkipVerify = true
 	stls := pki.ServerTLS(t, "b")
 	stls.ClientAuth = tls.RequireAnyClientCert
-	mux, err := tunnel.NewTLS(tunnel.Config{ClientTLS: ctls, ServerTLS: stls})
+	mcfg := tunnel.Config{ClientTLS: ctls, ServerTLS: stls}
+	// Knobs for experiments with socket options.
+	fmt.Sscan(os.Getenv("STRAIT_WAN_SNDBUF"), &mcfg.SendBuffer)
+	fmt.Sscan(os.Getenv("STRAIT_WAN_LOWAT"), &mcfg.NotSentLowWater)
+	mux, err := tunnel.NewTLS(mcfg)
 	if err != nil {
 		t.Fatal(err)
 	}

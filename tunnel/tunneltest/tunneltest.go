@@ -329,22 +329,43 @@ func Conformance(t *testing.T, newPair func(t *testing.T) (client, server tunnel
 		}
 	})
 
-	t.Run("SlowReaderDoesNotBlockOthers", func(t *testing.T) {
+	t.Run("SlowReadersDoNotBlockOthers", func(t *testing.T) {
 		c, s := newPair(t)
-		slow, err := c.OpenStream(ctx, []byte("slow"))
+		// A bulk transfer first, so windows have grown as on a warm session.
+		warm, err := c.OpenStream(ctx, []byte("warm"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Fill the slow stream's window: nobody reads it.
-		stuck := make(chan struct{})
 		go func() {
-			defer close(stuck)
-			slow.Write(make([]byte, 64<<20))
+			warm.Write(make([]byte, 32<<20))
+			warm.CloseWrite()
 		}()
-		slowPeer, err := s.AcceptStream(ctx)
+		warmPeer, err := s.AcceptStream(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if n, err := io.Copy(io.Discard, warmPeer); err != nil || n != 32<<20 {
+			t.Fatalf("warm-up transfer: %d bytes, %v", n, err)
+		}
+		// Two streams whose readers never read fill their windows.
+		stuck := make(chan struct{}, 2)
+		var slows, slowPeers []tunnel.Stream
+		for i := range 2 {
+			slow, err := c.OpenStream(ctx, fmt.Appendf(nil, "slow-%d", i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				slow.Write(make([]byte, 64<<20))
+				stuck <- struct{}{}
+			}()
+			slowPeer, err := s.AcceptStream(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			slows, slowPeers = append(slows, slow), append(slowPeers, slowPeer)
+		}
+		time.Sleep(100 * time.Millisecond) // let them fill their windows
 		fast, err := c.OpenStream(ctx, []byte("fast"))
 		if err != nil {
 			t.Fatal(err)
@@ -360,15 +381,18 @@ func Conformance(t *testing.T, newPair func(t *testing.T) (client, server tunnel
 		fastPeer.SetReadDeadline(time.Now().Add(10 * time.Second))
 		n, err := io.Copy(io.Discard, fastPeer)
 		if err != nil || n != 8<<20 {
-			t.Fatalf("fast stream read %d bytes, %v while the slow one is stuck", n, err)
+			t.Fatalf("fast stream read %d bytes, %v while the slow ones are stuck", n, err)
 		}
 		select {
 		case <-stuck:
-			t.Fatal("slow stream's 64 MiB write finished although nobody read it")
+			t.Fatal("a slow stream's 64 MiB write finished although nobody read it")
 		default:
 		}
-		slowPeer.Reset("done")
-		slow.Reset("done")
+		for i := range slows {
+			slowPeers[i].Reset("done")
+			slows[i].Reset("done")
+		}
+		<-stuck
 		<-stuck
 	})
 

@@ -1,0 +1,208 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/strait-net/strait/fabric"
+	"github.com/strait-net/strait/gateway"
+)
+
+// BenchmarkStreamEcho1KB measures what a new client connection costs
+// through two gateways on loopback: accept at the import, stream open on a
+// warm session, policy at both ends, a (warm) connection to the target, and
+// a 1 KB echo round trip. Loopback hides the WAN; lab experiments measure
+// that.
+//
+// The direct sub-benchmark is the same client against the echo server
+// itself, for the ratio.
+func BenchmarkStreamEcho1KB(b *testing.B) {
+	b.Run("direct", func(b *testing.B) { echoLoop(b, echoServer(b)) })
+	b.Run("gateways", benchGateways)
+}
+
+func benchGateways(b *testing.B) {
+	pair := startPair(b)
+	echoLoop(b, pair.importAddr)
+}
+
+// pair is two gateways running in this process on loopback: b imports
+// echo from a, whose target is a TCP echo server.
+type pair struct {
+	a, b       *gateway.AdminClient
+	aWAN       string
+	importAddr string
+}
+
+// startPair starts the pair and waits for b's session to a. In-process
+// and on loopback, for measurements and goroutine accounting only; the
+// behaviour tests run gateways as processes in namespaces.
+func startPair(tb testing.TB) *pair {
+	tb.Helper()
+	dir := tb.TempDir()
+	if _, err := fabric.InitDir(dir, "bench", time.Hour, false); err != nil {
+		tb.Fatal(err)
+	}
+	for _, c := range []string{"a", "b"} {
+		if _, err := fabric.IssueFiles(dir, "", c, 30*time.Minute); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	target := echoServer(tb)
+	p := &pair{importAddr: freeAddr(tb)}
+	ctx, cancel := context.WithCancel(context.Background())
+	start := func(cluster string) *gateway.AdminClient {
+		g, err := gateway.New(gateway.Config{
+			Cluster: cluster, Identity: gateway.IdentityFiles{Dir: dir}, Listen: "127.0.0.1:0",
+			Admin: filepath.Join(dir, cluster+".sock"), State: filepath.Join(dir, cluster+".json"),
+		})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- g.Run(ctx) }()
+		tb.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				tb.Errorf("gateway %s: %v", cluster, err)
+			}
+		})
+		admin := gateway.NewAdminClient(filepath.Join(dir, cluster+".sock"))
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if _, err := admin.Status(); err == nil {
+				return admin
+			} else if time.Now().After(deadline) {
+				tb.Fatalf("gateway %s: %v", cluster, err)
+			}
+		}
+	}
+	p.a = start("a")
+	mustApply(tb, p.a, exportYAML("echo", target)+allowAllYAML)
+	st, err := p.a.Status()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p.aWAN = st.WAN
+	p.b = start("b")
+	host, port, _ := net.SplitHostPort(p.importAddr)
+	var n int
+	fmt.Sscan(port, &n)
+	mustApply(tb, p.b, peerYAML("a", p.aWAN)+importYAML("echo", host, n, "a")+allowAllYAML)
+	p.waitLive(tb)
+	return p
+}
+
+const allowAllYAML = "apiVersion: strait.dev/v1alpha1\nkind: AccessPolicy\nmetadata: {name: all}\nspec: {priority: 1, action: allow}\n"
+
+func (p *pair) waitLive(tb testing.TB) {
+	tb.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		st, err := p.b.Status()
+		if err == nil && len(st.Peers) == 1 && len(st.Peers[0].Live) > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("no session from b to a: %+v, %v", st, err)
+		}
+	}
+}
+
+// echoLoop opens a connection to addr, sends 1 KB, reads it back and
+// closes, once per iteration.
+func echoLoop(b *testing.B, addr string) {
+	msg := bytes.Repeat([]byte("0123456789abcdef"), 64)
+	reply := make([]byte, len(msg))
+	b.SetBytes(int64(len(msg)))
+	b.ReportAllocs()
+	for b.Loop() {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Write(msg); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, reply); err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+	}
+	if !bytes.Equal(reply, msg) {
+		b.Fatal("echo differs")
+	}
+}
+
+func mustApply(tb testing.TB, c *gateway.AdminClient, yaml string) {
+	tb.Helper()
+	res, err := c.Apply([]byte(yaml))
+	if err != nil || res.Warning != "" {
+		tb.Fatalf("apply: %+v, %v", res, err)
+	}
+}
+
+// echoServer is a TCP echo server on loopback, closed when b ends.
+func echoServer(tb testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// freeAddr returns a loopback address nothing listens on now.
+func freeAddr(tb testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestSessionsDoNotLeakGoroutines reconnects b to a again and again (Peer
+// deleted and applied: the pool closes its sessions and dials new ones).
+// Once the old sessions ended, nothing of them may stay behind in a.
+func TestSessionsDoNotLeakGoroutines(t *testing.T) {
+	p := startPair(t)
+	peer := peerYAML("a", p.aWAN)
+	const cycles = 20
+	base := runtime.NumGoroutine()
+	for range cycles {
+		if _, err := p.b.Delete([]byte(peer)); err != nil {
+			t.Fatal(err)
+		}
+		mustApply(t, p.b, peer)
+		p.waitLive(t)
+	}
+	// Sessions end asynchronously; wait for the count to settle near the
+	// start. A leak of one goroutine per accepted session (2 per cycle)
+	// never gets there.
+	var n int
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if n = runtime.NumGoroutine(); n < base+cycles/2 {
+			return
+		}
+	}
+	buf := make([]byte, 1<<20)
+	t.Fatalf("%d goroutines after %d reconnections, %d before\n%s", n, cycles, base, buf[:runtime.Stack(buf, true)])
+}

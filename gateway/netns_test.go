@@ -1,0 +1,1091 @@
+package gateway_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/strait-net/strait/gateway"
+	"github.com/strait-net/strait/internal/testenv"
+	"github.com/strait-net/strait/lab"
+	"github.com/strait-net/strait/lab/topology"
+)
+
+// The lab: cluster a runs the exporting gateway and the echo server, cluster
+// b the importing gateway and the client. Every process runs in its node's
+// namespace through `ip netns exec`.
+const topo = `
+clusters:
+  - name: a
+    nodes: [{name: gw, gateway: true}, {name: server}]
+  - name: b
+    nodes: [{name: gw, gateway: true}, {name: client}]
+wan:
+  - between: [a, b]
+`
+
+const (
+	wanPort     = 4443
+	echoPort    = 8080
+	metricsAddr = "127.0.0.1:9464"
+	// patience bounds waits for things that must happen (a session comes
+	// up, a process exits); it is a hang detector, never a performance
+	// threshold.
+	patience = 20 * time.Second
+	// curlMax bounds a client connection. A refused connection must end
+	// with an error of its own, never with curl's timeout (exit 28).
+	curlMax = "15"
+)
+
+// Import ports on the importing gateway's address, one per import.
+const (
+	portEcho    = 8080
+	portBlocked = 8081 // denied at egress (cluster b)
+	portGuarded = 8082 // denied at ingress (cluster a)
+	portPrio    = 8083 // denied at ingress unless a higher-precedence allow
+	portGhost   = 8084 // imported, never exported
+	portLate    = 8085 // added and removed while running
+)
+
+// proc is a process started in a namespace whose output the test reads.
+type proc struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+	err  error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startIn starts argv in the namespace netns; it is killed when t ends
+// unless it ended before.
+func startIn(t *testing.T, netns string, argv ...string) *proc {
+	t.Helper()
+	p := &proc{out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command("ip", append([]string{"netns", "exec", netns}, argv...)...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %v in %s: %v", argv, netns, err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("output of %v in %s:\n%s", argv, netns, p.out.String())
+		}
+	})
+	return p
+}
+
+// kill ends the process with SIGKILL and waits for it. `ip netns exec`
+// execs the command, so the signal reaches it and not a wrapper.
+func (p *proc) kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// gw is one gateway process and what the test needs to reach it.
+type gw struct {
+	t       *testing.T
+	cluster string
+	netns   string
+	addr    string // node address
+	config  string
+	socket  string
+	proc    *proc
+}
+
+func (g *gw) start() {
+	g.t.Helper()
+	g.proc = startIn(g.t, g.netns, binary, "gateway", "--config", g.config)
+}
+
+// restart kills the gateway (SIGKILL, nothing flushed) and starts it again
+// with the same configuration.
+func (g *gw) restart() {
+	g.t.Helper()
+	log := g.proc.out.String()
+	g.proc.kill()
+	g.t.Cleanup(func() {
+		if g.t.Failed() {
+			g.t.Logf("log of %s before restart:\n%s", g.cluster, log)
+		}
+	})
+	g.start()
+}
+
+func (g *gw) admin() *gateway.AdminClient { return gateway.NewAdminClient(g.socket) }
+
+// straitCLI runs a strait subcommand against the gateway's admin socket.
+func (g *gw) straitCLI(args ...string) (string, error) {
+	cmd := exec.Command(binary, append(args, "--gateway", g.socket)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func (g *gw) apply(yaml string) {
+	g.t.Helper()
+	f := writeTemp(g.t, "apply-*.yaml", yaml)
+	if out, err := g.straitCLI("apply", "-f", f); err != nil {
+		g.t.Fatalf("strait apply on %s: %v\n%s", g.cluster, err, out)
+	}
+}
+
+func (g *gw) delete(yaml string) {
+	g.t.Helper()
+	f := writeTemp(g.t, "delete-*.yaml", yaml)
+	if out, err := g.straitCLI("delete", "-f", f); err != nil {
+		g.t.Fatalf("strait delete on %s: %v\n%s", g.cluster, err, out)
+	}
+}
+
+// metrics scrapes the gateway's /metrics from inside its namespace.
+func (g *gw) metrics() map[string]float64 {
+	g.t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", g.netns, "curl", "-sS", "--max-time", "5", "http://"+metricsAddr+"/metrics").Output()
+	if err != nil {
+		g.t.Fatalf("scrape metrics of %s: %v", g.cluster, err)
+	}
+	m := map[string]float64{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			g.t.Fatalf("metrics of %s: bad line %q", g.cluster, line)
+		}
+		m[line[:i]] = v
+	}
+	return m
+}
+
+func (g *gw) metric(name string) float64 {
+	g.t.Helper()
+	return g.metrics()[name]
+}
+
+// waitMetric polls until cond holds for the named metric.
+func (g *gw) waitMetric(name string, cond func(float64) bool, what string) {
+	g.t.Helper()
+	var v float64
+	for deadline := time.Now().Add(patience); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if v = g.metric(name); cond(v) {
+			return
+		}
+	}
+	g.t.Fatalf("%s on %s: %s = %v after %v", what, g.cluster, name, v, patience)
+}
+
+// waitLive waits until the gateway has a live session to peer and listens
+// on n imports.
+func (g *gw) waitLive(peer string, imports int) {
+	g.t.Helper()
+	var last string
+	for deadline := time.Now().Add(patience); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		select {
+		case <-g.proc.done:
+			g.t.Fatalf("gateway %s exited: %v\n%s", g.cluster, g.proc.err, g.proc.out.String())
+		default:
+		}
+		st, err := g.admin().Status()
+		if err != nil {
+			last = err.Error()
+			continue
+		}
+		if len(st.Imports) < imports {
+			last = fmt.Sprintf("imports %v", st.Imports)
+			continue
+		}
+		for _, p := range st.Peers {
+			if p.Cluster == peer && len(p.Live) > 0 {
+				return
+			}
+		}
+		last = fmt.Sprintf("peers %+v", st.Peers)
+	}
+	g.t.Fatalf("gateway %s not ready after %v: %s", g.cluster, patience, last)
+}
+
+var (
+	binary string
+	tmpDir string
+)
+
+// TestMain removes the strait binary testenv built for this package:
+// testenv keeps it for the life of the test process and never deletes it.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binary != "" {
+		os.RemoveAll(filepath.Dir(binary))
+	}
+	os.Exit(code)
+}
+
+func writeTemp(t *testing.T, pattern, content string) string {
+	t.Helper()
+	f, err := os.CreateTemp(tmpDir, pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(content); err != nil {
+		t.Fatal(err)
+	}
+	return f.Name()
+}
+
+func peerYAML(name, addr string) string {
+	return fmt.Sprintf("apiVersion: strait.dev/v1alpha1\nkind: Peer\nmetadata: {name: %s}\nspec: {gateways: [\"%s\"]}\n---\n", name, addr)
+}
+
+func exportYAML(name, target string) string {
+	return fmt.Sprintf("apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata: {name: %s, namespace: default}\nspec: {target: \"%s\"}\n---\n", name, target)
+}
+
+func importYAML(name, ip string, port int, cluster string) string {
+	return fmt.Sprintf(`apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceImport
+metadata: {name: %s, namespace: default}
+spec:
+  type: ClusterSetIP
+  ips: [%s]
+  ports: [{name: http, protocol: TCP, port: %d}]
+  clusters: [{cluster: %s}]
+---
+`, name, ip, port, cluster)
+}
+
+func policyYAML(name string, priority int, action, spec string) string {
+	return fmt.Sprintf("apiVersion: strait.dev/v1alpha1\nkind: AccessPolicy\nmetadata: {name: %s}\nspec:\n  priority: %d\n  action: %s\n%s---\n", name, priority, action, spec)
+}
+
+// env is the running two-cluster lab.
+type env struct {
+	lab                *lab.Lab
+	a, b               *gw
+	client, server     string // namespaces
+	clientAddr, gwAddr string
+	fabric             string
+	target             string // the echo server
+}
+
+// url is the address of an import on cluster b's gateway.
+func (e *env) url(port int) string {
+	return fmt.Sprintf("http://%s/", net.JoinHostPort(e.b.addr, strconv.Itoa(port)))
+}
+
+// curl runs curl on the client node and returns its output and exit code.
+func (e *env) curl(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	argv := append([]string{"netns", "exec", e.client, "curl", "-sS", "--max-time", curlMax, "-H", "Expect:"}, args...)
+	out, err := exec.Command("ip", argv...).CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return string(out), 0
+	case errors.As(err, &ee):
+		return string(out), ee.ExitCode()
+	}
+	t.Fatalf("curl: %v", err)
+	return "", -1
+}
+
+// mustEcho posts body to the import on port and checks the reply.
+func (e *env) mustEcho(t *testing.T, port int, body string) {
+	t.Helper()
+	out, code := e.curl(t, "--fail", "--data-binary", body, e.url(port))
+	if code != 0 || out != body {
+		t.Fatalf("echo through import port %d: exit %d, reply %q, want %q", port, code, out, body)
+	}
+}
+
+// mustRefuse checks that a connection to the import on port ends in an
+// error of its own: a reset or an empty reply, not curl's timeout.
+func (e *env) mustRefuse(t *testing.T, port int) string {
+	t.Helper()
+	out, code := e.curl(t, "--data-binary", "hello", e.url(port))
+	switch code {
+	case 0:
+		t.Fatalf("import port %d answered %q, want the connection refused", port, out)
+	case 28:
+		t.Fatalf("import port %d: curl timed out (%s), want a fast failure", port, strings.TrimSpace(out))
+	// A reset that arrives before curl checked its connect is reported as
+	// a failed connect (7); callers tell it from a closed port by the
+	// gateway's counters.
+	case 7, 52, 55, 56: // reset at connect; empty reply; send or recv failure
+	default:
+		t.Errorf("import port %d: curl exit %d (%s), want 7, 52, 55 or 56", port, code, strings.TrimSpace(out))
+	}
+	return out
+}
+
+func setup(t *testing.T) *env {
+	testenv.RequireRoot(t)
+	for _, tool := range []string{"curl", "dig"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s", tool)
+		}
+	}
+	binary = testenv.StraitBinary(t)
+	var err error
+	// Short: unix socket paths must fit in 108 bytes.
+	if tmpDir, err = os.MkdirTemp("", testenv.UniqueName("sgw")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmpDir) })
+
+	tp, err := topology.Parse([]byte("name: " + testenv.UniqueName("g") + "\n" + topo))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := tp.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := lab.Options{Binary: binary, StateDir: t.TempDir()}
+	l, err := lab.Up(context.Background(), plan, opts)
+	if err != nil {
+		t.Fatalf("lab up: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := lab.Down(context.Background(), plan.Name, opts); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+	})
+	node := func(id string) *topology.PlanNode {
+		n, err := l.Node(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	e := &env{lab: l, client: node("b/client").Netns, server: node("a/server").Netns, clientAddr: node("b/client").Addr.String()}
+
+	e.fabric = filepath.Join(tmpDir, "fabric")
+	for _, args := range [][]string{
+		{"fabric", "init", "--dir", e.fabric, "--clusterset", "cs"},
+		{"fabric", "issue", "a", "--dir", e.fabric},
+		{"fabric", "issue", "b", "--dir", e.fabric},
+	} {
+		if out, err := exec.Command(binary, args...).CombinedOutput(); err != nil {
+			t.Fatalf("strait %v: %v\n%s", args, err, out)
+		}
+	}
+
+	serverAddr := node("a/server").Addr.String()
+	echo := startIn(t, e.server, binary, "app", "echo", "--listen", net.JoinHostPort(serverAddr, strconv.Itoa(echoPort)))
+	target := net.JoinHostPort(serverAddr, strconv.Itoa(echoPort))
+	e.target = target
+
+	e.a = &gw{t: t, cluster: "a", netns: node("a/gw").Netns, addr: node("a/gw").Addr.String()}
+	e.b = &gw{t: t, cluster: "b", netns: node("b/gw").Netns, addr: node("b/gw").Addr.String()}
+	wan := func(g *gw) string { return net.JoinHostPort(g.addr, strconv.Itoa(wanPort)) }
+
+	// Both clusters allow everything at the lowest precedence; the
+	// policies above it are what the subtests exercise.
+	allowAll := policyYAML("allow-all", 1000, "allow", "")
+	resA := peerYAML("b", wan(e.b)) + allowAll
+	for _, name := range []string{"echo", "blocked", "guarded", "prio"} {
+		resA += exportYAML(name, target)
+	}
+	resA += policyYAML("deny-guarded", 10, "deny", "  from: {clusters: [b], namespaces: [web]}\n  to: {exports: [guarded]}\n")
+	resA += policyYAML("deny-prio", 20, "deny", "  to: {exports: [prio]}\n")
+	resB := peerYAML("a", wan(e.a)) + allowAll
+	for name, port := range map[string]int{"echo": portEcho, "blocked": portBlocked, "guarded": portGuarded, "prio": portPrio, "ghost": portGhost} {
+		resB += importYAML(name, e.b.addr, port, "a")
+	}
+	resB += policyYAML("deny-blocked", 10, "deny", "  from: {namespaces: [web]}\n  to: {exports: [blocked]}\n")
+
+	for _, g := range []*gw{e.a, e.b} {
+		res := resA
+		extra := ""
+		if g == e.b {
+			res = resB
+			// The client is workload app=web in namespace web; DNS
+			// serves the imports.
+			extra = fmt.Sprintf("dns: %s\nsources:\n  - {cidr: %s/32, namespace: web, labels: {app: web}}\n",
+				net.JoinHostPort(g.addr, "53"), e.clientAddr)
+		}
+		resFile := filepath.Join(tmpDir, g.cluster+"-resources.yaml")
+		if err := os.WriteFile(resFile, []byte(res), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		g.socket = filepath.Join(tmpDir, g.cluster+".sock")
+		g.config = filepath.Join(tmpDir, g.cluster+"-gateway.yaml")
+		cfg := fmt.Sprintf("cluster: %s\nidentity: {dir: %s}\nlisten: %s\nadmin: %s\nstate: %s\nmetrics: %s\nresources: [%s]\n%s",
+			g.cluster, e.fabric, wan(g), g.socket, filepath.Join(tmpDir, g.cluster+"-state.json"), metricsAddr, resFile, extra)
+		if err := os.WriteFile(g.config, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		g.start()
+	}
+	e.b.waitLive("a", 5)
+	e.a.waitLive("b", 0)
+	for deadline := time.Now().Add(patience); !strings.Contains(echo.out.String(), "listening"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("echo server did not start: %s", echo.out.String())
+		}
+	}
+	return e
+}
+
+// TestTwoClusters runs both gateways, the echo server and the clients as
+// processes in a two-cluster lab and goes through the data plane's
+// behaviours one subtest at a time. The subtests share the lab (building
+// it is the expensive part) and run in order: the last ones kill gateways.
+func TestTwoClusters(t *testing.T) {
+	e := setup(t)
+	steps := []struct {
+		name string
+		f    func(*testing.T, *env)
+	}{
+		{"EchoIntegrity", testEchoIntegrity},
+		{"KeepAliveAndNewConnections", testKeepAlive},
+		{"StreamBytesMatchAcrossGateways", testStreamBytes},
+		{"DNS", testDNS},
+		{"PolicyEgressDeny", testEgressDeny},
+		{"PolicyIngressDeny", testIngressDeny},
+		{"PolicyPriority", testPolicyPriority},
+		{"UnknownExport", testUnknownExport},
+		{"BadAdminInput", testBadAdminInput},
+		{"ImportAddressNotLocal", testImportNotLocal},
+		{"IdentityOtherCA", testOtherCA},
+		{"IdentityWrongCluster", testWrongCluster},
+		{"WANPartition", testPartition},
+		{"LiveChangesAndRestart", testLiveChanges},
+		{"PeerGatewayDies", testPeerDies},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, func(t *testing.T) { s.f(t, e) }) {
+			// Later steps assume the state earlier ones leave; a
+			// failure would cascade.
+			break
+		}
+	}
+}
+
+func testEchoIntegrity(t *testing.T, e *env) {
+	for _, size := range []int{60, 1 << 20, 10 << 20} {
+		t.Run(strconv.Itoa(size), func(t *testing.T) {
+			body := make([]byte, size)
+			_, _ = rand.Read(body)
+			in := filepath.Join(tmpDir, "in-"+strconv.Itoa(size))
+			out := filepath.Join(tmpDir, "out-"+strconv.Itoa(size))
+			if err := os.WriteFile(in, body, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			defer os.Remove(in)
+			defer os.Remove(out)
+			msg, code := e.curl(t, "--fail", "--data-binary", "@"+in, "-o", out, e.url(portEcho))
+			if code != 0 {
+				t.Fatalf("curl exit %d: %s", code, msg)
+			}
+			got, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sha256.Sum256(got) != sha256.Sum256(body) {
+				t.Fatalf("echo of %d bytes came back as %d bytes with another sha256", size, len(got))
+			}
+		})
+	}
+}
+
+func testKeepAlive(t *testing.T, e *env) {
+	const conns = "strait_client_connections_total"
+	before := e.b.metric(conns)
+	// One curl, three requests: one connection, reused.
+	u := e.url(portEcho)
+	out, code := e.curl(t, "--fail", "--data-binary", "x", "-w", " %{num_connects}\n", u, u, u)
+	if code != 0 {
+		t.Fatalf("curl exit %d: %s", code, out)
+	}
+	if want := "x 1\nx 0\nx 0\n"; out != want {
+		t.Errorf("keep-alive: replies and connects %q, want %q", out, want)
+	}
+	if got := e.b.metric(conns) - before; got != 1 {
+		t.Errorf("keep-alive: %v client connections, want 1", got)
+	}
+	// Three curls: three connections.
+	before = e.b.metric(conns)
+	for i := range 3 {
+		e.mustEcho(t, portEcho, "new"+strconv.Itoa(i))
+	}
+	if got := e.b.metric(conns) - before; got != 3 {
+		t.Errorf("new connections: %v client connections, want 3", got)
+	}
+}
+
+// testStreamBytes checks the byte counters of both ends of the same
+// streams: what the importing gateway sent toward cluster a is what the
+// exporting gateway received from cluster b, and the reverse. The echo's
+// reply differs from the request in size (headers), so swapped directions
+// show.
+func testStreamBytes(t *testing.T, e *env) {
+	e.mustEcho(t, portEcho, strings.Repeat("z", 5000))
+	const (
+		openB = `strait_streams_open{point="egress"}`
+		openA = `strait_streams_open{point="ingress"}`
+	)
+	e.b.waitMetric(openB, func(v float64) bool { return v == 0 }, "streams end")
+	e.a.waitMetric(openA, func(v float64) bool { return v == 0 }, "streams end")
+	mb, ma := e.b.metrics(), e.a.metrics()
+	for _, dir := range [][2]string{{"out", "in"}, {"in", "out"}} {
+		b := mb[`strait_stream_bytes_total{point="egress",direction="`+dir[0]+`"}`]
+		a := ma[`strait_stream_bytes_total{point="ingress",direction="`+dir[1]+`"}`]
+		if a != b || a == 0 {
+			t.Errorf("importing gateway counted %v bytes %s, exporting gateway %v bytes %s; want equal", b, dir[0], a, dir[1])
+		}
+	}
+	// Connections to the target are preconnected: with one client at a
+	// time, streams find warm ones.
+	if ma[`strait_target_dials_total{kind="warm"}`] == 0 {
+		t.Errorf("no warm target dials on a: %v cold", ma[`strait_target_dials_total{kind="cold"}`])
+	}
+	if mb[`strait_streams_total{point="egress"}`] != ma[`strait_streams_total{point="ingress"}`] {
+		t.Errorf("streams: %v at egress, %v at ingress", mb[`strait_streams_total{point="egress"}`], ma[`strait_streams_total{point="ingress"}`])
+	}
+}
+
+func testDNS(t *testing.T, e *env) {
+	tests := []struct {
+		name, qtype, qname string
+		status             string
+		answer             string // +short output
+	}{
+		{"A", "A", "echo.default.svc.clusterset.local", "NOERROR", e.b.addr},
+		{"SRV", "SRV", "_http._tcp.echo.default.svc.clusterset.local", "NOERROR", fmt.Sprintf("10 100 %d echo.default.svc.clusterset.local.", portEcho)},
+		{"TXT", "TXT", "dns-version.clusterset.local", "NOERROR", `"1.0.0"`},
+		{"unknown", "A", "nope.default.svc.clusterset.local", "NXDOMAIN", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			status, answer := dig(t, e, tt.qtype, tt.qname)
+			if status != tt.status || answer != tt.answer {
+				t.Errorf("dig %s %s: status %s, answer %q; want %s, %q", tt.qtype, tt.qname, status, answer, tt.status, tt.answer)
+			}
+		})
+	}
+}
+
+// dig asks cluster b's gateway from the client node and returns the
+// response status and the answer section, one record data per line.
+func dig(t *testing.T, e *env, qtype, qname string) (status, answer string) {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", e.client, "dig", "@"+e.b.addr, "-p", "53",
+		"+time=2", "+tries=3", "+noall", "+comments", "+answer", qtype, qname).CombinedOutput()
+	if err != nil {
+		t.Fatalf("dig %s %s: %v\n%s", qtype, qname, err, out)
+	}
+	var data []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if i := strings.Index(line, "status: "); i >= 0 {
+			status = strings.TrimSuffix(strings.Fields(line[i+len("status: "):])[0], ",")
+			continue
+		}
+		if line == "" || strings.HasPrefix(line, ";") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) >= 5 {
+			data = append(data, strings.Join(f[4:], " "))
+		}
+	}
+	return status, strings.Join(data, "\n")
+}
+
+func testEgressDeny(t *testing.T, e *env) {
+	const denials = `strait_policy_denials_total{point="egress"}`
+	beforeB, beforeA := e.b.metric(denials), e.a.metric(`strait_policy_denials_total{point="ingress"}`)
+	streamsA := e.a.metric(`strait_streams_total{point="ingress"}`)
+	conns := e.b.metric("strait_client_connections_total")
+	e.mustRefuse(t, portBlocked)
+	if got := e.b.metric("strait_client_connections_total") - conns; got != 1 {
+		t.Errorf("b accepted %v client connections, want 1 (accepted, then reset)", got)
+	}
+	if got := e.b.metric(denials) - beforeB; got != 1 {
+		t.Errorf("egress denials on b went up by %v, want 1", got)
+	}
+	// Denied at egress, the connection never crossed the WAN.
+	if got := e.a.metric(`strait_policy_denials_total{point="ingress"}`) - beforeA; got != 0 {
+		t.Errorf("ingress denials on a went up by %v, want 0", got)
+	}
+	if got := e.a.metric(`strait_streams_total{point="ingress"}`) - streamsA; got != 0 {
+		t.Errorf("a accepted %v streams for a connection denied at egress", got)
+	}
+	if !strings.Contains(e.b.proc.out.String(), "deny-blocked") {
+		t.Errorf("b's log does not name the deciding policy deny-blocked")
+	}
+}
+
+func testIngressDeny(t *testing.T, e *env) {
+	const denials = `strait_policy_denials_total{point="ingress"}`
+	before, beforeB := e.a.metric(denials), e.b.metric(`strait_policy_denials_total{point="egress"}`)
+	e.mustRefuse(t, portGuarded)
+	// The egress side counts its stream as ended only after the reset came
+	// back; the ingress counter is updated before the reset is sent.
+	if got := e.a.metric(denials) - before; got != 1 {
+		t.Errorf("ingress denials on a went up by %v, want 1", got)
+	}
+	if got := e.b.metric(`strait_policy_denials_total{point="egress"}`) - beforeB; got != 0 {
+		t.Errorf("egress denials on b went up by %v, want 0", got)
+	}
+	if log := e.a.proc.out.String(); !strings.Contains(log, "denied by policy deny-guarded") {
+		t.Errorf("a's log does not give the reason (denied by policy deny-guarded):\n%s", log)
+	}
+}
+
+func testPolicyPriority(t *testing.T, e *env) {
+	const denials = `strait_policy_denials_total{point="ingress"}`
+	// deny-prio (priority 20) is on a from the start.
+	tests := []struct {
+		name   string
+		allow  string // an allow policy for prio applied first ("" none)
+		passes bool
+	}{
+		{"deny alone", "", false},
+		{"allow at equal priority loses", policyYAML("allow-prio", 20, "allow", "  from: {clusters: [b]}\n  to: {exports: [prio]}\n"), false},
+		{"allow at higher precedence wins", policyYAML("allow-prio", 5, "allow", "  from: {clusters: [b]}\n  to: {exports: [prio]}\n"), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.allow != "" {
+				e.a.apply(tt.allow)
+			}
+			before := e.a.metric(denials)
+			if tt.passes {
+				e.mustEcho(t, portPrio, "prio")
+			} else {
+				e.mustRefuse(t, portPrio)
+			}
+			want := 1.0
+			if tt.passes {
+				want = 0
+			}
+			if got := e.a.metric(denials) - before; got != want {
+				t.Errorf("ingress denials went up by %v, want %v", got, want)
+			}
+		})
+	}
+	e.a.delete(policyYAML("allow-prio", 5, "allow", "  to: {exports: [prio]}\n"))
+	e.mustRefuse(t, portPrio)
+}
+
+func testUnknownExport(t *testing.T, e *env) {
+	const refused = "strait_streams_refused_total"
+	before := e.a.metric(refused)
+	e.mustRefuse(t, portGhost)
+	if got := e.a.metric(refused) - before; got != 1 {
+		t.Errorf("streams refused on a went up by %v, want 1", got)
+	}
+	if log := e.a.proc.out.String(); !strings.Contains(log, "unknown export default/ghost") {
+		t.Errorf("a's log does not give the reason (unknown export default/ghost)")
+	}
+}
+
+func testBadAdminInput(t *testing.T, e *env) {
+	tests := []struct {
+		name string
+		yaml string
+		want []string // in strait's error output
+	}{
+		{"syntax", "apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceImport\nmetadata: {name: x\n", []string{"document 1"}},
+		{"unknown field", importYAML("x", e.b.addr, 9000, "a") + "apiVersion: strait.dev/v1alpha1\nkind: Peer\nmetadata: {name: z}\nspec: {gatways: [\"1.2.3.4:1\"]}\n",
+			[]string{"document 2 (Peer z)", "spec.gatways: unknown field"}},
+		{"bad value", policyYAML("p", 5, "permit", ""), []string{`spec.action: "permit" is not one of allow, deny`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before, err := e.b.straitCLI("get")
+			if err != nil {
+				t.Fatalf("strait get: %v\n%s", err, before)
+			}
+			st, err := e.b.admin().Status()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := e.b.straitCLI("apply", "-f", writeTemp(t, "bad-*.yaml", tt.yaml))
+			if err == nil {
+				t.Fatalf("strait apply of bad YAML succeeded: %s", out)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("error %q does not contain %q", strings.TrimSpace(out), w)
+				}
+			}
+			after, err := e.b.straitCLI("get")
+			if err != nil || after != before {
+				t.Errorf("resources changed by a failed apply (err %v):\nbefore\n%s\nafter\n%s", err, before, after)
+			}
+			if st2, err := e.b.admin().Status(); err != nil || st2.Revision != st.Revision {
+				t.Errorf("revision %d → %+v, %v", st.Revision, st2, err)
+			}
+			e.mustEcho(t, portEcho, "still serving")
+		})
+	}
+}
+
+// testOtherCA runs a second gateway of cluster b whose certificate comes
+// from another CA (same clusterset name): it must never get a session to a,
+// and both ends that verify a certificate count the rejection.
+// testImportNotLocal applies an import on an address the gateway's node
+// does not have: it is stored, and the CLI says it is not in effect.
+func testImportNotLocal(t *testing.T, e *env) {
+	imp := importYAML("faraway", "192.0.2.1", 80, "a")
+	out, err := e.b.straitCLI("apply", "-f", writeTemp(t, "faraway-*.yaml", imp))
+	if err == nil || !strings.Contains(out, "stored, but not all in effect") || !strings.Contains(out, "import default/faraway") {
+		t.Errorf("strait apply of an import on a foreign address: %v\n%s", err, out)
+	}
+	if got, err := e.b.straitCLI("get", "ServiceImport"); err != nil || !strings.Contains(got, "name: faraway") {
+		t.Errorf("import not stored: %v\n%s", err, got)
+	}
+	e.b.delete(imp)
+	e.mustEcho(t, portEcho, "after faraway")
+}
+
+func testOtherCA(t *testing.T, e *env) {
+	other := filepath.Join(tmpDir, "other-fabric")
+	for _, args := range [][]string{
+		{"fabric", "init", "--dir", other, "--clusterset", "cs"},
+		{"fabric", "issue", "b", "--dir", other},
+	} {
+		if out, err := exec.Command(binary, args...).CombinedOutput(); err != nil {
+			t.Fatalf("strait %v: %v\n%s", args, err, out)
+		}
+	}
+	res := writeTemp(t, "rogue-*.yaml", peerYAML("a", net.JoinHostPort(e.a.addr, strconv.Itoa(wanPort))))
+	rogue := &gw{t: t, cluster: "b (other CA)", netns: e.b.netns, addr: e.b.addr,
+		socket: filepath.Join(tmpDir, "rogue.sock"), config: filepath.Join(tmpDir, "rogue.yaml")}
+	cfg := fmt.Sprintf("cluster: b\nidentity: {dir: %s}\nlisten: %s\nadmin: %s\nstate: %s\nmetrics: 127.0.0.1:9465\nresources: [%s]\n",
+		other, net.JoinHostPort(e.b.addr, "4444"), rogue.socket, filepath.Join(tmpDir, "rogue-state.json"), res)
+	if err := os.WriteFile(rogue.config, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rogue.start()
+	acceptedA := e.a.metric("strait_sessions_accepted_total")
+
+	// The dialer verifies the server first (TLS 1.3): the rogue rejects a.
+	scrape := func() float64 {
+		out, err := exec.Command("ip", "netns", "exec", e.b.netns, "curl", "-sS", "http://127.0.0.1:9465/metrics").Output()
+		if err != nil {
+			return -1
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if v, ok := strings.CutPrefix(line, `strait_handshake_failures_total{reason="unknown_ca"} `); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				return f
+			}
+		}
+		return 0
+	}
+	var n float64
+	for deadline := time.Now().Add(patience); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if n = scrape(); n > 0 {
+			break
+		}
+	}
+	if n <= 0 {
+		t.Fatalf("gateway with a foreign CA counted %v unknown_ca rejections", n)
+	}
+	st, err := rogue.admin().Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Peers) != 1 || len(st.Peers[0].Live) != 0 {
+		t.Errorf("gateway with a foreign CA: peers %+v, want a without live sessions", st.Peers)
+	}
+	if got := e.a.metric("strait_sessions_accepted_total") - acceptedA; got != 0 {
+		t.Errorf("a accepted %v sessions during the foreign gateway's attempts", got)
+	}
+	rogue.proc.kill()
+
+	// The server's own check: a client certificate from the other CA
+	// (curl, no ALPN, not verifying the server) is rejected and counted by a.
+	const reason = `strait_handshake_failures_total{reason="unknown_ca"}`
+	before := e.a.metric(reason)
+	out, err := exec.Command("ip", "netns", "exec", e.b.netns, "curl", "-sS", "--max-time", curlMax, "-k", "--no-alpn",
+		"--cert", filepath.Join(other, "b.crt"), "--key", filepath.Join(other, "b.key"),
+		"https://"+net.JoinHostPort(e.a.addr, strconv.Itoa(wanPort))+"/").CombinedOutput()
+	if err == nil {
+		t.Errorf("TLS client with a foreign certificate got through: %s", out)
+	}
+	e.a.waitMetric(reason, func(v float64) bool { return v == before+1 }, "server-side rejection of a foreign certificate")
+	e.mustEcho(t, portEcho, "after foreign ca")
+}
+
+// testWrongCluster points a Peer named d at cluster a's gateway: a presents
+// a valid certificate of the clusterset, but for cluster a, so b must not
+// take the session, and counts wrong_cluster.
+func testWrongCluster(t *testing.T, e *env) {
+	const reason = `strait_handshake_failures_total{reason="wrong_cluster"}`
+	before := e.b.metric(reason)
+	peer := peerYAML("d", net.JoinHostPort(e.a.addr, strconv.Itoa(wanPort)))
+	e.b.apply(peer)
+	e.b.waitMetric(reason, func(v float64) bool { return v > before }, "wrong cluster rejected")
+	st, err := e.b.admin().Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range st.Peers {
+		if p.Cluster == "d" && len(p.Live) != 0 {
+			t.Errorf("peer d (answered by cluster a) has live sessions %v", p.Live)
+		}
+	}
+	e.b.delete(peer)
+	e.mustEcho(t, portEcho, "after wrong cluster")
+}
+
+func testLiveChanges(t *testing.T, e *env) {
+	// The import prefers cluster zz, which b has no Peer for: connections
+	// go to the next cluster, a.
+	imp := strings.Replace(importYAML("late", e.b.addr, portLate, "a"), "clusters: [{cluster: a}]", "clusters: [{cluster: zz}, {cluster: a}]", 1)
+	e.mustRefuseConnect(t, portLate)
+	e.a.apply(exportYAML("late", e.target))
+	e.b.apply(imp)
+	e.mustEcho(t, portLate, "late")
+	out, err := e.b.straitCLI("gateway", "status")
+	if err != nil {
+		t.Fatalf("strait gateway status: %v\n%s", err, out)
+	}
+	var st gateway.Status
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		t.Fatalf("strait gateway status: %v\n%s", err, out)
+	}
+	if want := fmt.Sprintf("default/late %s:%d", e.b.addr, portLate); !slices.Contains(st.Imports, want) || st.Cluster != "b" ||
+		len(st.Peers) != 1 || st.Peers[0].Cluster != "a" || len(st.Peers[0].Live) == 0 {
+		t.Errorf("strait gateway status: %s\nwant import %q and a live session to a", out, want)
+	}
+	if _, answer := dig(t, e, "A", "late.default.svc.clusterset.local"); answer != e.b.addr {
+		t.Errorf("dig late: %q, want %s", answer, e.b.addr)
+	}
+	if out, err := e.b.straitCLI("get", "ServiceImport"); err != nil || !strings.Contains(out, "name: late") {
+		t.Errorf("strait get ServiceImport: %v\n%s", err, out)
+	}
+
+	// Kill -9 and start again with the same configuration: the applied
+	// import comes back from the state file.
+	e.b.restart()
+	e.b.waitLive("a", 6)
+	e.mustEcho(t, portLate, "late after restart")
+	e.mustEcho(t, portEcho, "echo after restart")
+
+	e.b.delete(imp)
+	e.mustRefuseConnect(t, portLate)
+	if status, _ := dig(t, e, "A", "late.default.svc.clusterset.local"); status != "NXDOMAIN" {
+		t.Errorf("dig late after delete: %s, want NXDOMAIN", status)
+	}
+	e.mustEcho(t, portEcho, "echo after delete")
+}
+
+// clientConns counts the client node's established connections to the
+// import port.
+func (e *env) clientConns(t *testing.T, port int) int {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", e.client, "ss", "-tnH", "state", "established",
+		"dst", e.b.addr, "dport", "= :"+strconv.Itoa(port)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ss: %v: %s", err, out)
+	}
+	n := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.TrimSpace(line) != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// mustRefuseConnect checks that nothing listens on the import port.
+func (e *env) mustRefuseConnect(t *testing.T, port int) {
+	t.Helper()
+	conns := e.b.metric("strait_client_connections_total")
+	out, code := e.curl(t, e.url(port))
+	if code != 7 {
+		t.Fatalf("import port %d: curl exit %d (%s), want 7 (connection refused)", port, code, strings.TrimSpace(out))
+	}
+	if got := e.b.metric("strait_client_connections_total") - conns; got != 0 {
+		t.Errorf("import port %d: b accepted %v connections, want none", port, got)
+	}
+}
+
+// openUpload starts a client connection in the middle of a request:
+// curl uploads from a pipe the test holds open. It returns once the
+// importing gateway carries its stream; send writes more of the upload and
+// ends it, and returns curl's exit.
+func (e *env) openUpload(t *testing.T) (send func() (string, error)) {
+	t.Helper()
+	cmd := exec.Command("ip", "netns", "exec", e.client, "curl", "-sS", "-H", "Expect:", "-T", "-", e.url(portEcho))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	exited := make(chan struct{})
+	go func() { done <- cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	if _, err := io.WriteString(stdin, strings.Repeat("part of a long upload\n", 100)); err != nil {
+		t.Fatal(err)
+	}
+	e.b.waitMetric(`strait_streams_open{point="egress"}`, func(v float64) bool { return v == 1 }, "upload stream open")
+	if n := e.clientConns(t, portEcho); n != 1 {
+		t.Fatalf("%d client connections established to the import, want 1", n)
+	}
+	return func() (string, error) {
+		_, _ = io.WriteString(stdin, "more\n")
+		stdin.Close()
+		select {
+		case err := <-done:
+			return out.String(), err
+		case <-time.After(patience):
+			t.Fatalf("curl still running %v after its input ended", patience)
+		}
+		return "", nil
+	}
+}
+
+// waitClientGone waits until the client's connection to the import left
+// the established state, although curl, blocked on its input, has not
+// used it.
+func (e *env) waitClientGone(t *testing.T, why string) {
+	t.Helper()
+	for deadline := time.Now().Add(patience); e.clientConns(t, portEcho) != 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("client connection still established %v after %s", patience, why)
+		}
+	}
+	e.b.waitMetric(`strait_streams_open{point="egress"}`, func(v float64) bool { return v == 0 }, "stream ends with its peer")
+}
+
+// testPartition drops every packet between the gateways (blackhole routes
+// on both): no FIN, no RST, only silence, which keepalives must notice.
+func testPartition(t *testing.T, e *env) {
+	send := e.openUpload(t)
+	cut := [][]string{{e.a.netns, e.b.addr}, {e.b.netns, e.a.addr}}
+	// The lab routes each node address as a /32; the blackhole replaces
+	// that route and heal puts it back.
+	var orig []string
+	for _, c := range cut {
+		orig = append(orig, strings.TrimSpace(testenv.Run(t, "ip", "-n", c[0], "route", "show", "exact", c[1]+"/32")))
+	}
+	healed := false
+	heal := func() {
+		if healed {
+			return
+		}
+		healed = true
+		for i, c := range cut {
+			if orig[i] == "" {
+				_ = exec.Command("ip", "-n", c[0], "route", "del", "blackhole", c[1]+"/32").Run()
+				continue
+			}
+			testenv.Run(t, "ip", append([]string{"-n", c[0], "route", "replace"}, strings.Fields(orig[i])...)...)
+		}
+	}
+	t.Cleanup(heal)
+	for _, c := range cut {
+		testenv.Run(t, "ip", "-n", c[0], "route", "replace", "blackhole", c[1]+"/32")
+	}
+	e.waitClientGone(t, "the WAN went silent")
+	if out, err := send(); err == nil {
+		t.Errorf("upload succeeded across a partition: %s", out)
+	}
+	// No session: new connections fail at once.
+	failures := e.b.metric("strait_stream_open_failures_total")
+	e.b.waitMetric(`strait_peer_sessions_live{peer="a"}`, func(v float64) bool { return v == 0 }, "sessions given up")
+	e.mustRefuse(t, portEcho)
+	if got := e.b.metric("strait_stream_open_failures_total") - failures; got != 1 {
+		t.Errorf("stream open failures on b went up by %v, want 1", got)
+	}
+
+	heal()
+	start := time.Now()
+	e.b.waitLive("a", 5)
+	e.a.waitLive("b", 0)
+	e.mustEcho(t, portEcho, "healed")
+	t.Logf("sessions back %v after the partition healed", time.Since(start).Round(time.Millisecond))
+}
+
+func testPeerDies(t *testing.T, e *env) {
+	send := e.openUpload(t)
+	e.a.proc.kill()
+	e.waitClientGone(t, "the exporting gateway was killed")
+	out, err := send()
+	if err == nil {
+		t.Errorf("open connection ended without error after the peer gateway died: %s", out)
+	}
+	t.Logf("open connection ended: %v: %s", err, strings.TrimSpace(out))
+
+	// While a is down, new connections fail at once (no hang): no session
+	// takes them.
+	failures := e.b.metric("strait_stream_open_failures_total")
+	for range 3 {
+		e.mustRefuse(t, portEcho)
+	}
+	if got := e.b.metric("strait_stream_open_failures_total") - failures; got != 3 {
+		t.Errorf("stream open failures on b went up by %v, want 3", got)
+	}
+
+	start := time.Now()
+	e.a.start()
+	for {
+		out, code := e.curl(t, "--fail", "--data-binary", "back", e.url(portEcho))
+		if code == 0 && out == "back" {
+			break
+		}
+		if time.Since(start) > patience {
+			t.Fatalf("traffic did not flow %v after the exporting gateway restarted: exit %d %s", patience, code, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("traffic flowed again %v after the exporting gateway restarted", time.Since(start).Round(time.Millisecond))
+}

@@ -1,0 +1,74 @@
+package run
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Overrides narrow or change an experiment from the command line, e.g. to
+// run a catalog experiment on one scenario with fewer repetitions. Empty
+// fields change nothing.
+type Overrides struct {
+	Scenarios   []string
+	Tools       []string
+	Workloads   []string // keep only these workloads
+	Payloads    []string // replace the payloads of workloads that take a body
+	Repetitions int
+	Requests    int
+}
+
+// Override applies o and validates the result again. The experiment's
+// recorded source gains a line per override, so a resumed run must use the
+// same ones.
+func (e *Experiment) Override(o Overrides) error {
+	var notes []string
+	if len(o.Scenarios) > 0 {
+		e.Scenarios = o.Scenarios
+		notes = append(notes, "scenarios="+strings.Join(o.Scenarios, ","))
+	}
+	if len(o.Tools) > 0 {
+		e.Tools = o.Tools
+		notes = append(notes, "tools="+strings.Join(o.Tools, ","))
+	}
+	if len(o.Workloads) > 0 {
+		var kept []Workload
+		for _, name := range o.Workloads {
+			i := slices.IndexFunc(e.Workloads, func(w Workload) bool { return w.Name == name })
+			if i < 0 {
+				return fmt.Errorf("--workloads: the experiment has no workload %q", name)
+			}
+			kept = append(kept, e.Workloads[i])
+		}
+		e.Workloads = kept
+		notes = append(notes, "workloads="+strings.Join(o.Workloads, ","))
+	}
+	if len(o.Payloads) > 0 {
+		for i := range e.Workloads {
+			if w := &e.Workloads[i]; w.Name == "echo" || w.Name == "recv" {
+				w.Payloads = o.Payloads
+			}
+		}
+		notes = append(notes, "payloads="+strings.Join(o.Payloads, ","))
+	}
+	if o.Repetitions != 0 {
+		e.Repetitions = o.Repetitions
+		notes = append(notes, fmt.Sprintf("repetitions=%d", o.Repetitions))
+	}
+	if o.Requests != 0 {
+		e.Load.Requests = o.Requests
+		notes = append(notes, fmt.Sprintf("requests=%d", o.Requests))
+	}
+	if len(notes) == 0 {
+		return nil
+	}
+	e.scenarios = nil
+	for i := range e.Workloads {
+		e.Workloads[i].sizes = nil
+	}
+	if err := e.resolve(e.dir); err != nil {
+		return err
+	}
+	e.source = append(e.source, []byte("\n# overrides: "+strings.Join(notes, " ")+"\n")...)
+	return nil
+}

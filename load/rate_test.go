@@ -1,0 +1,338 @@
+package load
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/strait-net/strait/apps"
+)
+
+func TestRateConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  RateConfig
+		want string // substring of the error; "" for valid
+	}{
+		{"zero value", RateConfig{}, ""},
+		{"typical", RateConfig{URL: "http://10.0.0.1:8080/", Rate: 10000, Connections: 100, Payload: 1024, Duration: time.Minute}, ""},
+		{"bad url", RateConfig{URL: "https://x/"}, "scheme must be http"},
+		{"negative rate", RateConfig{Rate: -1}, "rate -1"},
+		{"rate too high", RateConfig{Rate: 2e6}, "rate 2e+06"},
+		{"negative connections", RateConfig{Connections: -1}, "connections -1"},
+		{"too many connections", RateConfig{Connections: MaxConnections + 1}, "connections 10001"},
+		{"negative duration", RateConfig{Duration: -time.Second}, "duration -1s"},
+		{"negative warmup", RateConfig{Warmup: -time.Second}, "warmup -1s"},
+		{"negative drain", RateConfig{Drain: -time.Second}, "drain -1s"},
+		{"negative payload", RateConfig{Payload: -1}, "payload -1"},
+		{"bad method", RateConfig{Method: "GE T"}, "method"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("error %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestErrorClass(t *testing.T) {
+	tests := map[string]string{
+		"connect 127.0.0.1:1: connect: connection refused":      "connect",
+		"connect 10.0.0.1:80: timeout after 5s":                 "timeout",
+		"read response: response timeout after 1s":              "timeout",
+		"read response: EOF":                                    "read",
+		"read body after 3 bytes: unexpected EOF":               "read",
+		"server sent 5 unexpected bytes on the idle connection": "read",
+		"write request: broken pipe":                            "write",
+		"status 503":                                            "status",
+		"echo mismatch: got 3 bytes, sent 4":                    "echo",
+		incomplete:                                              "incomplete",
+		"something new":                                         "other",
+	}
+	for msg, want := range tests {
+		if got := errorClass(msg); got != want {
+			t.Errorf("errorClass(%q) = %q, want %q", msg, got, want)
+		}
+	}
+}
+
+// assertOrdered checks what holds by construction for every request: the
+// corrected latency includes the service time, so each corrected
+// percentile is at least the uncorrected one.
+func assertOrdered(t *testing.T, r *RateResult) {
+	t.Helper()
+	lat, svc := r.Latency.Values(), r.ServiceTime.Values()
+	for i := range lat {
+		// One HDR bucket of slack: both are rounded to 3 significant digits.
+		if float64(lat[i]) < float64(svc[i])*0.999-1 {
+			t.Errorf("%s: corrected %d µs < service time %d µs", PercentileLabels[i], lat[i], svc[i])
+		}
+	}
+}
+
+func TestRunRateAchievesTarget(t *testing.T) {
+	url := startApp(t, apps.Config{Kind: apps.Echo})
+	const rate, d = 2000, 2 * time.Second
+	r, err := RunRate(t.Context(), RateConfig{
+		URL: url, Rate: rate, Connections: 4, Payload: 1024, VerifyEcho: true,
+		Duration: d, Warmup: 200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The schedule is exact: every intended start in the window is sent
+	// once and answered once.
+	if r.Scheduled != rate*2 || r.Count != r.Scheduled || r.Errors != 0 {
+		t.Fatalf("scheduled %d, count %d, errors %d (first: %s); want %d, %d, 0",
+			r.Scheduled, r.Count, r.Errors, r.FirstError, rate*2, rate*2)
+	}
+	if got := r.Histogram().TotalCount(); got != r.Count {
+		t.Errorf("histogram holds %d values, count is %d", got, r.Count)
+	}
+	// Achieved falls short of the target only by the last responses'
+	// latency over the 2 s window; 10% leaves room for a busy machine
+	// without hiding a generator that cannot keep its schedule.
+	if r.AchievedRate > rate || r.AchievedRate < 0.9*rate {
+		t.Errorf("achieved %.1f requests/s, want within 10%% below %d", r.AchievedRate, rate)
+	}
+	assertOrdered(t, r)
+}
+
+// stallingHandler echoes, except that the k-th request starts a global
+// pause: it and every request arriving in the next d wait until the
+// pause ends, as a target's GC pause or lock-up would.
+func stallingHandler(k int64, d time.Duration) http.Handler {
+	echo := apps.Handler(apps.Config{Kind: apps.Echo})
+	var (
+		n     atomic.Int64
+		mu    sync.Mutex
+		until time.Time
+	)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == k {
+			mu.Lock()
+			until = time.Now().Add(d)
+			mu.Unlock()
+		}
+		mu.Lock()
+		u := until
+		mu.Unlock()
+		time.Sleep(time.Until(u))
+		echo.ServeHTTP(w, r)
+	})
+}
+
+// countAtLeast counts the values in h that are at least v.
+func countAtLeast(h *hdrhistogram.Histogram, v int64) int64 {
+	var n int64
+	for _, b := range h.Distribution() {
+		if b.From >= v {
+			n += b.Count
+		}
+	}
+	return n
+}
+
+func TestRunRateCoordinatedOmission(t *testing.T) {
+	const (
+		rate  = 1000
+		conns = 2
+		stall = 200 * time.Millisecond
+		// threshold separates "hit by the stall" from normal latency.
+		threshold = 50 * time.Millisecond
+	)
+	// Request 1200 is one second into the measured window.
+	url := startHandler(t, stallingHandler(1200, stall))
+	r, err := RunRate(t.Context(), RateConfig{
+		URL: url, Rate: rate, Connections: conns, Payload: 64,
+		Duration: 3 * time.Second, Warmup: 200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Count != r.Scheduled {
+		t.Fatalf("count %d, scheduled %d, errors %d (%s)", r.Count, r.Scheduled, r.Errors, r.FirstError)
+	}
+	// Every request whose intended start lies in [a, a+stall-threshold],
+	// a being the stall's start, completes after a+stall, so its
+	// corrected latency is at least threshold: rate×(stall-threshold)
+	// requests, whatever the machine's speed. Only a few more can join
+	// them: those in flight when the stall began (one per connection)
+	// and those due while the backlog was caught up.
+	wantMin := int64(rate * (stall - threshold).Seconds())
+	wantMax := wantMin + int64(rate*stall.Seconds()/4) + conns
+	got := countAtLeast(r.Histogram(), threshold.Microseconds())
+	if got < wantMin || got > wantMax {
+		t.Errorf("%d corrected latencies ≥ %v, want %d..%d", got, threshold, wantMin, wantMax)
+	}
+	// Uncorrected, the stall is one slow request per connection: each
+	// connection had one request in flight, and the rest waited unseen.
+	if svc := countAtLeast(r.ServiceHistogram(), threshold.Microseconds()); svc < 1 || svc > conns {
+		t.Errorf("%d service times ≥ %v, want 1..%d", svc, threshold, conns)
+	}
+	// With 3000 requests, p99.9 is the 3rd slowest: among the stalled ones
+	// when corrected, a normal request when not.
+	if lat, svc := time.Duration(r.Latency.P999)*time.Microsecond, time.Duration(r.ServiceTime.P999)*time.Microsecond; lat < stall/2 || svc >= threshold {
+		t.Errorf("p99.9 corrected %v, uncorrected %v; want ≥ %v and < %v", lat, svc, stall/2, threshold)
+	}
+	if max := time.Duration(r.Latency.P100) * time.Microsecond; max < stall {
+		t.Errorf("max corrected latency %v, want ≥ the %v stall", max, stall)
+	}
+	assertOrdered(t, r)
+}
+
+// dyingServer echoes n requests, then shuts down for good: listener and
+// connections closed.
+func dyingServer(t *testing.T, n int64) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	echo := apps.Handler(apps.Config{Kind: apps.Echo})
+	var count atomic.Int64
+	srv := &http.Server{}
+	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if count.Add(1) > n {
+			go srv.Close()
+			panic(http.ErrAbortHandler)
+		}
+		echo.ServeHTTP(w, r)
+	})
+	srv.ErrorLog = nil
+	done := make(chan struct{})
+	go func() { _ = srv.Serve(ln); close(done) }()
+	t.Cleanup(func() { _ = srv.Close(); <-done })
+	return "http://" + ln.Addr().String() + "/"
+}
+
+func TestRunRateDyingServer(t *testing.T) {
+	const rate = 500
+	url := dyingServer(t, 150)
+	r, err := RunRate(t.Context(), RateConfig{
+		URL: url, Rate: rate, Connections: 3, Payload: 16, Duration: time.Second,
+		ConnectTimeout: time.Second, ResponseTimeout: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Count+r.Errors != r.Scheduled {
+		t.Fatalf("count %d + errors %d != scheduled %d", r.Count, r.Errors, r.Scheduled)
+	}
+	// The server answers 150 requests and never another.
+	if r.Count > 150 || r.Errors < r.Scheduled-150 {
+		t.Errorf("count %d, errors %d of %d scheduled; want at most 150 answered", r.Count, r.Errors, r.Scheduled)
+	}
+	if r.ErrorClasses["connect"] == 0 || r.FirstError == "" {
+		t.Errorf("error classes %v, first error %q; want connect errors", r.ErrorClasses, r.FirstError)
+	}
+}
+
+func TestRunRateCancel(t *testing.T) {
+	url := startApp(t, apps.Config{Kind: apps.Hello})
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	r, err := RunRate(ctx, RateConfig{URL: url, Rate: 500, Connections: 2, Duration: time.Minute})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("error %v, want deadline exceeded", err)
+	}
+	if r == nil || r.Count == 0 || r.Count >= r.Scheduled || r.Errors != 0 {
+		t.Fatalf("result %+v: want some requests, not all, and no errors for the cut-off ones", r)
+	}
+}
+
+func TestRateResultJSON(t *testing.T) {
+	in := RateResult{
+		URL: "http://127.0.0.1:8080/", Method: "POST", Payload: 1024, Connections: 100,
+		TargetRate: 10000, WarmupSec: 5, DurationSec: 30, Scheduled: 300000, Count: 299990,
+		Errors: 10, ErrorClasses: map[string]int64{"timeout": 10}, FirstError: "read response: response timeout after 1s",
+		ElapsedSec: 30.001, AchievedRate: 9999.67,
+		Latency:     Percentiles{Mean: 512.5, StdDev: 80.1, P50: 500, P75: 600, P90: 700, P99: 900, P999: 1500, P9999: 9000, P100: 20000},
+		ServiceTime: Percentiles{Mean: 400, P50: 400, P75: 450, P90: 500, P99: 800, P999: 1000, P9999: 2000, P100: 19000},
+		SendLag:     Percentiles{Mean: 40, P50: 30, P100: 1000},
+	}
+	var buf bytes.Buffer
+	if err := in.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var out RateResult
+	if err := json.Unmarshal(buf.Bytes(), &out); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(in, out) {
+		t.Fatalf("round trip changed the result:\n in  %+v\n out %+v", in, out)
+	}
+	// The schema: these names are what reports read; add, never rename.
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"achieved_rate", "connections", "count", "duration_s", "elapsed_s", "error_classes", "errors",
+		"first_error", "latency", "method", "payload_bytes", "scheduled", "send_lag", "service_time", "target_rate", "url", "warmup_s"}
+	if got := slices.Sorted(mapKeys(m)); !slices.Equal(got, want) {
+		t.Errorf("keys %v, want %v", got, want)
+	}
+	var p map[string]json.RawMessage
+	if err := json.Unmarshal(m["latency"], &p); err != nil {
+		t.Fatal(err)
+	}
+	wantP := []string{"mean_us", "p50_us", "p75_us", "p90_us", "p99_99_us", "p99_9_us", "p99_us", "p100_us", "stddev_us"}
+	if got := slices.Sorted(mapKeys(p)); !slices.Equal(got, slices.Sorted(slices.Values(wantP))) {
+		t.Errorf("latency keys %v, want %v", got, wantP)
+	}
+}
+
+func mapKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func TestWriteHistogram(t *testing.T) {
+	r := &RateResult{latency: newHist()}
+	for v := int64(1); v <= 1000; v++ {
+		_ = r.latency.RecordValue(v * 100)
+	}
+	var buf bytes.Buffer
+	if err := r.WriteHistogram(&buf); err != nil {
+		t.Fatal(err)
+	}
+	s := buf.String()
+	if !strings.HasPrefix(s, " Value\tPercentile\tTotalCount\t1/(1-Percentile)") || !strings.Contains(s, "#[Max     =      100.031, Total count    =         1000]") {
+		t.Errorf("not HdrHistogram's percentile format in ms:\n%s", s)
+	}
+	if err := (&RateResult{}).WriteHistogram(&buf); err == nil {
+		t.Error("no error for a result without histogram")
+	}
+}
+
+// BenchmarkRecord is the generator's bookkeeping per request: three HDR
+// records under a lock.
+func BenchmarkRecord(b *testing.B) {
+	rec := &recorder{latency: newHist(), service: newHist(), lag: newHist(), classes: map[string]int64{}}
+	t0 := time.Now()
+	for b.Loop() {
+		rec.ok(t0, t0.Add(10*time.Microsecond), t0.Add(300*time.Microsecond), 290*time.Microsecond)
+	}
+}
