@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"sync/atomic"
+	"time"
 
 	"github.com/strait-net/strait/policy"
 )
@@ -34,11 +35,25 @@ func (g *Gateway) listenImport(addr string, route *importRoute) (*importListener
 	l := &importListener{ln: ln.(*net.TCPListener)}
 	l.route.Store(route)
 	g.spawn(func() {
+		var delay time.Duration
 		for {
 			c, err := l.ln.AcceptTCP()
-			if err != nil {
+			if errors.Is(err, net.ErrClosed) {
 				return
 			}
+			if err != nil {
+				// Out of file descriptors (EMFILE, ENFILE) or memory:
+				// the listener works again once some are freed, so
+				// back off and retry, as net/http does, instead of
+				// leaving the import dead with its socket still open.
+				if delay == 0 {
+					g.log.Warn("import accept failed", "addr", addr, "err", err)
+				}
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			delay = 0
 			g.spawn(func() { g.serveClient(c, l.route.Load()) })
 		}
 	})

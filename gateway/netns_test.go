@@ -308,6 +308,8 @@ type env struct {
 	clientAddr, gwAddr string
 	fabric             string
 	target             string // the echo server
+	echo               *proc
+	t                  *testing.T // of the whole lab, for processes that outlive a subtest
 }
 
 // url is the address of an import on cluster b's gateway.
@@ -400,7 +402,7 @@ func setup(t *testing.T) *env {
 		}
 		return n
 	}
-	e := &env{lab: l, client: node("b/client").Netns, server: node("a/server").Netns, clientAddr: node("b/client").Addr.String()}
+	e := &env{t: t, lab: l, client: node("b/client").Netns, server: node("a/server").Netns, clientAddr: node("b/client").Addr.String()}
 
 	e.fabric = filepath.Join(tmpDir, "fabric")
 	for _, args := range [][]string{
@@ -414,9 +416,9 @@ func setup(t *testing.T) *env {
 	}
 
 	serverAddr := node("a/server").Addr.String()
-	echo := startIn(t, e.server, binary, "app", "echo", "--listen", net.JoinHostPort(serverAddr, strconv.Itoa(echoPort)))
 	target := net.JoinHostPort(serverAddr, strconv.Itoa(echoPort))
 	e.target = target
+	e.startEcho()
 
 	e.a = &gw{t: t, cluster: "a", netns: node("a/gw").Netns, addr: node("a/gw").Addr.String()}
 	e.b = &gw{t: t, cluster: "b", netns: node("b/gw").Netns, addr: node("b/gw").Addr.String()}
@@ -462,12 +464,36 @@ func setup(t *testing.T) *env {
 	}
 	e.b.waitLive("a", 5)
 	e.a.waitLive("b", 0)
-	for deadline := time.Now().Add(patience); !strings.Contains(echo.out.String(), "listening"); time.Sleep(20 * time.Millisecond) {
+	return e
+}
+
+// startEcho starts the export's target and waits until it listens.
+func (e *env) startEcho() {
+	e.t.Helper()
+	e.echo = startIn(e.t, e.server, binary, "app", "echo", "--listen", e.target)
+	for deadline := time.Now().Add(patience); !strings.Contains(e.echo.out.String(), "listening"); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("echo server did not start: %s", echo.out.String())
+			e.t.Fatalf("echo server did not start: %s", e.echo.out.String())
 		}
 	}
-	return e
+}
+
+// testTargetRestarts stops the export's target: streams are refused with
+// the reason, and once it is back the first connection works although the
+// exporting gateway held warm connections to the old process.
+func testTargetRestarts(t *testing.T, e *env) {
+	const refused = "strait_streams_refused_total"
+	e.echo.kill()
+	before := e.a.metric(refused)
+	e.mustRefuse(t, portEcho)
+	if got := e.a.metric(refused) - before; got != 1 {
+		t.Errorf("streams refused on a went up by %v, want 1", got)
+	}
+	if !strings.Contains(e.a.proc.out.String(), "export target "+e.target+" unreachable") {
+		t.Errorf("a's log does not say the target is unreachable")
+	}
+	e.startEcho()
+	e.mustEcho(t, portEcho, "first after target restart")
 }
 
 // TestTwoClusters runs both gateways, the echo server and the clients as
@@ -492,9 +518,12 @@ func TestTwoClusters(t *testing.T) {
 		{"ImportAddressNotLocal", testImportNotLocal},
 		{"IdentityOtherCA", testOtherCA},
 		{"IdentityWrongCluster", testWrongCluster},
+		{"ExportTargetRestarts", testTargetRestarts},
+		{"ImportSurvivesFDExhaustion", testFDExhaustion},
 		{"WANPartition", testPartition},
 		{"LiveChangesAndRestart", testLiveChanges},
 		{"PeerGatewayDies", testPeerDies},
+		{"GracefulStop", testGracefulStop},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, func(t *testing.T) { s.f(t, e) }) {
@@ -1088,4 +1117,78 @@ func testPeerDies(t *testing.T, e *env) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("traffic flowed again %v after the exporting gateway restarted", time.Since(start).Round(time.Millisecond))
+}
+
+// testGracefulStop sends SIGTERM to both gateways while a client
+// connection is open: each must end its connections, exit 0 and remove
+// its admin socket.
+func testGracefulStop(t *testing.T, e *env) {
+	send := e.openUpload(t)
+	for _, g := range []*gw{e.b, e.a} {
+		if err := g.proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-g.proc.done:
+		case <-time.After(patience):
+			t.Fatalf("gateway %s still running %v after SIGTERM", g.cluster, patience)
+		}
+		if g.proc.err != nil {
+			t.Errorf("gateway %s: %v\n%s", g.cluster, g.proc.err, g.proc.out.String())
+		}
+		if _, err := os.Stat(g.socket); !os.IsNotExist(err) {
+			t.Errorf("gateway %s left its admin socket: %v", g.cluster, err)
+		}
+	}
+	if out, err := send(); err == nil {
+		t.Errorf("upload through a stopped gateway succeeded: %s", out)
+	}
+}
+
+// testFDExhaustion runs a third gateway (cluster c) with a small file
+// descriptor limit and holds more client connections to its import than
+// it has descriptors. Once the client lets go, the import must accept
+// again: running out of descriptors is temporary.
+func testFDExhaustion(t *testing.T, e *env) {
+	const port = 8090
+	if out, err := exec.Command(binary, "fabric", "issue", "c", "--dir", e.fabric).CombinedOutput(); err != nil {
+		t.Fatalf("strait fabric issue c: %v\n%s", err, out)
+	}
+	res := writeTemp(t, "c-*.yaml", peerYAML("a", net.JoinHostPort(e.a.addr, strconv.Itoa(wanPort)))+
+		importYAML("echo", e.b.addr, port, "a")+policyYAML("allow-all", 1000, "allow", ""))
+	c := &gw{t: t, cluster: "c", netns: e.b.netns, addr: e.b.addr,
+		socket: filepath.Join(tmpDir, "c.sock"), config: filepath.Join(tmpDir, "c.yaml")}
+	cfg := fmt.Sprintf("cluster: c\nidentity: {dir: %s}\nlisten: %s\nadmin: %s\nstate: %s\nresources: [%s]\n",
+		e.fabric, net.JoinHostPort(e.b.addr, "4446"), c.socket, filepath.Join(tmpDir, "c-state.json"), res)
+	if err := os.WriteFile(c.config, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Soft and hard limit: the Go runtime raises the soft limit to the
+	// hard one at start.
+	c.proc = startIn(t, c.netns, "prlimit", "--nofile=48:48", binary, "gateway", "--config", c.config)
+	c.waitLive("a", 1)
+	e.mustEcho(t, port, "before")
+
+	const held = 100
+	holder := startIn(t, e.client, "bash", "-c", fmt.Sprintf(
+		"for i in $(seq %d); do exec {fd}<>/dev/tcp/%s/%d || exit 1; done; echo held; exec sleep 600", held, e.b.addr, port))
+	for deadline := time.Now().Add(patience); !strings.Contains(holder.out.String(), "held"); time.Sleep(20 * time.Millisecond) {
+		select {
+		case <-holder.done:
+			t.Fatalf("holder exited: %v: %s", holder.err, holder.out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("holder did not open %d connections: %s", held, holder.out.String())
+		}
+	}
+	if !strings.Contains(c.proc.out.String(), "import accept failed") {
+		t.Errorf("gateway c did not run out of descriptors; the test proves nothing")
+	}
+	holder.kill()
+	out, code := e.curl(t, "--fail", "--data-binary", "after", e.url(port))
+	if code != 0 || out != "after" {
+		t.Fatalf("import after descriptors ran out and came back: curl exit %d: %s\ngateway c:\n%s", code, out, c.proc.out.String())
+	}
+	c.proc.kill()
 }

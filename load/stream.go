@@ -835,6 +835,9 @@ func RunStream(ctx context.Context, cfg StreamConfig) (*StreamResult, error) {
 			return nil, fmt.Errorf("write handshake to %s: %w", cfg.Server, err)
 		}
 		serverCC, err := readAck(r.conn)
+		if isTimeout(err) {
+			err = fmt.Errorf("no answer to the handshake within %v (is it a strait stream-server?)", cfg.ConnectTimeout)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("stream %d to %s: %w", i+1, cfg.Server, err)
 		}

@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 declare -A want=(
 	[ip]=iproute2 [tc]=iproute2 [ethtool]=ethtool [curl]=curl [iperf3]=iperf3
 	[wrk]=wrk [dig]=dnsutils [ping]=iputils-ping [sysctl]=procps
+	[wireguard-go]=wireguard-go [wg]=wireguard-tools [nft]=nftables
 )
 missing=()
 for cmd in "${!want[@]}"; do

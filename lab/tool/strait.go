@@ -224,4 +224,3 @@ func (*straitTool) Version(ctx context.Context) string {
 	}
 	return strings.TrimSpace(string(out))
 }
-

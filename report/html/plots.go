@@ -155,6 +155,7 @@ func (m *model) boxPlot(workload string, payload int) ([]byte, error) {
 	p.Legend.Top, p.Legend.Left = true, true
 	p.Legend.XOffs, p.Legend.YOffs = vg.Points(8), vg.Points(-4)
 	p.Legend.ThumbnailWidth = vg.Points(14)
+	p.Legend.Padding = vg.Points(2)
 	return renderSVG(p)
 }
 
@@ -303,6 +304,7 @@ func (m *model) payloadPlot(workload, scenario string, payloads []int) ([]byte, 
 	yAxis(p, lo, hi)
 	p.Legend.Top, p.Legend.Left = true, true
 	p.Legend.XOffs, p.Legend.YOffs = vg.Points(8), vg.Points(-4)
+	p.Legend.Padding = vg.Points(2)
 	return renderSVG(p)
 }
 

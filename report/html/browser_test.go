@@ -1,0 +1,140 @@
+package html
+
+import (
+	"bytes"
+	"context"
+	"image"
+	"image/color"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	xhtml "golang.org/x/net/html"
+)
+
+// chromium finds a headless-capable Chromium, or skips t.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("chromium not installed (Debian: apt-get install chromium); skipping the browser test")
+	return ""
+}
+
+// runChromium runs headless Chromium with a throwaway profile and nothing
+// that reaches the network, and returns its stdout.
+func runChromium(t *testing.T, bin string, args ...string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+		"--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
+		"--user-data-dir=" + t.TempDir()}
+	cmd := exec.CommandContext(ctx, bin, append(base, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", bin, strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.Bytes()
+}
+
+// TestChromium opens a report in a real browser: the DOM Chromium builds
+// must hold every plot as an SVG element, and a screenshot must show them
+// drawn in the tools' colors and the KPI line's. Set STRAIT_SCREENSHOT to
+// a path to keep the screenshot.
+func TestChromium(t *testing.T) {
+	bin := chromium(t)
+	run := syntheticRun(400, seed000Scenarios, []string{"echo", "static"},
+		map[string][]int{"echo": {60, 1000, 100000, 1000000}, "static": {0}})
+	dir := t.TempDir()
+	page := filepath.Join(dir, "report.html")
+	if err := os.WriteFile(page, render(t, run), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	url := "file://" + page
+
+	d := parse(t, runChromium(t, bin, "--dump-dom", url))
+	figures := d.find(func(n *xhtml.Node) bool { return n.Data == "figure" })
+	// 4 echo + 1 static box plots, 6 echo payload plots.
+	if len(figures) != 11 {
+		t.Errorf("browser DOM has %d figures, want 11", len(figures))
+	}
+	for _, f := range figures {
+		svgs := elements(f, "svg")
+		if len(svgs) != 1 || svgs[0].Namespace != "svg" {
+			t.Errorf("figure %s: %d svg elements (namespace %q)", attr(f, "id"), len(svgs), svgs[0].Namespace)
+			continue
+		}
+		if n := len(elements(svgs[0], "path")); n < 20 {
+			t.Errorf("figure %s: %d paths, want a drawn plot", attr(f, "id"), n)
+		}
+	}
+	if d.byID("table3-echo") == nil || d.byID("cells-table") == nil {
+		t.Error("browser DOM lacks the tables")
+	}
+
+	shot := filepath.Join(dir, "report.png")
+	if keep := os.Getenv("STRAIT_SCREENSHOT"); keep != "" {
+		shot = keep
+	}
+	runChromium(t, bin, "--hide-scrollbars", "--window-size=1280,2000", "--screenshot="+shot, url)
+	fi, err := os.Stat(shot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() < 50_000 {
+		t.Errorf("screenshot is %d bytes: a blank page?", fi.Size())
+	}
+	f, err := os.Open(shot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first screen holds the metadata and the first box plot: direct's
+	// gray boxes, strait's blue ones and the red KPI line.
+	for name, c := range map[string]color.RGBA{
+		"strait blue": toolColor([]string{"direct", "strait"}, "strait"),
+		"KPI red":     kpiColor,
+		"direct gray": gray,
+	} {
+		if n := countNear(img, c); n < 50 {
+			t.Errorf("screenshot: %d pixels of %s %v, want a drawn plot", n, name, c)
+		}
+	}
+	t.Logf("screenshot %s: %d bytes, %v", shot, fi.Size(), img.Bounds().Size())
+}
+
+// countNear counts the pixels within a small distance of c.
+func countNear(img image.Image, c color.RGBA) int {
+	n := 0
+	b := img.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			d := absDiff(r>>8, uint32(c.R)) + absDiff(g>>8, uint32(c.G)) + absDiff(bl>>8, uint32(c.B))
+			if d < 24 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func absDiff(a, b uint32) uint32 {
+	if a > b {
+		return a - b
+	}
+	return b - a
+}
