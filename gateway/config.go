@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -95,7 +97,16 @@ func LoadConfig(path string) (Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil {
+		if errors.Is(err, io.EOF) {
+			return Config{}, fmt.Errorf("%s: empty: want a YAML mapping with at least cluster and identity", path)
+		}
 		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	// A second document would be ignored silently, and with it whatever
+	// the user meant to configure there.
+	var rest yaml.Node
+	if err := dec.Decode(&rest); !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("%s: more than one YAML document: a configuration file holds one", path)
 	}
 	dir := filepath.Dir(path)
 	for _, p := range []*string{&c.Identity.Dir, &c.Identity.Cert, &c.Identity.Key, &c.Identity.CA, &c.State, &c.Admin} {

@@ -50,6 +50,10 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"unknown nested field", "cluster: a\nidentity: {dir: x, certificate: y}\n", "field certificate not found"},
 		{"wrong type", goodConfig + "sources: {cidr: 10.0.0.0/8}\n", "cannot unmarshal"},
 		{"syntax", "cluster: [a\n", "gateway.yaml"},
+		{"empty file", "", "empty: want a YAML mapping"},
+		{"only a comment", "# nothing yet\n", "empty: want a YAML mapping"},
+		{"two documents", goodConfig + "---\ncluster: B\n", "more than one YAML document"},
+		{"bad second document", goodConfig + "---\n[\n", "more than one YAML document"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -93,6 +93,13 @@ func (s *syncBuffer) String() string {
 // unless it ended before.
 func startIn(t *testing.T, netns string, argv ...string) *proc {
 	t.Helper()
+	return startOwned(t, t, netns, argv...)
+}
+
+// startOwned is startIn for a process that outlives the (sub)test t that
+// starts it: it is killed when owner ends.
+func startOwned(t, owner *testing.T, netns string, argv ...string) *proc {
+	t.Helper()
 	p := &proc{out: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command("ip", append([]string{"netns", "exec", netns}, argv...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
@@ -100,10 +107,10 @@ func startIn(t *testing.T, netns string, argv ...string) *proc {
 		t.Fatalf("start %v in %s: %v", argv, netns, err)
 	}
 	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
+	owner.Cleanup(func() {
 		p.kill()
-		if t.Failed() {
-			t.Logf("output of %v in %s:\n%s", argv, netns, p.out.String())
+		if owner.Failed() {
+			owner.Logf("output of %v in %s:\n%s", argv, netns, p.out.String())
 		}
 	})
 	return p
@@ -123,7 +130,7 @@ func (p *proc) kill() {
 
 // gw is one gateway process and what the test needs to reach it.
 type gw struct {
-	t       *testing.T
+	t       *testing.T // owner of the process, which may outlive subtests
 	cluster string
 	netns   string
 	addr    string // node address
@@ -132,15 +139,15 @@ type gw struct {
 	proc    *proc
 }
 
-func (g *gw) start() {
-	g.t.Helper()
-	g.proc = startIn(g.t, g.netns, binary, "gateway", "--config", g.config)
+func (g *gw) start(t *testing.T) {
+	t.Helper()
+	g.proc = startOwned(t, g.t, g.netns, binary, "gateway", "--config", g.config)
 }
 
 // restart kills the gateway (SIGKILL, nothing flushed) and starts it again
 // with the same configuration.
-func (g *gw) restart() {
-	g.t.Helper()
+func (g *gw) restart(t *testing.T) {
+	t.Helper()
 	log := g.proc.out.String()
 	g.proc.kill()
 	g.t.Cleanup(func() {
@@ -148,7 +155,7 @@ func (g *gw) restart() {
 			g.t.Logf("log of %s before restart:\n%s", g.cluster, log)
 		}
 	})
-	g.start()
+	g.start(t)
 }
 
 func (g *gw) admin() *gateway.AdminClient { return gateway.NewAdminClient(g.socket) }
@@ -160,28 +167,28 @@ func (g *gw) straitCLI(args ...string) (string, error) {
 	return string(out), err
 }
 
-func (g *gw) apply(yaml string) {
-	g.t.Helper()
-	f := writeTemp(g.t, "apply-*.yaml", yaml)
+func (g *gw) apply(t *testing.T, yaml string) {
+	t.Helper()
+	f := writeTemp(t, "apply-*.yaml", yaml)
 	if out, err := g.straitCLI("apply", "-f", f); err != nil {
-		g.t.Fatalf("strait apply on %s: %v\n%s", g.cluster, err, out)
+		t.Fatalf("strait apply on %s: %v\n%s", g.cluster, err, out)
 	}
 }
 
-func (g *gw) delete(yaml string) {
-	g.t.Helper()
-	f := writeTemp(g.t, "delete-*.yaml", yaml)
+func (g *gw) delete(t *testing.T, yaml string) {
+	t.Helper()
+	f := writeTemp(t, "delete-*.yaml", yaml)
 	if out, err := g.straitCLI("delete", "-f", f); err != nil {
-		g.t.Fatalf("strait delete on %s: %v\n%s", g.cluster, err, out)
+		t.Fatalf("strait delete on %s: %v\n%s", g.cluster, err, out)
 	}
 }
 
 // metrics scrapes the gateway's /metrics from inside its namespace.
-func (g *gw) metrics() map[string]float64 {
-	g.t.Helper()
+func (g *gw) metrics(t *testing.T) map[string]float64 {
+	t.Helper()
 	out, err := exec.Command("ip", "netns", "exec", g.netns, "curl", "-sS", "--max-time", "5", "http://"+metricsAddr+"/metrics").Output()
 	if err != nil {
-		g.t.Fatalf("scrape metrics of %s: %v", g.cluster, err)
+		t.Fatalf("scrape metrics of %s: %v", g.cluster, err)
 	}
 	m := map[string]float64{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
@@ -193,39 +200,39 @@ func (g *gw) metrics() map[string]float64 {
 		i := strings.LastIndexByte(line, ' ')
 		v, err := strconv.ParseFloat(line[i+1:], 64)
 		if err != nil {
-			g.t.Fatalf("metrics of %s: bad line %q", g.cluster, line)
+			t.Fatalf("metrics of %s: bad line %q", g.cluster, line)
 		}
 		m[line[:i]] = v
 	}
 	return m
 }
 
-func (g *gw) metric(name string) float64 {
-	g.t.Helper()
-	return g.metrics()[name]
+func (g *gw) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	return g.metrics(t)[name]
 }
 
 // waitMetric polls until cond holds for the named metric.
-func (g *gw) waitMetric(name string, cond func(float64) bool, what string) {
-	g.t.Helper()
+func (g *gw) waitMetric(t *testing.T, name string, cond func(float64) bool, what string) {
+	t.Helper()
 	var v float64
 	for deadline := time.Now().Add(patience); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if v = g.metric(name); cond(v) {
+		if v = g.metric(t, name); cond(v) {
 			return
 		}
 	}
-	g.t.Fatalf("%s on %s: %s = %v after %v", what, g.cluster, name, v, patience)
+	t.Fatalf("%s on %s: %s = %v after %v", what, g.cluster, name, v, patience)
 }
 
 // waitLive waits until the gateway has a live session to peer and listens
 // on n imports.
-func (g *gw) waitLive(peer string, imports int) {
-	g.t.Helper()
+func (g *gw) waitLive(t *testing.T, peer string, imports int) {
+	t.Helper()
 	var last string
 	for deadline := time.Now().Add(patience); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		select {
 		case <-g.proc.done:
-			g.t.Fatalf("gateway %s exited: %v\n%s", g.cluster, g.proc.err, g.proc.out.String())
+			t.Fatalf("gateway %s exited: %v\n%s", g.cluster, g.proc.err, g.proc.out.String())
 		default:
 		}
 		st, err := g.admin().Status()
@@ -244,7 +251,7 @@ func (g *gw) waitLive(peer string, imports int) {
 		}
 		last = fmt.Sprintf("peers %+v", st.Peers)
 	}
-	g.t.Fatalf("gateway %s not ready after %v: %s", g.cluster, patience, last)
+	t.Fatalf("gateway %s not ready after %v: %s", g.cluster, patience, last)
 }
 
 var (
@@ -302,14 +309,14 @@ func policyYAML(name string, priority int, action, spec string) string {
 
 // env is the running two-cluster lab.
 type env struct {
-	lab                *lab.Lab
-	a, b               *gw
-	client, server     string // namespaces
-	clientAddr, gwAddr string
-	fabric             string
-	target             string // the echo server
-	echo               *proc
-	t                  *testing.T // of the whole lab, for processes that outlive a subtest
+	lab            *lab.Lab
+	a, b           *gw
+	client, server string // namespaces
+	clientAddr     string
+	fabric         string
+	target         string // the echo server
+	echo           *proc
+	t              *testing.T // of the whole lab, for processes that outlive a subtest
 }
 
 // url is the address of an import on cluster b's gateway.
@@ -418,7 +425,7 @@ func setup(t *testing.T) *env {
 	serverAddr := node("a/server").Addr.String()
 	target := net.JoinHostPort(serverAddr, strconv.Itoa(echoPort))
 	e.target = target
-	e.startEcho()
+	e.startEcho(t)
 
 	e.a = &gw{t: t, cluster: "a", netns: node("a/gw").Netns, addr: node("a/gw").Addr.String()}
 	e.b = &gw{t: t, cluster: "b", netns: node("b/gw").Netns, addr: node("b/gw").Addr.String()}
@@ -460,20 +467,20 @@ func setup(t *testing.T) *env {
 		if err := os.WriteFile(g.config, []byte(cfg), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		g.start()
+		g.start(t)
 	}
-	e.b.waitLive("a", 5)
-	e.a.waitLive("b", 0)
+	e.b.waitLive(t, "a", 5)
+	e.a.waitLive(t, "b", 0)
 	return e
 }
 
 // startEcho starts the export's target and waits until it listens.
-func (e *env) startEcho() {
-	e.t.Helper()
-	e.echo = startIn(e.t, e.server, binary, "app", "echo", "--listen", e.target)
+func (e *env) startEcho(t *testing.T) {
+	t.Helper()
+	e.echo = startOwned(t, e.t, e.server, binary, "app", "echo", "--listen", e.target)
 	for deadline := time.Now().Add(patience); !strings.Contains(e.echo.out.String(), "listening"); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			e.t.Fatalf("echo server did not start: %s", e.echo.out.String())
+			t.Fatalf("echo server did not start: %s", e.echo.out.String())
 		}
 	}
 }
@@ -484,15 +491,15 @@ func (e *env) startEcho() {
 func testTargetRestarts(t *testing.T, e *env) {
 	const refused = "strait_streams_refused_total"
 	e.echo.kill()
-	before := e.a.metric(refused)
+	before := e.a.metric(t, refused)
 	e.mustRefuse(t, portEcho)
-	if got := e.a.metric(refused) - before; got != 1 {
+	if got := e.a.metric(t, refused) - before; got != 1 {
 		t.Errorf("streams refused on a went up by %v, want 1", got)
 	}
 	if !strings.Contains(e.a.proc.out.String(), "export target "+e.target+" unreachable") {
 		t.Errorf("a's log does not say the target is unreachable")
 	}
-	e.startEcho()
+	e.startEcho(t)
 	e.mustEcho(t, portEcho, "first after target restart")
 }
 
@@ -563,7 +570,7 @@ func testEchoIntegrity(t *testing.T, e *env) {
 
 func testKeepAlive(t *testing.T, e *env) {
 	const conns = "strait_client_connections_total"
-	before := e.b.metric(conns)
+	before := e.b.metric(t, conns)
 	// One curl, three requests: one connection, reused.
 	u := e.url(portEcho)
 	out, code := e.curl(t, "--fail", "--data-binary", "x", "-w", " %{num_connects}\n", u, u, u)
@@ -573,15 +580,15 @@ func testKeepAlive(t *testing.T, e *env) {
 	if want := "x 1\nx 0\nx 0\n"; out != want {
 		t.Errorf("keep-alive: replies and connects %q, want %q", out, want)
 	}
-	if got := e.b.metric(conns) - before; got != 1 {
+	if got := e.b.metric(t, conns) - before; got != 1 {
 		t.Errorf("keep-alive: %v client connections, want 1", got)
 	}
 	// Three curls: three connections.
-	before = e.b.metric(conns)
+	before = e.b.metric(t, conns)
 	for i := range 3 {
 		e.mustEcho(t, portEcho, "new"+strconv.Itoa(i))
 	}
-	if got := e.b.metric(conns) - before; got != 3 {
+	if got := e.b.metric(t, conns) - before; got != 3 {
 		t.Errorf("new connections: %v client connections, want 3", got)
 	}
 }
@@ -597,9 +604,9 @@ func testStreamBytes(t *testing.T, e *env) {
 		openB = `strait_streams_open{point="egress"}`
 		openA = `strait_streams_open{point="ingress"}`
 	)
-	e.b.waitMetric(openB, func(v float64) bool { return v == 0 }, "streams end")
-	e.a.waitMetric(openA, func(v float64) bool { return v == 0 }, "streams end")
-	mb, ma := e.b.metrics(), e.a.metrics()
+	e.b.waitMetric(t, openB, func(v float64) bool { return v == 0 }, "streams end")
+	e.a.waitMetric(t, openA, func(v float64) bool { return v == 0 }, "streams end")
+	mb, ma := e.b.metrics(t), e.a.metrics(t)
 	for _, dir := range [][2]string{{"out", "in"}, {"in", "out"}} {
 		b := mb[`strait_stream_bytes_total{point="egress",direction="`+dir[0]+`"}`]
 		a := ma[`strait_stream_bytes_total{point="ingress",direction="`+dir[1]+`"}`]
@@ -666,21 +673,21 @@ func dig(t *testing.T, e *env, qtype, qname string) (status, answer string) {
 
 func testEgressDeny(t *testing.T, e *env) {
 	const denials = `strait_policy_denials_total{point="egress"}`
-	beforeB, beforeA := e.b.metric(denials), e.a.metric(`strait_policy_denials_total{point="ingress"}`)
-	streamsA := e.a.metric(`strait_streams_total{point="ingress"}`)
-	conns := e.b.metric("strait_client_connections_total")
+	beforeB, beforeA := e.b.metric(t, denials), e.a.metric(t, `strait_policy_denials_total{point="ingress"}`)
+	streamsA := e.a.metric(t, `strait_streams_total{point="ingress"}`)
+	conns := e.b.metric(t, "strait_client_connections_total")
 	e.mustRefuse(t, portBlocked)
-	if got := e.b.metric("strait_client_connections_total") - conns; got != 1 {
+	if got := e.b.metric(t, "strait_client_connections_total") - conns; got != 1 {
 		t.Errorf("b accepted %v client connections, want 1 (accepted, then reset)", got)
 	}
-	if got := e.b.metric(denials) - beforeB; got != 1 {
+	if got := e.b.metric(t, denials) - beforeB; got != 1 {
 		t.Errorf("egress denials on b went up by %v, want 1", got)
 	}
 	// Denied at egress, the connection never crossed the WAN.
-	if got := e.a.metric(`strait_policy_denials_total{point="ingress"}`) - beforeA; got != 0 {
+	if got := e.a.metric(t, `strait_policy_denials_total{point="ingress"}`) - beforeA; got != 0 {
 		t.Errorf("ingress denials on a went up by %v, want 0", got)
 	}
-	if got := e.a.metric(`strait_streams_total{point="ingress"}`) - streamsA; got != 0 {
+	if got := e.a.metric(t, `strait_streams_total{point="ingress"}`) - streamsA; got != 0 {
 		t.Errorf("a accepted %v streams for a connection denied at egress", got)
 	}
 	if !strings.Contains(e.b.proc.out.String(), "deny-blocked") {
@@ -690,14 +697,14 @@ func testEgressDeny(t *testing.T, e *env) {
 
 func testIngressDeny(t *testing.T, e *env) {
 	const denials = `strait_policy_denials_total{point="ingress"}`
-	before, beforeB := e.a.metric(denials), e.b.metric(`strait_policy_denials_total{point="egress"}`)
+	before, beforeB := e.a.metric(t, denials), e.b.metric(t, `strait_policy_denials_total{point="egress"}`)
 	e.mustRefuse(t, portGuarded)
 	// The egress side counts its stream as ended only after the reset came
 	// back; the ingress counter is updated before the reset is sent.
-	if got := e.a.metric(denials) - before; got != 1 {
+	if got := e.a.metric(t, denials) - before; got != 1 {
 		t.Errorf("ingress denials on a went up by %v, want 1", got)
 	}
-	if got := e.b.metric(`strait_policy_denials_total{point="egress"}`) - beforeB; got != 0 {
+	if got := e.b.metric(t, `strait_policy_denials_total{point="egress"}`) - beforeB; got != 0 {
 		t.Errorf("egress denials on b went up by %v, want 0", got)
 	}
 	if log := e.a.proc.out.String(); !strings.Contains(log, "denied by policy deny-guarded") {
@@ -720,9 +727,9 @@ func testPolicyPriority(t *testing.T, e *env) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.allow != "" {
-				e.a.apply(tt.allow)
+				e.a.apply(t, tt.allow)
 			}
-			before := e.a.metric(denials)
+			before := e.a.metric(t, denials)
 			if tt.passes {
 				e.mustEcho(t, portPrio, "prio")
 			} else {
@@ -732,20 +739,20 @@ func testPolicyPriority(t *testing.T, e *env) {
 			if tt.passes {
 				want = 0
 			}
-			if got := e.a.metric(denials) - before; got != want {
+			if got := e.a.metric(t, denials) - before; got != want {
 				t.Errorf("ingress denials went up by %v, want %v", got, want)
 			}
 		})
 	}
-	e.a.delete(policyYAML("allow-prio", 5, "allow", "  to: {exports: [prio]}\n"))
+	e.a.delete(t, policyYAML("allow-prio", 5, "allow", "  to: {exports: [prio]}\n"))
 	e.mustRefuse(t, portPrio)
 }
 
 func testUnknownExport(t *testing.T, e *env) {
 	const refused = "strait_streams_refused_total"
-	before := e.a.metric(refused)
+	before := e.a.metric(t, refused)
 	e.mustRefuse(t, portGhost)
-	if got := e.a.metric(refused) - before; got != 1 {
+	if got := e.a.metric(t, refused) - before; got != 1 {
 		t.Errorf("streams refused on a went up by %v, want 1", got)
 	}
 	if log := e.a.proc.out.String(); !strings.Contains(log, "unknown export default/ghost") {
@@ -809,7 +816,7 @@ func testImportNotLocal(t *testing.T, e *env) {
 	if got, err := e.b.straitCLI("get", "ServiceImport"); err != nil || !strings.Contains(got, "name: faraway") {
 		t.Errorf("import not stored: %v\n%s", err, got)
 	}
-	e.b.delete(imp)
+	e.b.delete(t, imp)
 	e.mustEcho(t, portEcho, "after faraway")
 }
 
@@ -831,8 +838,8 @@ func testOtherCA(t *testing.T, e *env) {
 	if err := os.WriteFile(rogue.config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rogue.start()
-	acceptedA := e.a.metric("strait_sessions_accepted_total")
+	rogue.start(t)
+	acceptedA := e.a.metric(t, "strait_sessions_accepted_total")
 
 	// The dialer verifies the server first (TLS 1.3): the rogue rejects a.
 	scrape := func() float64 {
@@ -864,7 +871,7 @@ func testOtherCA(t *testing.T, e *env) {
 	if len(st.Peers) != 1 || len(st.Peers[0].Live) != 0 {
 		t.Errorf("gateway with a foreign CA: peers %+v, want a without live sessions", st.Peers)
 	}
-	if got := e.a.metric("strait_sessions_accepted_total") - acceptedA; got != 0 {
+	if got := e.a.metric(t, "strait_sessions_accepted_total") - acceptedA; got != 0 {
 		t.Errorf("a accepted %v sessions during the foreign gateway's attempts", got)
 	}
 	rogue.proc.kill()
@@ -872,14 +879,14 @@ func testOtherCA(t *testing.T, e *env) {
 	// The server's own check: a client certificate from the other CA
 	// (curl, no ALPN, not verifying the server) is rejected and counted by a.
 	const reason = `strait_handshake_failures_total{reason="unknown_ca"}`
-	before := e.a.metric(reason)
+	before := e.a.metric(t, reason)
 	out, err := exec.Command("ip", "netns", "exec", e.b.netns, "curl", "-sS", "--max-time", curlMax, "-k", "--no-alpn",
 		"--cert", filepath.Join(other, "b.crt"), "--key", filepath.Join(other, "b.key"),
 		"https://"+net.JoinHostPort(e.a.addr, strconv.Itoa(wanPort))+"/").CombinedOutput()
 	if err == nil {
 		t.Errorf("TLS client with a foreign certificate got through: %s", out)
 	}
-	e.a.waitMetric(reason, func(v float64) bool { return v == before+1 }, "server-side rejection of a foreign certificate")
+	e.a.waitMetric(t, reason, func(v float64) bool { return v == before+1 }, "server-side rejection of a foreign certificate")
 	e.mustEcho(t, portEcho, "after foreign ca")
 }
 
@@ -888,10 +895,10 @@ func testOtherCA(t *testing.T, e *env) {
 // take the session, and counts wrong_cluster.
 func testWrongCluster(t *testing.T, e *env) {
 	const reason = `strait_handshake_failures_total{reason="wrong_cluster"}`
-	before := e.b.metric(reason)
+	before := e.b.metric(t, reason)
 	peer := peerYAML("d", net.JoinHostPort(e.a.addr, strconv.Itoa(wanPort)))
-	e.b.apply(peer)
-	e.b.waitMetric(reason, func(v float64) bool { return v > before }, "wrong cluster rejected")
+	e.b.apply(t, peer)
+	e.b.waitMetric(t, reason, func(v float64) bool { return v > before }, "wrong cluster rejected")
 	st, err := e.b.admin().Status()
 	if err != nil {
 		t.Fatal(err)
@@ -901,7 +908,7 @@ func testWrongCluster(t *testing.T, e *env) {
 			t.Errorf("peer d (answered by cluster a) has live sessions %v", p.Live)
 		}
 	}
-	e.b.delete(peer)
+	e.b.delete(t, peer)
 	e.mustEcho(t, portEcho, "after wrong cluster")
 }
 
@@ -910,8 +917,8 @@ func testLiveChanges(t *testing.T, e *env) {
 	// go to the next cluster, a.
 	imp := strings.Replace(importYAML("late", e.b.addr, portLate, "a"), "clusters: [{cluster: a}]", "clusters: [{cluster: zz}, {cluster: a}]", 1)
 	e.mustRefuseConnect(t, portLate)
-	e.a.apply(exportYAML("late", e.target))
-	e.b.apply(imp)
+	e.a.apply(t, exportYAML("late", e.target))
+	e.b.apply(t, imp)
 	e.mustEcho(t, portLate, "late")
 	out, err := e.b.straitCLI("gateway", "status")
 	if err != nil {
@@ -934,12 +941,12 @@ func testLiveChanges(t *testing.T, e *env) {
 
 	// Kill -9 and start again with the same configuration: the applied
 	// import comes back from the state file.
-	e.b.restart()
-	e.b.waitLive("a", 6)
+	e.b.restart(t)
+	e.b.waitLive(t, "a", 6)
 	e.mustEcho(t, portLate, "late after restart")
 	e.mustEcho(t, portEcho, "echo after restart")
 
-	e.b.delete(imp)
+	e.b.delete(t, imp)
 	e.mustRefuseConnect(t, portLate)
 	if status, _ := dig(t, e, "A", "late.default.svc.clusterset.local"); status != "NXDOMAIN" {
 		t.Errorf("dig late after delete: %s, want NXDOMAIN", status)
@@ -968,12 +975,12 @@ func (e *env) clientConns(t *testing.T, port int) int {
 // mustRefuseConnect checks that nothing listens on the import port.
 func (e *env) mustRefuseConnect(t *testing.T, port int) {
 	t.Helper()
-	conns := e.b.metric("strait_client_connections_total")
+	conns := e.b.metric(t, "strait_client_connections_total")
 	out, code := e.curl(t, e.url(port))
 	if code != 7 {
 		t.Fatalf("import port %d: curl exit %d (%s), want 7 (connection refused)", port, code, strings.TrimSpace(out))
 	}
-	if got := e.b.metric("strait_client_connections_total") - conns; got != 0 {
+	if got := e.b.metric(t, "strait_client_connections_total") - conns; got != 0 {
 		t.Errorf("import port %d: b accepted %v connections, want none", port, got)
 	}
 }
@@ -1005,7 +1012,7 @@ func (e *env) openUpload(t *testing.T) (send func() (string, error)) {
 	if _, err := io.WriteString(stdin, strings.Repeat("part of a long upload\n", 100)); err != nil {
 		t.Fatal(err)
 	}
-	e.b.waitMetric(`strait_streams_open{point="egress"}`, func(v float64) bool { return v == 1 }, "upload stream open")
+	e.b.waitMetric(t, `strait_streams_open{point="egress"}`, func(v float64) bool { return v == 1 }, "upload stream open")
 	if n := e.clientConns(t, portEcho); n != 1 {
 		t.Fatalf("%d client connections established to the import, want 1", n)
 	}
@@ -1032,7 +1039,7 @@ func (e *env) waitClientGone(t *testing.T, why string) {
 			t.Fatalf("client connection still established %v after %s", patience, why)
 		}
 	}
-	e.b.waitMetric(`strait_streams_open{point="egress"}`, func(v float64) bool { return v == 0 }, "stream ends with its peer")
+	e.b.waitMetric(t, `strait_streams_open{point="egress"}`, func(v float64) bool { return v == 0 }, "stream ends with its peer")
 }
 
 // testPartition drops every packet between the gateways (blackhole routes
@@ -1069,17 +1076,17 @@ func testPartition(t *testing.T, e *env) {
 		t.Errorf("upload succeeded across a partition: %s", out)
 	}
 	// No session: new connections fail at once.
-	failures := e.b.metric("strait_stream_open_failures_total")
-	e.b.waitMetric(`strait_peer_sessions_live{peer="a"}`, func(v float64) bool { return v == 0 }, "sessions given up")
+	failures := e.b.metric(t, "strait_stream_open_failures_total")
+	e.b.waitMetric(t, `strait_peer_sessions_live{peer="a"}`, func(v float64) bool { return v == 0 }, "sessions given up")
 	e.mustRefuse(t, portEcho)
-	if got := e.b.metric("strait_stream_open_failures_total") - failures; got != 1 {
+	if got := e.b.metric(t, "strait_stream_open_failures_total") - failures; got != 1 {
 		t.Errorf("stream open failures on b went up by %v, want 1", got)
 	}
 
 	heal()
 	start := time.Now()
-	e.b.waitLive("a", 5)
-	e.a.waitLive("b", 0)
+	e.b.waitLive(t, "a", 5)
+	e.a.waitLive(t, "b", 0)
 	e.mustEcho(t, portEcho, "healed")
 	t.Logf("sessions back %v after the partition healed", time.Since(start).Round(time.Millisecond))
 }
@@ -1096,16 +1103,16 @@ func testPeerDies(t *testing.T, e *env) {
 
 	// While a is down, new connections fail at once (no hang): no session
 	// takes them.
-	failures := e.b.metric("strait_stream_open_failures_total")
+	failures := e.b.metric(t, "strait_stream_open_failures_total")
 	for range 3 {
 		e.mustRefuse(t, portEcho)
 	}
-	if got := e.b.metric("strait_stream_open_failures_total") - failures; got != 3 {
+	if got := e.b.metric(t, "strait_stream_open_failures_total") - failures; got != 3 {
 		t.Errorf("stream open failures on b went up by %v, want 3", got)
 	}
 
 	start := time.Now()
-	e.a.start()
+	e.a.start(t)
 	for {
 		out, code := e.curl(t, "--fail", "--data-binary", "back", e.url(portEcho))
 		if code == 0 && out == "back" {
@@ -1166,7 +1173,7 @@ func testFDExhaustion(t *testing.T, e *env) {
 	// Soft and hard limit: the Go runtime raises the soft limit to the
 	// hard one at start.
 	c.proc = startIn(t, c.netns, "prlimit", "--nofile=48:48", binary, "gateway", "--config", c.config)
-	c.waitLive("a", 1)
+	c.waitLive(t, "a", 1)
 	e.mustEcho(t, port, "before")
 
 	const held = 100

@@ -139,11 +139,12 @@ func stallingHandler(k int64, d time.Duration) http.Handler {
 	})
 }
 
-// countAtLeast counts the values in h that are at least v.
+// countAtLeast counts the values in h that are at least v, give or take
+// the values that share v's bucket (3 significant digits: ±0.05%).
 func countAtLeast(h *hdrhistogram.Histogram, v int64) int64 {
 	var n int64
 	for _, b := range h.Distribution() {
-		if b.From >= v {
+		if b.To >= v {
 			n += b.Count
 		}
 	}
@@ -155,8 +156,9 @@ func TestRunRateCoordinatedOmission(t *testing.T) {
 		rate  = 1000
 		conns = 2
 		stall = 200 * time.Millisecond
-		// threshold separates "hit by the stall" from normal latency.
-		threshold = 50 * time.Millisecond
+		// threshold separates "hit by the stall" from normal latency,
+		// with a wide margin for a busy machine's scheduling hiccups.
+		threshold = stall / 2
 	)
 	// Request 1200 is one second into the measured window.
 	url := startHandler(t, stallingHandler(1200, stall))
@@ -175,22 +177,26 @@ func TestRunRateCoordinatedOmission(t *testing.T) {
 	// corrected latency is at least threshold: rate×(stall-threshold)
 	// requests, whatever the machine's speed. Only a few more can join
 	// them: those in flight when the stall began (one per connection)
-	// and those due while the backlog was caught up.
+	// and those due just before the stall ended, whose latency grows by
+	// the time the connections take to catch up with the backlog.
 	wantMin := int64(rate * (stall - threshold).Seconds())
-	wantMax := wantMin + int64(rate*stall.Seconds()/4) + conns
+	wantMax := wantMin + int64(rate*stall.Seconds()/2) + conns
 	got := countAtLeast(r.Histogram(), threshold.Microseconds())
 	if got < wantMin || got > wantMax {
 		t.Errorf("%d corrected latencies ≥ %v, want %d..%d", got, threshold, wantMin, wantMax)
 	}
 	// Uncorrected, the stall is one slow request per connection: each
 	// connection had one request in flight, and the rest waited unseen.
-	if svc := countAtLeast(r.ServiceHistogram(), threshold.Microseconds()); svc < 1 || svc > conns {
+	svc := countAtLeast(r.ServiceHistogram(), threshold.Microseconds())
+	t.Logf("≥ %v: %d corrected (want %d..%d), %d uncorrected; p99.9 corrected %d µs, uncorrected %d µs",
+		threshold, got, wantMin, wantMax, svc, r.Latency.P999, r.ServiceTime.P999)
+	if svc < 1 || svc > conns {
 		t.Errorf("%d service times ≥ %v, want 1..%d", svc, threshold, conns)
 	}
 	// With 3000 requests, p99.9 is the 3rd slowest: among the stalled ones
 	// when corrected, a normal request when not.
-	if lat, svc := time.Duration(r.Latency.P999)*time.Microsecond, time.Duration(r.ServiceTime.P999)*time.Microsecond; lat < stall/2 || svc >= threshold {
-		t.Errorf("p99.9 corrected %v, uncorrected %v; want ≥ %v and < %v", lat, svc, stall/2, threshold)
+	if lat, svc := time.Duration(r.Latency.P999)*time.Microsecond, time.Duration(r.ServiceTime.P999)*time.Microsecond; lat < threshold || svc >= threshold {
+		t.Errorf("p99.9 corrected %v, uncorrected %v; want ≥ %v and < %v", lat, svc, threshold, threshold)
 	}
 	if max := time.Duration(r.Latency.P100) * time.Microsecond; max < stall {
 		t.Errorf("max corrected latency %v, want ≥ the %v stall", max, stall)

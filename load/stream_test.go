@@ -301,6 +301,45 @@ func TestStreamClientErrors(t *testing.T) {
 	}
 }
 
+func TestStreamServerMaxConns(t *testing.T) {
+	srv, err := ListenStream(t.Context(), StreamServerConfig{Listen: "127.0.0.1:0", MaxConns: 1, HandshakeTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(t.Context()) }()
+	// The first connection holds the only slot: it never sends its
+	// handshake.
+	c, err := net.Dial("tcp", srv.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for range 200 {
+		srv.mu.Lock()
+		n := len(srv.conns)
+		srv.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_, err = RunStream(t.Context(), StreamConfig{Server: srv.Addr().String(), Duration: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "busy") {
+		t.Errorf("error %v, want the server's refusal", err)
+	}
+	// Close ends the held connection too, and Run returns after it.
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Error("held connection still open after Close")
+	}
+}
+
 func TestStreamCC(t *testing.T) {
 	s := startStreamServer(t)
 	for _, reverse := range []bool{false, true} {

@@ -250,3 +250,19 @@ func BenchmarkBootstrapCell(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkBootstrapRatio is one tool cell's ratio to direct: both
+// samples resampled, median and IQR mean.
+func BenchmarkBootstrapRatio(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 1))
+	num, den := make([]float64, 400), make([]float64, 400)
+	for i := range num {
+		num[i] = math.Exp(3.2 + 0.5*r.NormFloat64())
+		den[i] = math.Exp(3 + 0.5*r.NormFloat64())
+	}
+	for b.Loop() {
+		if _, err := (Bootstrap{Seed: 1}).RatioCI(num, den, Median, IQRMean); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

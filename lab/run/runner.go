@@ -98,6 +98,11 @@ func Run(ctx context.Context, e *Experiment, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Tools write configuration files that name other files; absolute
+	// paths keep them valid whatever directory a process starts in.
+	if dir, err = filepath.Abs(dir); err != nil {
+		return nil, err
+	}
 	r := &runner{e: e, opts: opts, dir: dir, tools: map[string]string{}}
 	var todo []unit
 	for _, sc := range e.scenarios {

@@ -54,7 +54,7 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	},
 	"sortedKeys": func(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) },
 	"anyKeys":    func(m map[string]any) []string { return slices.Sorted(maps.Keys(m)) },
-	"num": fmtNum,
+	"num":        fmtNum,
 	"show": func(v any) string {
 		if v == nil || v == "" {
 			return "–"

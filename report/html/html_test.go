@@ -450,7 +450,9 @@ func TestLoadRunErrors(t *testing.T) {
 		{"corrupt metadata.json", func(dir string) { os.WriteFile(filepath.Join(dir, "metadata.json"), []byte(`{"host": [`), 0o644) }, "metadata.json: unexpected end of JSON"},
 		{"no requests.csv", func(dir string) { os.Remove(filepath.Join(dir, "requests.csv")) }, "requests.csv: no such file"},
 		{"empty requests.csv", func(dir string) { os.WriteFile(filepath.Join(dir, "requests.csv"), nil, 0o644) }, "no header row"},
-		{"header only", func(dir string) { replaceCSV(t, dir, func(s string) string { return strings.SplitN(s, "\n", 2)[0] + "\n" }) }, "no requests"},
+		{"header only", func(dir string) {
+			replaceCSV(t, dir, func(s string) string { return strings.SplitN(s, "\n", 2)[0] + "\n" })
+		}, "no requests"},
 		{"no tool column", func(dir string) {
 			replaceCSV(t, dir, func(s string) string { return strings.Replace(s, "scenario,tool,", "scenario,tol,", 1) })
 		}, `missing column "tool"`},
@@ -564,4 +566,39 @@ func BenchmarkWriteSeed000(b *testing.B) {
 		}
 		b.ReportMetric(float64(buf.Len())/1e6, "MB/page")
 	}
+}
+
+// FuzzReadRequests: requests.csv is read from disk, so any bytes must give
+// cells or an error, never a panic, and no request may be lost.
+func FuzzReadRequests(f *testing.F) {
+	f.Add([]byte("scenario,tool,workload,payload_bytes,repetition," + strings.Join(load.Columns, ",") + "\n" +
+		"lcl,direct,echo,60,1,1,1,1795371196665895,0,74,77,200,187,176,\n" +
+		"lcl,strait,echo,60,1,1,1,1795371196665895,0,74,77,0,187,176,timeout\n"))
+	f.Add([]byte("scenario,tool,workload,payload_bytes\n"))
+	f.Add([]byte("a,b\n\"x"))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		path := filepath.Join(dir, "requests.csv")
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cells, err := readRequests(path)
+		if err != nil {
+			return
+		}
+		samples, err := load.ReadCSV(bytes.NewReader(b))
+		if err != nil {
+			t.Fatalf("readRequests accepted what load.ReadCSV rejects: %v", err)
+		}
+		n := 0
+		for _, c := range cells {
+			if c.Scenario == "" || c.Tool == "" || c.Workload == "" || c.Payload < 0 {
+				t.Fatalf("bad cell %+v", c)
+			}
+			n += len(c.Samples)
+		}
+		if n != len(samples) {
+			t.Fatalf("%d samples in cells, %d in the file", n, len(samples))
+		}
+	})
 }

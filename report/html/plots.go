@@ -230,7 +230,7 @@ func (m *model) payloadPlot(workload, scenario string, payloads []int) ([]byte, 
 	p := newPlot()
 	p.Title.Text = fmt.Sprintf("%s, scenario %s: IQR mean response time vs payload (95%% CI)", workload, scenario)
 	p.X.Label.Text = "payload (bytes, log scale)"
-	p.Y.Label.Text = "IQR mean response time (ms)"
+	p.Y.Label.Text = "IQR mean (ms)"
 	p.X.Scale = plot.LogScale{}
 	ntool := len(m.tools)
 	lo, hi := math.Inf(1), math.Inf(-1)
