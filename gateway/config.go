@@ -104,9 +104,15 @@ func LoadConfig(path string) (Config, error) {
 	}
 	// A second document would be ignored silently, and with it whatever
 	// the user meant to configure there.
-	var rest yaml.Node
-	if err := dec.Decode(&rest); !errors.Is(err, io.EOF) {
-		return Config{}, fmt.Errorf("%s: more than one YAML document: a configuration file holds one", path)
+	for {
+		var rest yaml.Node
+		err := dec.Decode(&rest)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil || !emptyDocument(&rest) {
+			return Config{}, fmt.Errorf("%s: more than one YAML document: a configuration file holds one", path)
+		}
 	}
 	dir := filepath.Dir(path)
 	for _, p := range []*string{&c.Identity.Dir, &c.Identity.Cert, &c.Identity.Key, &c.Identity.CA, &c.State, &c.Admin} {
@@ -125,6 +131,15 @@ func LoadConfig(path string) (Config, error) {
 	return c, nil
 }
 
+// emptyDocument reports whether n is a document with nothing in it, as a
+// trailing "---" makes.
+func emptyDocument(n *yaml.Node) bool {
+	if n.Kind == 0 || (n.Kind == yaml.DocumentNode && len(n.Content) == 0) {
+		return true
+	}
+	return n.Kind == yaml.DocumentNode && n.Content[0].Kind == yaml.ScalarNode && n.Content[0].Tag == "!!null"
+}
+
 // Validate checks every field and names the first bad one.
 func (c *Config) Validate() error {
 	if !catalog.IsDNSLabel(c.Cluster) {
@@ -133,7 +148,8 @@ func (c *Config) Validate() error {
 	if c.Identity.Dir == "" && (c.Identity.Cert == "" || c.Identity.Key == "" || c.Identity.CA == "") {
 		return fmt.Errorf("identity: set dir, or all of cert, key and ca")
 	}
-	for field, addr := range map[string]string{"listen": c.Listen, "dns": c.DNS, "metrics": c.Metrics} {
+	for _, a := range []struct{ field, addr string }{{"listen", c.Listen}, {"dns", c.DNS}, {"metrics", c.Metrics}} {
+		field, addr := a.field, a.addr
 		if addr == "" {
 			continue
 		}

@@ -127,6 +127,13 @@ keepalive-timeout: 2s
 		}
 	}
 
+	// Document markers around the one document are fine.
+	for _, in := range []string{"---\n" + goodConfig, goodConfig + "---\n", goodConfig + "---\n# later\n", goodConfig + "...\n"} {
+		if _, err := LoadConfig(writeConfig(t, dir, in)); err != nil {
+			t.Errorf("LoadConfig(%q): %v", in, err)
+		}
+	}
+
 	// Defaults.
 	c, err = LoadConfig(writeConfig(t, dir, goodConfig))
 	if err != nil {

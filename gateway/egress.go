@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/strait-net/strait/policy"
+	"github.com/strait-net/strait/tunnel"
 )
 
 // importRoute is where an import's connections go.
@@ -104,7 +105,13 @@ func (g *Gateway) serveClient(c *net.TCPConn, route *importRoute) {
 		g.metrics.streamOpened(pointEgress)
 		up, down, err := splice(c, st)
 		g.metrics.streamClosed(pointEgress, up, down)
-		if err != nil {
+		var reset *tunnel.ResetError
+		if errors.As(err, &reset) && reset.Remote {
+			// The exporting gateway refused or aborted the stream; its
+			// reason (unknown export, policy, unreachable target) belongs in
+			// this cluster's log too.
+			g.log.Info("stream reset by peer", "import", route.ns+"/"+route.name, "peer", cluster, "reason", reset.Reason)
+		} else if err != nil {
 			g.log.Debug("stream ended", "import", route.ns+"/"+route.name, "peer", cluster, "err", err)
 		}
 		return

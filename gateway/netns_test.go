@@ -259,15 +259,7 @@ var (
 	tmpDir string
 )
 
-// TestMain removes the strait binary testenv built for this package:
-// testenv keeps it for the life of the test process and never deletes it.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binary != "" {
-		os.RemoveAll(filepath.Dir(binary))
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 func writeTemp(t *testing.T, pattern, content string) string {
 	t.Helper()

@@ -55,7 +55,9 @@ type RateConfig struct {
 	Duration time.Duration
 	// Warmup runs the same schedule before the measured window and
 	// records nothing, so connections, server caches and the Go runtimes
-	// on both sides are warm when measuring starts.
+	// on both sides are warm when measuring starts. Connections are
+	// opened by their first request, so with no warm-up the first
+	// measured request on each pays the TCP handshake.
 	Warmup time.Duration
 	// Drain bounds how long RunRate waits, after the last intended start,
 	// for requests still queued or in flight; those cut off count as

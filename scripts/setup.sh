@@ -10,11 +10,15 @@ declare -A want=(
 	[ip]=iproute2 [tc]=iproute2 [ethtool]=ethtool [curl]=curl [iperf3]=iperf3
 	[wrk]=wrk [dig]=dnsutils [ping]=iputils-ping [sysctl]=procps
 	[wireguard-go]=wireguard-go [wg]=wireguard-tools [nft]=nftables
+	[chromium]=chromium [fc-list]=fontconfig
 )
 missing=()
 for cmd in "${!want[@]}"; do
 	command -v "$cmd" >/dev/null 2>&1 || missing+=("${want[$cmd]}")
 done
+# The HTML report's SVG text is measured with Liberation Sans; without the
+# font, browsers substitute another and labels may overflow.
+[[ -e /usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf ]] || missing+=(fonts-liberation)
 if ((${#missing[@]})); then
 	if [[ $(id -u) != 0 ]]; then
 		echo "setup: need root to install: ${missing[*]}" >&2

@@ -79,13 +79,13 @@ var workloadPorts = map[string]int{"echo": 8080, "recv": 8081, "static": 8082, "
 
 // Load are the load generator's settings, as `strait load seq` takes them.
 type Load struct {
-	Requests        int    `yaml:"requests"`
-	Threads         int    `yaml:"threads"`
-	KeepAlive       *bool  `yaml:"keepalive"`
-	Think           string `yaml:"think"`
-	ConnectTimeout  string `yaml:"connect-timeout"`
-	ResponseTimeout string `yaml:"response-timeout"`
-	Warmup          int    `yaml:"warmup"`
+	Requests        int    `yaml:"requests" json:"requests"`
+	Threads         int    `yaml:"threads" json:"threads"`
+	KeepAlive       *bool  `yaml:"keepalive" json:"keepalive"`
+	Think           string `yaml:"think" json:"think,omitempty"`
+	ConnectTimeout  string `yaml:"connect-timeout" json:"connect-timeout,omitempty"`
+	ResponseTimeout string `yaml:"response-timeout" json:"response-timeout,omitempty"`
+	Warmup          int    `yaml:"warmup" json:"warmup"`
 }
 
 //go:embed builtin/*.yaml

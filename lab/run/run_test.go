@@ -111,7 +111,7 @@ func TestRunWritesEveryRequest(t *testing.T) {
 	if len(samples) != 60 {
 		t.Errorf("requests.csv has %d rows, want 60", len(samples))
 	}
-	for _, name := range []string{"metadata.json", "table.txt"} {
+	for _, name := range []string{"metadata.json", "table.txt", "report.html"} {
 		if _, err := os.Stat(filepath.Join(dirs[0], name)); err != nil {
 			t.Error(err)
 		}

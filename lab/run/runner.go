@@ -20,6 +20,7 @@ import (
 	"github.com/strait-net/strait/lab/tool"
 	"github.com/strait-net/strait/load"
 	"github.com/strait-net/strait/report"
+	"github.com/strait-net/strait/report/html"
 )
 
 // Options are the runner's knobs; the zero value writes under ./results.
@@ -528,8 +529,29 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 	}
 	defer f.Close()
 	WriteTable(io.MultiWriter(f, r.opts.Out), res.Cells)
-	r.printf("\nresults: %s (requests.csv, summary.json, metadata.json, table.txt)\n", r.dir)
+	if err := writeReport(r.dir); err != nil {
+		return fmt.Errorf("html report: %w", err)
+	}
+	r.printf("\nresults: %s (report.html, requests.csv, summary.json, metadata.json, table.txt)\n", r.dir)
 	return nil
+}
+
+// writeReport renders the run directory's report.html, the same file
+// `strait report DIR` writes.
+func writeReport(dir string) error {
+	run, err := html.LoadRun(dir)
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "report.html"))
+	if err != nil {
+		return err
+	}
+	if err := html.Write(f, run); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func writeJSON(path string, v any) error {
