@@ -28,4 +28,5 @@ require (
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/text v0.40.0 // indirect
 	golang.zx2c4.com/wintun v0.0.0-20230126152724-0fa3db229ce2 // indirect
+	gonum.org/v1/gonum v0.16.0 // indirect
 )

@@ -128,6 +128,11 @@ func createNodes(ctx context.Context, plan *topology.Plan) error {
 		if n.CongestionControl != "" {
 			sysctls = append(sysctls, "net.ipv4.tcp_congestion_control="+n.CongestionControl)
 		}
+		// A new namespace starts with the kernel's default socket buffer
+		// limits, not the host's: a process asking for a large buffer (as
+		// wireguard-go and iperf3 do) would get 208 KiB and drop packets
+		// that it keeps up with on the host.
+		sysctls = append(sysctls, hostBufferLimits...)
 		args := append([]string{"netns", "exec", n.Netns, "sysctl", "-q", "-w"}, sysctls...)
 		if _, err := run(ctx, "ip", args...); err != nil {
 			return fmt.Errorf("node %s: %w", n.ID, err)
@@ -144,6 +149,19 @@ func createNodes(ctx context.Context, plan *topology.Plan) error {
 }
 
 const allowedCCPath = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+
+// hostBufferLimits are the host's socket buffer limits as sysctl
+// assignments, read once.
+var hostBufferLimits = func() []string {
+	var out []string
+	for _, key := range []string{"net.core.rmem_max", "net.core.wmem_max"} {
+		b, err := os.ReadFile("/proc/sys/" + strings.ReplaceAll(key, ".", "/"))
+		if err == nil {
+			out = append(out, key+"="+strings.TrimSpace(string(b)))
+		}
+	}
+	return out
+}()
 
 // allowCongestionControls adds ccs to the host's allowed list. A namespace
 // other than the host's may only choose an allowed algorithm as its default,

@@ -54,6 +54,9 @@ type Experiment struct {
 	Parallel int `yaml:"parallel"`
 	// JTL also writes requests.jtl in JMeter's CSV result format.
 	JTL bool `yaml:"jtl"`
+	// Throughput, when set, also measures bulk TCP throughput through every
+	// tool with `strait load stream` (iperf-like, no HTTP).
+	Throughput *Throughput `yaml:"throughput"`
 
 	// Resolved by Parse.
 	dir       string // where a relative topology path is resolved
@@ -76,6 +79,23 @@ type Workload struct {
 
 // Workload kinds and the port each listens on, on the server node.
 var workloadPorts = map[string]int{"echo": 8080, "recv": 8081, "static": 8082, "hello": 8083}
+
+// streamService is the name and port of the stream server the throughput
+// measurement runs on the server node.
+const (
+	streamService = "stream"
+	streamPort    = 5201
+)
+
+// Throughput configures bulk TCP measurements: for every count of parallel
+// streams, one transfer of Duration from client to server (or the reverse).
+type Throughput struct {
+	Streams  []int  `yaml:"streams" json:"streams"`
+	Duration string `yaml:"duration" json:"duration"`
+	Reverse  bool   `yaml:"reverse" json:"reverse"`
+
+	duration time.Duration
+}
 
 // Load are the load generator's settings, as `strait load seq` takes them.
 type Load struct {
@@ -216,8 +236,26 @@ func (e *Experiment) resolve(dir string) error {
 	if e.Repetitions < 0 || e.Repetitions > 1000 {
 		return fmt.Errorf("repetitions %d: must be between 1 and 1000", e.Repetitions)
 	}
-	if len(e.Workloads) == 0 {
-		return errors.New("workloads: name at least one (echo, recv, static, hello)")
+	if len(e.Workloads) == 0 && e.Throughput == nil {
+		return errors.New("workloads: name at least one (echo, recv, static, hello), or set throughput")
+	}
+	if tp := e.Throughput; tp != nil {
+		if len(tp.Streams) == 0 {
+			tp.Streams = []int{1}
+		}
+		for i, n := range tp.Streams {
+			if n < 1 || n > 128 {
+				return fmt.Errorf("throughput.streams[%d] %d: must be between 1 and 128", i, n)
+			}
+		}
+		tp.duration = 5 * time.Second
+		if tp.Duration != "" {
+			d, err := emulation.ParseDuration(tp.Duration)
+			if err != nil || d < 100*time.Millisecond || d > time.Hour {
+				return fmt.Errorf("throughput.duration %q: want a duration between 100ms and 1h", tp.Duration)
+			}
+			tp.duration = d
+		}
 	}
 	for i := range e.Workloads {
 		w := &e.Workloads[i]

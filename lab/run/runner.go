@@ -267,6 +267,18 @@ func (r *runner) unit(ctx context.Context, u unit) (err error) {
 		// only reaps.
 		go func() { _ = cmd.Wait() }()
 	}
+	if r.e.Throughput != nil {
+		services = append(services, tool.Service{Name: streamService, Port: streamPort})
+		cmd, err := l.Command(ctx, r.e.Server, r.opts.Binary, "load", "stream-server", "--listen", net.JoinHostPort("0.0.0.0", strconv.Itoa(streamPort)))
+		if err != nil {
+			return err
+		}
+		cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("start stream server: %w", err)
+		}
+		go func() { _ = cmd.Wait() }()
+	}
 	for _, name := range r.e.Tools {
 		t, _ := tool.New(name)
 		tdir := filepath.Join(r.dir, "tools", fmt.Sprintf("%s-%s", name, u.id()))
@@ -322,8 +334,17 @@ func (r *runner) measureTool(ctx context.Context, t tool.Tool, env tool.Env, u u
 				return err
 			}
 			s := report.Summarize(samples)
-			r.printf("  %-10s %-8s %-7s %7s  n=%d errors=%d  IQR mean %.3f ms  median %.3f ms  p99 %.3f ms\n",
+			r.printf("  %-10s %-9s %-7s %7s  n=%d errors=%d  IQR mean %.3f ms  median %.3f ms  p99 %.3f ms\n",
 				u.id(), cell.Tool, cell.Workload, FormatSize(cell.Payload), s.Count, s.Errors, s.IQRMeanMS, s.MedianMS, s.P99MS)
+		}
+	}
+	if tp := r.e.Throughput; tp != nil {
+		for _, streams := range tp.Streams {
+			res, err := r.measureThroughput(ctx, env, targets[streamService], ThroughputCell{Scenario: u.scenario.Name, Tool: t.Name(), Streams: streams}, u.rep)
+			if err != nil {
+				return fmt.Errorf("tool %s: throughput with %d streams: %w", t.Name(), streams, err)
+			}
+			r.printf("  %-10s %-9s stream  ×%-3d %8.3f Gbit/s  (%d retransmits, cc %s)\n", u.id(), t.Name(), streams, res.Gbps, res.Retransmits, res.CC)
 		}
 	}
 	return nil
@@ -529,8 +550,20 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 	}
 	defer f.Close()
 	WriteTable(io.MultiWriter(f, r.opts.Out), res.Cells)
-	if err := writeReport(r.dir); err != nil {
-		return fmt.Errorf("html report: %w", err)
+	tput, err := r.aggregateThroughput()
+	if err != nil {
+		return err
+	}
+	if tput != nil {
+		if err := writeJSON(filepath.Join(r.dir, "throughput.json"), tput); err != nil {
+			return err
+		}
+		WriteThroughputTable(io.MultiWriter(f, r.opts.Out), tput)
+	}
+	if len(res.Cells) > 0 {
+		if err := writeReport(r.dir); err != nil {
+			return fmt.Errorf("html report: %w", err)
+		}
 	}
 	r.printf("\nresults: %s (report.html, requests.csv, summary.json, metadata.json, table.txt)\n", r.dir)
 	return nil

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# k8s-tools.sh builds the Kubernetes control-plane binaries that strait's
+# Kubernetes tests run against (envtest style: a real etcd + kube-apiserver,
+# no controllers) from the Go modules pinned in tools/k8s/go.mod + go.sum.
+# Nothing prebuilt is downloaded: only Go modules, through the module proxy.
+#
+# Usage:
+#   export KUBEBUILDER_ASSETS="$(scripts/k8s-tools.sh)"
+#   scripts/k8s-tools.sh --env     # prints: export KUBEBUILDER_ASSETS='...'
+#
+# stdout: the directory holding kube-apiserver, etcd and kubectl (only that
+# line; progress goes to stderr). Idempotent: a binary is built only when it is
+# missing from the directory, so repeated runs cost milliseconds.
+#
+# Environment:
+#   STRAIT_K8S_TOOLS   cache directory (default /var/cache/strait/k8s-<version>,
+#                      outside the checkout; <version> comes from tools/k8s/go.mod)
+#   STRAIT_K8S_JOBS    parallel compile jobs (default: number of CPUs, max 4)
+#   STRAIT_K8S_REBUILD=1  rebuild all three binaries even if present
+set -euo pipefail
+
+die() { echo "k8s-tools: error: $*" >&2; exit 1; }
+log() { echo "k8s-tools: $*" >&2; }
+
+mode=dir
+case "${1-}" in
+  "") ;;
+  --env) mode=env ;;
+  -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) die "unknown argument \"$1\" (allowed: --env, --help)" ;;
+esac
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+mod="$root/tools/k8s"
+[[ -f "$mod/go.mod" && -f "$mod/go.sum" ]] || die "missing $mod/go.mod or go.sum"
+command -v go >/dev/null || die "go not found in PATH"
+
+# One source of truth for versions: the pinned go.mod.
+k8s_version="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' "$mod/go.mod")"
+etcd_version="$(awk '$1 == "go.etcd.io/etcd/server/v3" && $2 ~ /^v/ {print $2; exit}' "$mod/go.mod")"
+[[ -n "$k8s_version" ]] || die "no k8s.io/kubernetes version in $mod/go.mod"
+[[ -n "$etcd_version" ]] || die "no go.etcd.io/etcd/server/v3 version in $mod/go.mod"
+
+dir="${STRAIT_K8S_TOOLS:-/var/cache/strait/k8s-$k8s_version}"
+[[ "$dir" == /* ]] || die "STRAIT_K8S_TOOLS must be an absolute path, got \"$dir\""
+case "$dir/" in
+  "$root"/*) die "cache directory $dir is inside the checkout $root; set STRAIT_K8S_TOOLS elsewhere" ;;
+esac
+
+emit() {
+  if [[ "$mode" == env ]]; then
+    printf "export KUBEBUILDER_ASSETS='%s'\n" "$dir"
+  else
+    printf '%s\n' "$dir"
+  fi
+}
+
+bins=(kube-apiserver etcd kubectl)
+have_all() {
+  local b
+  for b in "${bins[@]}"; do [[ -x "$dir/$b" ]] || return 1; done
+}
+
+if [[ "${STRAIT_K8S_REBUILD:-0}" != 1 ]] && have_all; then
+  emit
+  exit 0
+fi
+
+mkdir -p "$dir" 2>/dev/null || die "cannot create $dir (set STRAIT_K8S_TOOLS to a writable directory)"
+[[ -w "$dir" ]] || die "$dir is not writable (set STRAIT_K8S_TOOLS to a writable directory)"
+
+# Serialize concurrent runs (e.g. several test packages starting at once).
+exec 9>"$dir/.lock"
+if command -v flock >/dev/null; then
+  flock 9 || die "cannot lock $dir/.lock"
+fi
+
+declare -A pkg=(
+  [kube-apiserver]=k8s.io/kubernetes/cmd/kube-apiserver
+  [kubectl]=k8s.io/kubernetes/cmd/kubectl
+  [etcd]=go.etcd.io/etcd/server/v3
+)
+todo=()
+for b in "${bins[@]}"; do
+  if [[ "${STRAIT_K8S_REBUILD:-0}" == 1 || ! -x "$dir/$b" ]]; then todo+=("$b"); fi
+done
+if [[ ${#todo[@]} -eq 0 ]]; then # another run built them while we waited
+  emit
+  exit 0
+fi
+
+# Version stamps, as Kubernetes' hack/lib/version.sh sets them, so that
+# --version and the apiserver's /version report the pinned release.
+major="${k8s_version#v}"; major="${major%%.*}"
+minor="${k8s_version#v*.}"; minor="${minor%%.*}"
+vflags=""
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  vflags+=" -X $p.gitVersion=$k8s_version -X $p.gitMajor=$major -X $p.gitMinor=$minor"
+  vflags+=" -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+done
+
+ncpu="$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)"
+jobs="${STRAIT_K8S_JOBS:-$(( ncpu < 4 ? ncpu : 4 ))}"
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || die "STRAIT_K8S_JOBS must be a positive integer, got \"$jobs\""
+
+tmp="$(mktemp -d "$dir/.build.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+
+log "building ${todo[*]} (kubernetes $k8s_version, etcd $etcd_version) into $dir, -p $jobs; takes ~7 min on 2 cores"
+start=$SECONDS
+for b in "${todo[@]}"; do
+  # One go build per binary: the build cache shares compiled packages, and a
+  # failure names the binary that broke.
+  # -mod=readonly + the checked-in go.sum: the exact pinned module versions are
+  # used, and a go.mod/go.sum that needs changes is an error, not an edit.
+  # GOWORK=off: a go.work above the checkout must not change the build list.
+  # -buildvcs=false: no stamp from the checkout's git state (reproducible).
+  # CGO_ENABLED=0: static binaries, as Kubernetes ships them.
+  ( cd "$mod" && GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false" CGO_ENABLED=0 GOTOOLCHAIN=local \
+      go build -p "$jobs" -trimpath -ldflags "-s -w$vflags" -o "$tmp/$b" "${pkg[$b]}" ) \
+    || die "go build ${pkg[$b]} failed (see above)"
+  mv -f "$tmp/$b" "$dir/$b" # atomic within one filesystem: no half-written binaries
+  log "built $b ($(( SECONDS - start ))s)"
+done
+printf 'kubernetes %s\netcd %s\n' "$k8s_version" "$etcd_version" > "$dir/VERSIONS"
+log "done in $(( SECONDS - start ))s"
+emit
