@@ -528,7 +528,11 @@ type Metadata struct {
 func (r *runner) writeResults(res *Result, started time.Time) error {
 	var scen []map[string]string
 	for _, sc := range r.e.scenarios {
-		scen = append(scen, map[string]string{"name": sc.Name, "lan": sc.LAN.String(), "wan": sc.WAN.String()})
+		lan, wan := sc.LAN.String(), sc.WAN.String()
+		if sc.AsDeclared {
+			lan, wan = "as the topology declares", "as the topology declares"
+		}
+		scen = append(scen, map[string]string{"name": sc.Name, "lan": lan, "wan": wan})
 	}
 	r.mu.Lock()
 	md := Metadata{

@@ -21,10 +21,23 @@ type Scenario struct {
 	Catalog     string // the catalog it comes from, e.g. "seed000"; InlineCatalog for a Spec
 	Description string
 	LAN, WAN    emulation.Params
+	// AsDeclared leaves every link as the topology file declares it.
+	AsDeclared bool
 }
+
+// AsDeclared is the scenario that changes nothing: the links keep the
+// emulation the topology file gives them, for experiments whose conditions
+// live in the topology (e.g. one WAN link at 1 Gbit/s with loss).
+const AsDeclared = "as-declared"
+
+var asDeclared = Scenario{Name: AsDeclared, Catalog: "builtin", AsDeclared: true,
+	Description: "every link as the topology file declares it"}
 
 // Apply replaces the emulation of every link of p with the scenario's.
 func (s Scenario) Apply(p *topology.Plan) {
+	if s.AsDeclared {
+		return
+	}
 	p.Emulate(topology.LAN, s.LAN)
 	p.Emulate(topology.WAN, s.WAN)
 }
@@ -53,6 +66,9 @@ func Catalog(name string) ([]Scenario, error) {
 
 // Lookup finds a scenario by name in any catalog.
 func Lookup(name string) (Scenario, error) {
+	if name == AsDeclared {
+		return asDeclared, nil
+	}
 	for _, c := range Catalogs() {
 		for _, s := range catalogs[c] {
 			if s.Name == name {
@@ -60,7 +76,7 @@ func Lookup(name string) (Scenario, error) {
 			}
 		}
 	}
-	return Scenario{}, fmt.Errorf("unknown scenario %q (known: %s)", name, strings.Join(Names(), ", "))
+	return Scenario{}, fmt.Errorf("unknown scenario %q (known: %s, %s)", name, AsDeclared, strings.Join(Names(), ", "))
 }
 
 // Names returns every catalog scenario's name, catalog by catalog in table

@@ -271,3 +271,22 @@ func TestCatalogSpecRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func TestAsDeclaredKeepsTopologyEmulation(t *testing.T) {
+	topo, err := topology.Parse([]byte("name: x\nclusters:\n  - {name: a, nodes: [{name: g}]}\n  - {name: b, nodes: [{name: g}]}\nwan:\n  - between: [a, b]\n    emulation: {delay: 5ms, loss: 0.08%}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := topo.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := Lookup(AsDeclared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Apply(p)
+	if got := p.Links[0].AtoB; got.Delay != 5*time.Millisecond || got.Loss != 0.08 {
+		t.Errorf("as-declared changed the WAN link to %v", got)
+	}
+}
