@@ -10,6 +10,7 @@ require (
 	golang.org/x/net v0.57.0
 	golang.org/x/sys v0.49.0
 	golang.zx2c4.com/wireguard v0.0.0-20260522210424-ecfc5a8d5446
+	gonum.org/v1/gonum v0.16.0
 	gonum.org/v1/plot v0.17.0
 	gopkg.in/yaml.v3 v3.0.1
 )
@@ -28,5 +29,4 @@ require (
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/text v0.40.0 // indirect
 	golang.zx2c4.com/wintun v0.0.0-20230126152724-0fa3db229ce2 // indirect
-	gonum.org/v1/gonum v0.16.0 // indirect
 )

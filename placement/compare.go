@@ -14,9 +14,9 @@ type Row struct {
 	// RBCM is λ of Solve; Rounded is λ after rounding+repair, before polish.
 	RBCM, Rounded, Greedy float64
 	// Repaired is how many of the roundings needed repair.
-	Repaired, Rounds     int
+	Repaired, Rounds    int
 	BoundTime, RBCMTime time.Duration
-	GreedyTime           time.Duration
+	GreedyTime          time.Duration
 }
 
 // Compare generates the instance and runs the bound, RBCM and greedy on it,
@@ -53,8 +53,8 @@ func Compare(g GenConfig, cfg Config) (Row, error) {
 
 // WriteTable prints rows as an aligned text table; ratios are to Bound.
 func WriteTable(w io.Writer, rows []Row) error {
-	if _, err := fmt.Fprintf(w, "%-16s %3s %5s %8s %8s %8s %7s %7s %7s %7s %9s %9s %9s\n",
-		"B×C×V", "k", "skew", "ΣD/ΣA", "LPbound", "RBCM", "ratio", "round", "greedy", "repair", "t_bound", "t_rbcm", "t_greedy"); err != nil {
+	if _, err := fmt.Fprintf(w, "%-16s %3s %4s %5s %8s %8s %8s %7s %7s %7s %7s %9s %9s %9s\n",
+		"B×C×V", "k", "reg", "skew", "ΣD/ΣA", "LPbound", "RBCM", "ratio", "round", "greedy", "repair", "t_bound", "t_rbcm", "t_greedy"); err != nil {
 		return err
 	}
 	for _, r := range rows {
@@ -62,8 +62,8 @@ func WriteTable(w io.Writer, rows []Row) error {
 		if k == 0 {
 			k = 3
 		}
-		_, err := fmt.Fprintf(w, "%-16s %3d %5.1f %8.4f %8.4f %8.4f %7.3f %7.3f %7.3f %3d/%-3d %9s %9s %9s\n",
-			fmt.Sprintf("%d×%d×%d", r.Gen.Brokers, r.Gen.Clusters, r.Gen.VPCs), k, r.Gen.CapacitySkew,
+		_, err := fmt.Fprintf(w, "%-16s %3d %4d %5.1f %8.4f %8.4f %8.4f %7.3f %7.3f %7.3f %3d/%-3d %9s %9s %9s\n",
+			fmt.Sprintf("%d×%d×%d", r.Gen.Brokers, r.Gen.Clusters, r.Gen.VPCs), k, r.Gen.Region, r.Gen.CapacitySkew,
 			r.Relax, r.Bound, r.RBCM, r.RBCM/r.Bound, r.Rounded/r.Bound, r.Greedy/r.Bound,
 			r.Repaired, r.Rounds,
 			r.BoundTime.Round(time.Microsecond), r.RBCMTime.Round(time.Microsecond), r.GreedyTime.Round(time.Microsecond))
@@ -80,6 +80,9 @@ func StandardSizes(seed uint64) []GenConfig {
 	for _, s := range [][3]int{{10, 10, 100}, {10, 100, 1000}, {20, 200, 2000}, {50, 500, 5000}, {100, 1000, 10000}, {100, 100, 10000}} {
 		for _, k := range []int{1, 3} {
 			gs = append(gs, GenConfig{Brokers: s[0], Clusters: s[1], VPCs: s[2], K: k, CapacitySkew: 4, Seed: seed})
+		}
+		for _, k := range []int{1, 2} {
+			gs = append(gs, GenConfig{Brokers: s[0], Clusters: s[1], VPCs: s[2], K: k, CapacitySkew: 4, Region: 5, Seed: seed})
 		}
 	}
 	return gs

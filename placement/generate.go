@@ -20,7 +20,11 @@ type GenConfig struct {
 	// (default 3). A tenant takes consecutive clusters from a random start,
 	// so tenants overlap like neighbours in a region.
 	Span int
-	Seed uint64
+	// Region, if > 0, cuts the clusters into consecutive regions of this
+	// many clusters and keeps each tenant inside one region, so clusters
+	// linked by shared tenants stay local (0: one ring of all clusters).
+	Region int
+	Seed   uint64
 }
 
 // Validate names the first bad field.
@@ -36,6 +40,8 @@ func (g GenConfig) Validate() error {
 		return fmt.Errorf("gen.Tenants: %d, must be >= 0", g.Tenants)
 	case g.K < 0:
 		return fmt.Errorf("gen.K: %d, must be >= 0", g.K)
+	case g.Region < 0:
+		return fmt.Errorf("gen.Region: %d, must be >= 0", g.Region)
 	case g.Span < 0:
 		return fmt.Errorf("gen.Span: %d, must be >= 0", g.Span)
 	case !(g.CapacitySkew >= 0) || math.IsInf(g.CapacitySkew, 0):
@@ -78,9 +84,14 @@ func Generate(g GenConfig) (*Model, error) {
 	for t := range nT {
 		m.Tenants = append(m.Tenants, Tenant{ID: fmt.Sprintf("t%04d", t)})
 		s := 1 + rng.IntN(2*span-1) // mean span
-		start := rng.IntN(g.Clusters)
-		for j := range min(s, g.Clusters) {
-			homes[t] = append(homes[t], m.Clusters[(start+j)%g.Clusters].ID)
+		lo, n := 0, g.Clusters
+		if g.Region > 0 && g.Region < g.Clusters {
+			lo = rng.IntN((g.Clusters+g.Region-1)/g.Region) * g.Region
+			n = min(g.Region, g.Clusters-lo)
+		}
+		start := rng.IntN(n)
+		for j := range min(s, n) {
+			homes[t] = append(homes[t], m.Clusters[lo+(start+j)%n].ID)
 		}
 	}
 	for v := range g.VPCs {

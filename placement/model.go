@@ -102,6 +102,19 @@ func (m *Model) Validate() error {
 			}
 		}
 	}
+	var total, minCap float64
+	minCap = math.Inf(1)
+	for _, t := range m.Tenants {
+		for _, v := range t.VPCs {
+			total += v.Demand
+		}
+	}
+	for _, b := range m.Brokers {
+		minCap = min(minCap, b.Capacity)
+	}
+	if math.IsInf(total/minCap, 0) {
+		return fmt.Errorf("model.Tenants: total demand %v over smallest capacity %v overflows float64", total, minCap)
+	}
 	return nil
 }
 

@@ -87,21 +87,17 @@ func solve(orig *instance, cfg Config) (*state, Result) {
 	res := Result{RelaxationBound: relaxationBound(orig), LowerBound: lb, RoundedMaxLoad: math.Inf(1), MaxLoad: math.Inf(1)}
 	y := tenantFractions(in, frac)
 	var best *state
-	var comps *state
+	proto := newState(in)
+	proto.components() // shared by the rounds' repair fallback
 	for r := 0; r < cfg.rounds(); r++ {
 		rng := rand.New(rand.NewPCG(cfg.Seed, uint64(r)))
 		s := newState(in)
-		if comps != nil {
-			s.compOf, s.members = comps.compOf, comps.members
-		}
+		s.compOf, s.members = proto.compOf, proto.members
 		round(s, frac, y, rng)
 		if len(s.violated()) > 0 {
 			res.Repaired++
 		}
 		s.repair()
-		if s.compOf != nil {
-			comps = s
-		}
 		l, _ := s.maxLoad()
 		res.RoundedMaxLoad = min(res.RoundedMaxLoad, l)
 		if !cfg.NoPolish {
@@ -187,7 +183,8 @@ func round(s *state, f fractional, y [][]float64, rng *rand.Rand) {
 
 // Greedy is the baseline: clusters by decreasing demand, each to the broker
 // with the lowest resulting load ratio among those the tenant constraint
-// allows, then the same repair as RBCM for the rare dead ends. No polish.
+// allows, then the same repair as RBCM for the dead ends. No polish. The
+// Result's LowerBound is left zero (Greedy solves no LP).
 func Greedy(m *Model) (Result, error) {
 	if err := m.Validate(); err != nil {
 		return Result{}, err

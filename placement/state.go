@@ -6,12 +6,12 @@ import "sort"
 // tenant-constraint checks O(tenants of the cluster).
 type state struct {
 	in      *instance
-	broker  []int       // cluster -> broker, -1 if unassigned
-	load    []float64   // absolute demand per broker
-	cnt     [][]int32   // tenant -> broker -> number of its clusters there
-	nUsed   []int       // tenant -> number of brokers with cnt > 0
-	compOf  []int       // cluster -> component (clusters linked by tenants)
-	members [][]int     // component -> clusters
+	broker  []int     // cluster -> broker, -1 if unassigned
+	load    []float64 // absolute demand per broker
+	cnt     [][]int32 // tenant -> broker -> number of its clusters there
+	nUsed   []int     // tenant -> number of brokers with cnt > 0
+	compOf  []int     // cluster -> component (clusters linked by tenants)
+	members [][]int   // component -> clusters
 }
 
 func newState(in *instance) *state {
@@ -29,15 +29,6 @@ func newState(in *instance) *state {
 		s.cnt[t] = make([]int32, in.nB)
 	}
 	return s
-}
-
-func (s *state) clone() *state {
-	n := &state{in: s.in, broker: append([]int(nil), s.broker...), load: append([]float64(nil), s.load...),
-		cnt: make([][]int32, len(s.cnt)), nUsed: append([]int(nil), s.nUsed...), compOf: s.compOf, members: s.members}
-	for t := range s.cnt {
-		n.cnt[t] = append([]int32(nil), s.cnt[t]...)
-	}
-	return n
 }
 
 func (s *state) place(c, b int) {
@@ -151,9 +142,10 @@ func (s *state) components() {
 // repair makes the state feasible, deterministically: unassigned clusters go
 // to the least loaded allowed broker; then each violating tenant keeps the K
 // brokers carrying most of its demand and its other clusters move there,
-// preferring brokers that do not push a co-tenant over K; if violations
-// survive a few passes, each component that still has one moves whole to one
-// broker, which is always feasible.
+// preferring brokers that do not push a co-tenant over K; then a
+// min-conflicts search moves groups of clusters between brokers to remove the
+// remaining violations; if some survive, each component that still has one
+// moves whole to one broker, which is always feasible.
 func (s *state) repair() {
 	in := s.in
 	var unassigned []int
@@ -166,7 +158,7 @@ func (s *state) repair() {
 	for _, c := range unassigned {
 		s.place(c, s.leastLoaded(c, nil))
 	}
-	for pass := 0; pass < 4; pass++ {
+	for pass := 0; pass < repairPasses; pass++ {
 		bad := s.violated()
 		if len(bad) == 0 {
 			return
@@ -184,10 +176,10 @@ func (s *state) repair() {
 			}
 		}
 	}
-	bad := s.violated()
-	if len(bad) == 0 {
+	if s.minConflicts(20*in.nC + 100) {
 		return
 	}
+	bad := s.violated()
 	s.components()
 	done := map[int]bool{}
 	for _, t := range bad {
@@ -339,4 +331,90 @@ func (s *state) swapAllowed(c, c2 int) bool {
 
 func sortByDemand(in *instance, cs []int) {
 	sort.SliceStable(cs, func(i, j int) bool { return in.demand[cs[i]] > in.demand[cs[j]] })
+}
+
+var repairPasses = 4
+
+// minConflicts removes tenant-constraint violations by group moves: for a
+// violating tenant t (taken in rotation), move all of t's clusters on one of
+// its brokers a to another of its brokers b, choosing the move that lowers
+// the total excess Σ_t max(0, brokers(t) − K) most, then the load of b. Moves
+// that do not raise the excess are allowed so the search can walk plateaus;
+// the iteration cap bounds it. Reports whether all violations are gone.
+func (s *state) minConflicts(maxIter int) bool {
+	in := s.in
+	excess := func(ts []int) int {
+		e := 0
+		for _, t := range ts {
+			e += max(0, s.nUsed[t]-in.k)
+		}
+		return e
+	}
+	var group, affected, from []int
+	seen := make([]int, len(in.clustersOf))
+	stamp := 0
+	for iter := 0; iter < maxIter; iter++ {
+		bad := s.violated()
+		if len(bad) == 0 {
+			return true
+		}
+		t := bad[iter%len(bad)]
+		var brokers []int
+		for b, n := range s.cnt[t] {
+			if n > 0 {
+				brokers = append(brokers, b)
+			}
+		}
+		bestDV, bestR, bestA, bestB := 0, 0.0, -1, -1
+		for _, a := range brokers {
+			group = group[:0]
+			for _, c := range in.clustersOf[t] {
+				if s.broker[c] == a {
+					group = append(group, c)
+				}
+			}
+			stamp++
+			affected = affected[:0]
+			for _, c := range group {
+				for _, u := range in.tenantsOf[c] {
+					if seen[u] != stamp {
+						seen[u] = stamp
+						affected = append(affected, u)
+					}
+				}
+			}
+			before := excess(affected)
+			var d float64
+			for _, c := range group {
+				d += in.demand[c]
+			}
+			for _, b := range brokers {
+				if b == a {
+					continue
+				}
+				from = from[:0]
+				for _, c := range group {
+					from = append(from, s.broker[c])
+					s.place(c, b)
+				}
+				dv := excess(affected) - before
+				for i, c := range group {
+					s.place(c, from[i])
+				}
+				r := (s.load[b] + d) / in.capacity[b]
+				if bestA < 0 || dv < bestDV || (dv == bestDV && r < bestR) {
+					bestDV, bestR, bestA, bestB = dv, r, a, b
+				}
+			}
+		}
+		if bestA < 0 || bestDV > 0 {
+			return false
+		}
+		for _, c := range in.clustersOf[t] {
+			if s.broker[c] == bestA {
+				s.place(c, bestB)
+			}
+		}
+	}
+	return len(s.violated()) == 0
 }

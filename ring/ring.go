@@ -4,8 +4,9 @@
 //
 // A Table has a fixed number of buckets, a prime M (65537 by default), and
 // every bucket belongs to one member (a remote gateway). Lookup mixes the flow
-// key, maps it to a bucket with one multiplication and reads the owner, so a
-// flow always lands on the same gateway and a lookup costs a few nanoseconds.
+// key, maps it to a bucket with one multiplication and reads the owner: no
+// division, no search, no allocation, and a flow always lands on the same
+// gateway. BenchmarkLookup measures the cost.
 //
 // Two kinds of change follow two rules:
 //
@@ -23,9 +24,10 @@
 //
 // Dead buckets are handed out by rendezvous hashing, bucket by bucket: each
 // goes to the live member with the highest score for that bucket. That keeps
-// the heirs' extra load even, and it makes failures compose: when one more
-// gateway dies, only the buckets it was serving move, including ones it had
-// inherited. WithDown depends only on the configured table and the set of
+// the heirs' extra load even, and it makes failures compose: whenever one
+// gateway dies or recovers, the buckets that move are exactly those it serves
+// while alive — its own, plus its share of the buckets of gateways that are
+// still dead. WithDown depends only on the configured table and the set of
 // dead members, never on earlier calls, so every sending gateway that sees the
 // same health agrees on placement whatever order the events arrived in, and a
 // flapping gateway leaves the table exactly as it found it.
@@ -49,7 +51,8 @@ import (
 const (
 	// DefaultSize is the table size when Options.Size is zero and the total
 	// weight is at most 655: the prime the Maglev paper uses for small
-	// tables. It keeps the excess disruption of a rebuild well under 1 %.
+	// tables. With it, a rebuild for N ≤ 16 members moved less than 1 % of
+	// the flows beyond the minimum in TestPropertyMembership.
 	DefaultSize = 65537
 	// MaxSize bounds Options.Size (and the default for very large weights)
 	// so that a bad configuration cannot ask for gigabytes.
@@ -141,11 +144,11 @@ func New(members []string, opts Options) (*Table, error) {
 	switch {
 	case size == 0:
 		size = DefaultSize
+		if 100*total > MaxSize {
+			return nil, fmt.Errorf("ring: total weight %d needs more than %d buckets; set Size", total, MaxSize)
+		}
 		if 100*total > size {
 			size = nextPrime(100 * total)
-		}
-		if size > MaxSize {
-			return nil, fmt.Errorf("ring: total weight %d needs a table larger than %d buckets", total, MaxSize)
 		}
 	case size < 2 || size > MaxSize || !isPrime(size):
 		return nil, fmt.Errorf("ring: size %d must be a prime in 2..%d (or 0 for the default)", size, MaxSize)
@@ -229,8 +232,9 @@ func (t *Table) populate() {
 // ignored, since a health map may still hold a gateway the configuration has
 // dropped. When every member is down, Lookup reports no member.
 //
-// The cost is one score per dead bucket and live member, about M·d·(N−d)/N
-// hashes for d of N members dead (tens of microseconds for M = 65537).
+// The cost is a copy of the table plus one score per dead bucket and live
+// member, about M·d·(N−d)/N hashes for d of N members dead; it is paid once
+// per health change, never per lookup (BenchmarkWithDown).
 func (t *Table) WithDown(down map[string]bool) *Table {
 	b := t.base
 	var dead []bool
@@ -277,9 +281,9 @@ func (t *Table) WithDown(down map[string]bool) *Table {
 }
 
 // heir picks the live member that takes over a dead bucket: the highest
-// rendezvous score for the bucket, weighted as in Schindelhauer and
-// Schomaker's weighted distributed hash tables (w / −ln u), so heirs gain
-// load in proportion to their weights. Unweighted tables compare the raw
+// rendezvous score for the bucket, weighted by the logarithmic method
+// (score w / −ln u for a uniform u), so heirs gain load in proportion to
+// their weights. Unweighted tables compare the raw
 // scores, which orders members the same way without the logarithm.
 func (t *Table) heir(bucket int, live []int) uint16 {
 	if len(live) == 0 {

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -208,6 +210,15 @@ func TestPropertyDown(t *testing.T) {
 				t.Errorf("N=%d: after %s died %s has %d buckets, want %.0f ±5%%", n, dead, m, one.Buckets(m), even)
 			}
 		}
+		// The same through Lookup, as a gateway sees it.
+		for range 5000 {
+			k := rng.Uint64()
+			was, _ := base.Lookup(k)
+			now, ok := one.Lookup(k)
+			if !ok || now == dead || (was != dead && now != was) {
+				t.Fatalf("N=%d, %s down: key %x went %s → %s", n, dead, k, was, now)
+			}
+		}
 		if back := one.WithDown(nil); !slices.Equal(back.entry, base.entry) {
 			t.Errorf("N=%d: restoring %s did not give back the configured table", n, dead)
 		}
@@ -322,6 +333,10 @@ func TestNewErrors(t *testing.T) {
 	for i := range many {
 		many[i] = fmt.Sprint(i)
 	}
+	heavy := map[string]int{}
+	for _, m := range many[:200] {
+		heavy[m] = MaxWeight
+	}
 	tests := []struct {
 		name    string
 		members []string
@@ -340,6 +355,7 @@ func TestNewErrors(t *testing.T) {
 		{"weight zero", []string{"a"}, Options{Weights: map[string]int{"a": 0}}, "weight 0, allowed 1..1000"},
 		{"weight too large", []string{"a"}, Options{Weights: map[string]int{"a": 1001}}, "weight 1001"},
 		{"too many members", many, Options{}, "65536 members, at most 65535"},
+		{"default too large for weights", many[:200], Options{Weights: heavy}, "total weight 200000 needs more than 16777216 buckets"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -465,4 +481,27 @@ func TestLookupAllocatesNothing(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("Lookup, LookupIndex and KeyOf allocate %.1f times per call", allocs)
 	}
+}
+
+// TestConcurrentLookups is for the race detector: lookups on a shared table
+// while health changes swap in new views.
+func TestConcurrentLookups(t *testing.T) {
+	base := mustNew(t, []string{"a", "b", "c", "d"}, Options{Size: 1009})
+	var cur atomic.Pointer[Table]
+	cur.Store(base)
+	var wg sync.WaitGroup
+	for g := range 2 {
+		wg.Go(func() {
+			for k := range uint64(20_000) {
+				if _, ok := cur.Load().Lookup(k*2 + uint64(g)); !ok {
+					t.Error("lookup found no member while at most one is down")
+					return
+				}
+			}
+		})
+	}
+	for i := range 200 {
+		cur.Store(cur.Load().WithDown(map[string]bool{base.members[i%4]: i%2 == 0}))
+	}
+	wg.Wait()
 }

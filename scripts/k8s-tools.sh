@@ -106,7 +106,7 @@ jobs="${STRAIT_K8S_JOBS:-$(( ncpu < 4 ? ncpu : 4 ))}"
 tmp="$(mktemp -d "$dir/.build.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 
-log "building ${todo[*]} (kubernetes $k8s_version, etcd $etcd_version) into $dir, -p $jobs; takes ~7 min on 2 cores"
+log "building ${todo[*]} (kubernetes $k8s_version, etcd $etcd_version) into $dir, -p $jobs; a cold build takes 6-14 min on 2 cores"
 start=$SECONDS
 for b in "${todo[@]}"; do
   # One go build per binary: the build cache shares compiled packages, and a
