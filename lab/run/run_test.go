@@ -54,13 +54,9 @@ func TestRunWritesEveryRequest(t *testing.T) {
 	bin := testenv.StraitBinary(t)
 	state := t.TempDir()
 	out := t.TempDir()
-	file, name := experiment(t, "[lcl, edg10]", 10, `  - {name: echo, payloads: [60, 1MB]}
+	file, _ := experiment(t, "[lcl, edg10]", 10, `  - {name: echo, payloads: [60, 1MB]}
   - {name: static}`)
-	t.Cleanup(func() {
-		for _, unit := range []string{"0", "1"} {
-			_ = lab.Down(context.Background(), name+unit, lab.Options{StateDir: state})
-		}
-	})
+	t.Cleanup(func() { downLabsIn(state) })
 	cmd := exec.Command(bin, "lab", "run", file, "--out", out)
 	cmd.Env = append(os.Environ(), lab.StateDirEnv+"="+state)
 	stdout, err := cmd.CombinedOutput()
@@ -128,11 +124,11 @@ func TestKilledRunIsCleanedUp(t *testing.T) {
 	testenv.RequireRoot(t)
 	bin := testenv.StraitBinary(t)
 	state := t.TempDir()
-	file, topoName := experiment(t, "[edg10]", 100000, `  - {name: echo, payloads: [1KB]}`)
-	name := topoName + "0" // the lab of the first unit
+	file, _ := experiment(t, "[edg10]", 100000, `  - {name: echo, payloads: [1KB]}`)
 	env := append(os.Environ(), lab.StateDirEnv+"="+state)
-	t.Cleanup(func() { _ = lab.Down(context.Background(), name, lab.Options{StateDir: state}) })
-	cmd := exec.Command(bin, "lab", "run", file, "--out", t.TempDir())
+	t.Cleanup(func() { downLabsIn(state) })
+	out := t.TempDir()
+	cmd := exec.Command(bin, "lab", "run", file, "--out", out)
 	cmd.Env = env
 	var stdout bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stdout
@@ -155,6 +151,7 @@ func TestKilledRunIsCleanedUp(t *testing.T) {
 	if !processRunning(bin, "app", "echo") {
 		t.Fatal("the echo app died with the runner; the test would not show that down cleans up")
 	}
+	name := labOfFirstUnit(t, out)
 	down := exec.Command(bin, "lab", "down", name)
 	down.Env = env
 	if out, err := down.CombinedOutput(); err != nil {
@@ -171,6 +168,30 @@ func TestKilledRunIsCleanedUp(t *testing.T) {
 			t.Errorf("namespace %s left after down", e.Name())
 		}
 	}
+}
+
+// downLabsIn takes down the labs whose state is in dir, and no other: labs
+// of parallel tests, or a user's, must survive.
+func downLabsIn(dir string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		_ = lab.Down(context.Background(), e.Name(), lab.Options{StateDir: dir})
+	}
+}
+
+// labOfFirstUnit returns the lab name of a run's first unit: the run's lab
+// tag and unit index 0.
+func labOfFirstUnit(t *testing.T, out string) string {
+	t.Helper()
+	tags, _ := filepath.Glob(filepath.Join(out, "*", "lab-tag"))
+	if len(tags) != 1 {
+		t.Fatalf("lab-tag files: %v", tags)
+	}
+	b, err := os.ReadFile(tags[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b)) + "0"
 }
 
 // processRunning reports whether a live process runs bin with args (ip netns
@@ -204,13 +225,9 @@ func TestResumeSkipsFinishedUnits(t *testing.T) {
 	bin := testenv.StraitBinary(t)
 	state := t.TempDir()
 	out := t.TempDir()
-	file, name := experiment(t, "[lcl, edg5]", 5, `  - {name: echo, payloads: [1KB]}`)
+	file, _ := experiment(t, "[lcl, edg5]", 5, `  - {name: echo, payloads: [1KB]}`)
 	env := append(os.Environ(), lab.StateDirEnv+"="+state)
-	t.Cleanup(func() {
-		for _, unit := range []string{"0", "1"} {
-			_ = lab.Down(context.Background(), name+unit, lab.Options{StateDir: state})
-		}
-	})
+	t.Cleanup(func() { downLabsIn(state) })
 	cmd := exec.Command(bin, "lab", "run", file, "--out", out)
 	cmd.Env = env
 	if err := cmd.Start(); err != nil {
@@ -272,5 +289,51 @@ func TestResumeSkipsFinishedUnits(t *testing.T) {
 	bad.Env = env
 	if out, err := bad.CombinedOutput(); err == nil || !bytes.Contains(out, []byte("another experiment file")) {
 		t.Errorf("resume with another experiment: %v\n%s", err, out)
+	}
+}
+
+// TestSeed000Reduced runs the built-in seed000 experiment cut down to one
+// scenario, two payloads and two repetitions, through direct and strait,
+// and checks the results and the HTML report.
+func TestSeed000Reduced(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.StraitBinary(t)
+	state := t.TempDir()
+	out := t.TempDir()
+	t.Cleanup(func() { downLabsIn(state) })
+	cmd := exec.Command(bin, "lab", "run", "seed000", "--scenarios", "edg5", "--payloads", "60,10KB",
+		"--repetitions", "2", "--requests", "10", "--parallel", "2", "--out", out)
+	cmd.Env = append(os.Environ(), lab.StateDirEnv+"="+state)
+	stdout, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("strait lab run seed000 (reduced): %v\n%s", err, stdout)
+	}
+	dirs, _ := filepath.Glob(filepath.Join(out, "seed000-*"))
+	if len(dirs) != 1 {
+		t.Fatalf("run directories: %v", dirs)
+	}
+	var cells []run.CellResult
+	b, err := os.ReadFile(filepath.Join(dirs[0], "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &cells); err != nil {
+		t.Fatal(err)
+	}
+	// 2 tools × (echo 60 B, echo 10 KB, recv 60 B, recv 10 KB, static).
+	if len(cells) != 10 {
+		t.Fatalf("%d cells, want 10", len(cells))
+	}
+	for _, c := range cells {
+		if c.Count != 20 || c.Errors != 0 {
+			t.Errorf("%+v: %d requests, %d errors; want 20 (2 repetitions × 10), none failed", c.Cell, c.Count, c.Errors)
+		}
+	}
+	report, err := os.ReadFile(filepath.Join(dirs[0], "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(report, []byte("<svg")); n < 5 {
+		t.Errorf("report.html has %d SVG plots, want one per workload and payload (5) at least", n)
 	}
 }

@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -69,6 +70,10 @@ func (u unit) id() string { return fmt.Sprintf("%s-r%d", u.scenario.Name, u.rep)
 const (
 	experimentCopy = "experiment.yaml"
 	unitsDir       = "units"
+	// labTagFile holds the run's lab tag: every unit's lab is named
+	// <tag><unit index in base 36>, so concurrent runs never share a lab
+	// and a resumed run finds exactly its own leftovers.
+	labTagFile = "lab-tag"
 )
 
 // Run executes e. On cancellation it tears everything down and returns the
@@ -104,7 +109,11 @@ func Run(ctx context.Context, e *Experiment, opts Options) (*Result, error) {
 	if dir, err = filepath.Abs(dir); err != nil {
 		return nil, err
 	}
-	r := &runner{e: e, opts: opts, dir: dir, tools: map[string]string{}}
+	tag, err := os.ReadFile(filepath.Join(dir, labTagFile))
+	if err != nil {
+		return nil, fmt.Errorf("run directory %s: %w", dir, err)
+	}
+	r := &runner{e: e, opts: opts, dir: dir, tag: strings.TrimSpace(string(tag)), tools: map[string]string{}}
 	var todo []unit
 	for _, sc := range e.scenarios {
 		for rep := 1; rep <= e.Repetitions; rep++ {
@@ -154,6 +163,9 @@ func runDir(e *Experiment, opts Options) (string, error) {
 			return "", err
 		}
 	}
+	if err := os.WriteFile(filepath.Join(dir, labTagFile), []byte(newLabTag()+"\n"), 0o644); err != nil {
+		return "", err
+	}
 	return dir, os.WriteFile(filepath.Join(dir, experimentCopy), e.source, 0o644)
 }
 
@@ -161,6 +173,7 @@ type runner struct {
 	e     *Experiment
 	opts  Options
 	dir   string
+	tag   string
 	units []unit
 
 	mu      sync.Mutex // guards the fields below and the output
@@ -228,10 +241,11 @@ func (r *runner) unit(ctx context.Context, u unit) (err error) {
 	}
 	// Each unit has a lab of its own name, so parallel units never share a
 	// namespace; addresses may repeat, namespaces keep them apart.
-	plan.Rename(labName(plan.Name, u.index))
+	plan.Rename(r.tag + strconv.FormatInt(int64(u.index), 36))
 	u.scenario.Apply(plan)
 	lopts := lab.Options{Binary: r.opts.Binary, Emulator: r.opts.Emulator, Logger: r.opts.Logger}
-	// A lab left by a killed run of the same experiment would block this one.
+	// A resumed run may find this unit's lab left by the killed one; the
+	// tag makes sure it is this run's own.
 	_ = lab.Down(context.WithoutCancel(ctx), plan.Name, lopts)
 	l, err := lab.Up(ctx, plan, lopts)
 	if err != nil {
@@ -293,14 +307,16 @@ func (r *runner) unit(ctx context.Context, u unit) (err error) {
 	return os.WriteFile(r.donePath(u), nil, 0o644)
 }
 
-// labName makes a unit's lab name from the topology's: at most 8 letters
-// and digits, unique per unit.
-func labName(base string, index int) string {
-	suffix := strconv.FormatInt(int64(index), 36)
-	if len(base)+len(suffix) > 8 {
-		base = base[:8-len(suffix)]
+// newLabTag returns a random four-character tag: with the unit index in
+// base 36 it names labs of up to 36^4 units within lab names' 8 characters.
+func newLabTag() string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz"
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
 	}
-	return base + suffix
+	return string(b)
 }
 
 func (r *runner) measureTool(ctx context.Context, t tool.Tool, env tool.Env, u unit) (err error) {
