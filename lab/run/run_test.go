@@ -337,3 +337,52 @@ func TestSeed000Reduced(t *testing.T) {
 		t.Errorf("report.html has %d SVG plots, want one per workload and payload (5) at least", n)
 	}
 }
+
+// TestWireguardTool carries echo requests through the wireguard tool
+// (wireguard-go between the gateway nodes) and checks they all succeed.
+func TestWireguardTool(t *testing.T) {
+	testenv.RequireRoot(t)
+	if _, err := exec.LookPath("wireguard-go"); err != nil {
+		t.Skip("wireguard-go not installed (scripts/setup.sh installs it)")
+	}
+	bin := testenv.StraitBinary(t)
+	state := t.TempDir()
+	out := t.TempDir()
+	t.Cleanup(func() { downLabsIn(state) })
+	file, _ := experiment(t, "[lcl]", 5, `  - {name: echo, payloads: [1KB, 100KB]}`)
+	cmd := exec.Command(bin, "lab", "run", file, "--tools", "direct,wireguard", "--out", out)
+	cmd.Env = append(os.Environ(), lab.StateDirEnv+"="+state)
+	stdout, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("strait lab run: %v\n%s", err, stdout)
+	}
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(mustGlob(t, filepath.Join(out, "test-*", "summary.json"))), "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cells []run.CellResult
+	if err := json.Unmarshal(b, &cells); err != nil {
+		t.Fatal(err)
+	}
+	seen := 0
+	for _, c := range cells {
+		if c.Tool == "wireguard" {
+			seen++
+			if c.Count != 5 || c.Errors != 0 {
+				t.Errorf("%+v: %d requests, %d errors", c.Cell, c.Count, c.Errors)
+			}
+		}
+	}
+	if seen != 2 {
+		t.Errorf("%d wireguard cells, want 2", seen)
+	}
+}
+
+func mustGlob(t *testing.T, pattern string) string {
+	t.Helper()
+	m, _ := filepath.Glob(pattern)
+	if len(m) != 1 {
+		t.Fatalf("%s matches %v", pattern, m)
+	}
+	return m[0]
+}

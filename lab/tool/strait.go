@@ -2,7 +2,6 @@ package tool
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -25,22 +24,12 @@ const gatewayPort = 4443
 // server's cluster and one on the client's: the server's gateway exports
 // every workload, the client's imports each on its own node address with
 // the workload's port, so the client dials <client gateway>:<port>.
-type straitTool struct {
-	procs []*exec.Cmd
-	logs  []*os.File
-}
+type straitTool struct{ procs processes }
 
 func (*straitTool) Name() string { return "strait" }
 
 func (t *straitTool) Setup(ctx context.Context, env Env) (map[string]string, error) {
-	if env.Server.Cluster == env.Client.Cluster {
-		return nil, fmt.Errorf("strait connects clusters: server and client are both in cluster %s", env.Server.Cluster)
-	}
-	exportGW, err := firstGateway(env.Lab.Plan, env.Server.Cluster)
-	if err != nil {
-		return nil, err
-	}
-	importGW, err := firstGateway(env.Lab.Plan, env.Client.Cluster)
+	exportGW, importGW, err := gatewayPair(env, "strait")
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +103,7 @@ spec: {priority: 1000, action: allow}
 		if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
 			return nil, err
 		}
-		if err := t.start(ctx, env, gw.node, cfgFile, filepath.Join(env.Dir, name+"-gateway.log")); err != nil {
+		if err := t.procs.start(ctx, env, gw.node, filepath.Join(env.Dir, name+"-gateway.log"), env.Binary, "gateway", "--config", cfgFile); err != nil {
 			return nil, err
 		}
 	}
@@ -130,36 +119,6 @@ kind: Peer
 metadata: {name: %s}
 spec: {gateways: ["%s"]}
 `, cluster, addr)
-}
-
-func firstGateway(plan *topology.Plan, cluster string) (*topology.PlanNode, error) {
-	gws := plan.Gateways(cluster)
-	if len(gws) == 0 {
-		return nil, fmt.Errorf("cluster %s has no gateway node", cluster)
-	}
-	return gws[0], nil
-}
-
-func (t *straitTool) start(ctx context.Context, env Env, node *topology.PlanNode, cfgFile, logFile string) error {
-	logf, err := os.Create(logFile)
-	if err != nil {
-		return err
-	}
-	// Not CommandContext: the gateway must outlive Setup's context and
-	// stop only in Teardown.
-	cmd, err := env.Lab.Command(context.WithoutCancel(ctx), node.ID, env.Binary, "gateway", "--config", cfgFile)
-	if err != nil {
-		logf.Close()
-		return err
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("start gateway on %s: %w", node.ID, err)
-	}
-	t.procs = append(t.procs, cmd)
-	t.logs = append(t.logs, logf)
-	return nil
 }
 
 // waitReady waits until the importing gateway has a live session to the
@@ -192,26 +151,7 @@ func waitReady(ctx context.Context, socket, peer string, imports int) error {
 	return fmt.Errorf("gateways not ready after 20s: %w", last)
 }
 
-func (t *straitTool) Teardown(context.Context) error {
-	var errs []error
-	for _, cmd := range t.procs {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			errs = append(errs, fmt.Errorf("gateway pid %d did not stop in 5s", cmd.Process.Pid))
-		}
-	}
-	for _, f := range t.logs {
-		f.Close()
-	}
-	t.procs, t.logs = nil, nil
-	return errors.Join(errs...)
-}
+func (t *straitTool) Teardown(context.Context) error { return t.procs.stop() }
 
 func (*straitTool) Version(ctx context.Context) string {
 	exe, err := os.Executable()

@@ -2,7 +2,6 @@ package tool
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"os"
@@ -24,10 +23,7 @@ const wireguardPort = "51820"
 // the client's and the server's addresses routed through it. This kernel
 // has no WireGuard module, so it runs wireguard-go (Debian's userspace
 // implementation), which is slower than kernel WireGuard; Version says so.
-type wireguardTool struct {
-	procs []*exec.Cmd
-	logs  []*os.File
-}
+type wireguardTool struct{ procs processes }
 
 func (*wireguardTool) Name() string { return "wireguard" }
 
@@ -41,14 +37,7 @@ func wgInterface(netns string) string {
 }
 
 func (t *wireguardTool) Setup(ctx context.Context, env Env) (map[string]string, error) {
-	if env.Server.Cluster == env.Client.Cluster {
-		return nil, fmt.Errorf("wireguard connects clusters: server and client are both in cluster %s", env.Server.Cluster)
-	}
-	serverGW, err := firstGateway(env.Lab.Plan, env.Server.Cluster)
-	if err != nil {
-		return nil, err
-	}
-	clientGW, err := firstGateway(env.Lab.Plan, env.Client.Cluster)
+	serverGW, clientGW, err := gatewayPair(env, "wireguard")
 	if err != nil {
 		return nil, err
 	}
@@ -112,51 +101,20 @@ func (t *wireguardTool) Setup(ctx context.Context, env Env) (map[string]string, 
 // start runs wireguard-go in the foreground on node and waits for its
 // device.
 func (t *wireguardTool) start(ctx context.Context, env Env, node *topology.PlanNode, ifname string) error {
-	logf, err := os.Create(filepath.Join(env.Dir, node.Cluster+"-wireguard-go.log"))
-	if err != nil {
+	logFile := filepath.Join(env.Dir, node.Cluster+"-wireguard-go.log")
+	if err := t.procs.start(ctx, env, node, logFile, "wireguard-go", "-f", ifname); err != nil {
 		return err
 	}
-	cmd, err := env.Lab.Command(context.WithoutCancel(ctx), node.ID, "wireguard-go", "-f", ifname)
-	if err != nil {
-		logf.Close()
-		return err
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("start wireguard-go on %s: %w", node.ID, err)
-	}
-	t.procs = append(t.procs, cmd)
-	t.logs = append(t.logs, logf)
 	for i := 0; i < 200; i++ {
 		if exec.CommandContext(ctx, "ip", "-n", node.Netns, "link", "show", ifname).Run() == nil {
 			return nil
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return fmt.Errorf("wireguard-go on %s: device %s did not appear (see %s)", node.ID, ifname, logf.Name())
+	return fmt.Errorf("wireguard-go on %s: device %s did not appear (see %s)", node.ID, ifname, logFile)
 }
 
-func (t *wireguardTool) Teardown(context.Context) error {
-	var errs []error
-	for _, cmd := range t.procs {
-		_ = cmd.Process.Signal(os.Interrupt)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			errs = append(errs, errors.New("wireguard-go did not stop in 5s"))
-		}
-	}
-	for _, f := range t.logs {
-		f.Close()
-	}
-	t.procs, t.logs = nil, nil
-	return errors.Join(errs...)
-}
+func (t *wireguardTool) Teardown(context.Context) error { return t.procs.stop() }
 
 func (*wireguardTool) Version(ctx context.Context) string {
 	out, err := exec.CommandContext(ctx, "wireguard-go", "--version").CombinedOutput()
