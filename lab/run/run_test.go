@@ -64,18 +64,8 @@ func TestRunWritesEveryRequest(t *testing.T) {
 		t.Fatalf("strait lab run: %v\n%s", err, stdout)
 	}
 	t.Logf("%s", stdout)
-	dirs, _ := filepath.Glob(filepath.Join(out, "test-*"))
-	if len(dirs) != 1 {
-		t.Fatalf("run directories: %v", dirs)
-	}
-	var cells []run.CellResult
-	b, err := os.ReadFile(filepath.Join(dirs[0], "summary.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &cells); err != nil {
-		t.Fatal(err)
-	}
+	dir := runDirIn(t, out)
+	cells := readCells(t, dir)
 	if len(cells) != 6 {
 		t.Fatalf("%d cells, want 2 scenarios × 3 (echo 60 B, echo 1 MB, static)", len(cells))
 	}
@@ -95,7 +85,7 @@ func TestRunWritesEveryRequest(t *testing.T) {
 	if median["edg10"] < 30 {
 		t.Errorf("static median at edg10 = %.3f ms, want ≥ 30 ms (3 hops × 5 ms each way)", median["edg10"])
 	}
-	f, err := os.Open(filepath.Join(dirs[0], "requests.csv"))
+	f, err := os.Open(filepath.Join(dir, "requests.csv"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +98,7 @@ func TestRunWritesEveryRequest(t *testing.T) {
 		t.Errorf("requests.csv has %d rows, want 60", len(samples))
 	}
 	for _, name := range []string{"metadata.json", "table.txt", "report.html"} {
-		if _, err := os.Stat(filepath.Join(dirs[0], name)); err != nil {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			t.Error(err)
 		}
 	}
@@ -308,18 +298,8 @@ func TestSeed000Reduced(t *testing.T) {
 	if err != nil {
 		t.Fatalf("strait lab run seed000 (reduced): %v\n%s", err, stdout)
 	}
-	dirs, _ := filepath.Glob(filepath.Join(out, "seed000-*"))
-	if len(dirs) != 1 {
-		t.Fatalf("run directories: %v", dirs)
-	}
-	var cells []run.CellResult
-	b, err := os.ReadFile(filepath.Join(dirs[0], "summary.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &cells); err != nil {
-		t.Fatal(err)
-	}
+	dir := runDirIn(t, out)
+	cells := readCells(t, dir)
 	// 2 tools × (echo 60 B, echo 10 KB, recv 60 B, recv 10 KB, static).
 	if len(cells) != 10 {
 		t.Fatalf("%d cells, want 10", len(cells))
@@ -329,7 +309,7 @@ func TestSeed000Reduced(t *testing.T) {
 			t.Errorf("%+v: %d requests, %d errors; want 20 (2 repetitions × 10), none failed", c.Cell, c.Count, c.Errors)
 		}
 	}
-	report, err := os.ReadFile(filepath.Join(dirs[0], "report.html"))
+	report, err := os.ReadFile(filepath.Join(dir, "report.html"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,14 +336,7 @@ func TestWireguardTool(t *testing.T) {
 	if err != nil {
 		t.Fatalf("strait lab run: %v\n%s", err, stdout)
 	}
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(mustGlob(t, filepath.Join(out, "test-*", "summary.json"))), "summary.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cells []run.CellResult
-	if err := json.Unmarshal(b, &cells); err != nil {
-		t.Fatal(err)
-	}
+	cells := readCells(t, runDirIn(t, out))
 	seen := 0
 	for _, c := range cells {
 		if c.Tool == "wireguard" {
@@ -378,11 +351,25 @@ func TestWireguardTool(t *testing.T) {
 	}
 }
 
-func mustGlob(t *testing.T, pattern string) string {
+// runDirIn returns the one run directory under out.
+func runDirIn(t *testing.T, out string) string {
 	t.Helper()
-	m, _ := filepath.Glob(pattern)
-	if len(m) != 1 {
-		t.Fatalf("%s matches %v", pattern, m)
+	dirs, _ := filepath.Glob(filepath.Join(out, "*", "summary.json"))
+	if len(dirs) != 1 {
+		t.Fatalf("run directories with a summary under %s: %v", out, dirs)
 	}
-	return m[0]
+	return filepath.Dir(dirs[0])
+}
+
+func readCells(t *testing.T, dir string) []run.CellResult {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cells []run.CellResult
+	if err := json.Unmarshal(b, &cells); err != nil {
+		t.Fatal(err)
+	}
+	return cells
 }
