@@ -89,8 +89,10 @@ type Lab struct {
 	// Backend is the emulation backend the lab's emulated links use.
 	Backend string `json:"backend"`
 	// EmulatorPID is the userspace emulator daemon, 0 if none runs.
-	EmulatorPID int       `json:"emulatorPid,omitempty"`
-	Created     time.Time `json:"created"`
+	EmulatorPID int `json:"emulatorPid,omitempty"`
+	// EmulatorSeed seeds the emulator's random loss and jitter.
+	EmulatorSeed uint64    `json:"emulatorSeed,omitempty"`
+	Created      time.Time `json:"created"`
 }
 
 // Node returns the plan node with the given ID ("cluster/node") or namespace.

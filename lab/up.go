@@ -2,6 +2,8 @@ package lab
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -81,7 +83,10 @@ func Up(ctx context.Context, plan *topology.Plan, opts Options) (lab *Lab, err e
 		return nil, err
 	}
 	if len(emulated) > 0 {
-		if lab.EmulatorPID, err = startEmulator(ctx, dir, emulated, opts); err != nil {
+		// The seed of every random draw (loss, jitter) is recorded, so a
+		// run's impairments can be replayed.
+		lab.EmulatorSeed = randomSeed()
+		if lab.EmulatorPID, err = startEmulator(ctx, dir, emulated, lab.EmulatorSeed, opts); err != nil {
 			return nil, err
 		}
 		if err := lab.save(); err != nil {
@@ -267,7 +272,7 @@ const emulatorConfig = "emulator.json"
 
 // startEmulator starts `strait lab emulate` as a daemon in its own session,
 // so it outlives `strait lab up`, and waits until every TUN device exists.
-func startEmulator(ctx context.Context, dir string, links []emulator.Link, opts Options) (int, error) {
+func startEmulator(ctx context.Context, dir string, links []emulator.Link, seed uint64, opts Options) (int, error) {
 	binary := opts.Binary
 	if binary == "" {
 		exe, err := os.Executable()
@@ -277,7 +282,7 @@ func startEmulator(ctx context.Context, dir string, links []emulator.Link, opts 
 		binary = exe
 	}
 	ready := filepath.Join(dir, "emulator.ready")
-	cfg := emulator.Config{Links: links, ReadyFile: ready}
+	cfg := emulator.Config{Links: links, ReadyFile: ready, Seed: seed}
 	if err := cfg.Validate(); err != nil {
 		return 0, fmt.Errorf("emulator config: %w", err)
 	}
@@ -367,3 +372,9 @@ func routeLine(r topology.Route) string {
 }
 
 func sortStrings(s []string) { sort.Strings(s) }
+
+func randomSeed() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:]) | 1 // never 0, which means "pick one"
+}

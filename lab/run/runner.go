@@ -113,7 +113,7 @@ func Run(ctx context.Context, e *Experiment, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("run directory %s: %w", dir, err)
 	}
-	r := &runner{e: e, opts: opts, dir: dir, tag: strings.TrimSpace(string(tag)), tools: map[string]string{}}
+	r := &runner{e: e, opts: opts, dir: dir, tag: strings.TrimSpace(string(tag)), tools: map[string]string{}, seeds: map[string]uint64{}}
 	var todo []unit
 	for _, sc := range e.scenarios {
 		for rep := 1; rep <= e.Repetitions; rep++ {
@@ -180,6 +180,7 @@ type runner struct {
 	backend string
 	ccs     map[string]string
 	tools   map[string]string // tool name → version
+	seeds   map[string]uint64 // unit → emulator seed
 }
 
 func (r *runner) donePath(u unit) string { return filepath.Join(r.dir, unitsDir, u.id()+".done") }
@@ -257,6 +258,9 @@ func (r *runner) unit(ctx context.Context, u unit) (err error) {
 		}
 	}()
 	r.mu.Lock()
+	if l.EmulatorSeed != 0 {
+		r.seeds[u.id()] = l.EmulatorSeed
+	}
 	r.backend = l.Backend
 	r.ccs = map[string]string{}
 	for _, n := range plan.Nodes {
@@ -534,6 +538,9 @@ type Metadata struct {
 	Tools      map[string]string `json:"tools"`
 	Scenarios  any               `json:"scenarios"`
 	Units      int               `json:"units"`
+	// EmulatorSeeds are the userspace emulator's random seeds, per unit
+	// measured in this invocation.
+	EmulatorSeeds map[string]uint64 `json:"emulatorSeeds,omitempty"`
 	// The experiment file as given (also in experiment.yaml), the topology
 	// it resolved to, and the load settings with defaults applied.
 	ExperimentFile string `json:"experimentFile"`
@@ -554,7 +561,7 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 	md := Metadata{
 		Experiment: r.e.Name, Started: started.UTC(), Finished: time.Now().UTC(),
 		Host: hostInfo(), Strait: r.opts.Version, Emulation: r.backend, TCPCC: r.ccs,
-		Tools: r.tools, Scenarios: scen, Units: len(r.units),
+		Tools: r.tools, Scenarios: scen, Units: len(r.units), EmulatorSeeds: r.seeds,
 		ExperimentFile: string(r.e.source), Topology: r.e.topo, Load: r.e.Load,
 	}
 	r.mu.Unlock()
