@@ -273,29 +273,15 @@ func (r *runner) unit(ctx context.Context, u unit) (err error) {
 	for _, w := range r.e.Workloads {
 		port := workloadPorts[w.Name]
 		services = append(services, tool.Service{Name: w.Name, Port: port})
-		cmd, err := l.Command(ctx, r.e.Server, r.opts.Binary, "app", w.Name, "--listen", net.JoinHostPort("0.0.0.0", strconv.Itoa(port)))
-		if err != nil {
+		if err := r.startDaemon(ctx, l, u, w.Name, "app", w.Name, "--listen", net.JoinHostPort("0.0.0.0", strconv.Itoa(port))); err != nil {
 			return err
 		}
-		cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("start %s app: %w", w.Name, err)
-		}
-		// lab.Down kills every process in the lab's namespaces; Wait here
-		// only reaps.
-		go func() { _ = cmd.Wait() }()
 	}
 	if r.e.Throughput != nil {
 		services = append(services, tool.Service{Name: streamService, Port: streamPort})
-		cmd, err := l.Command(ctx, r.e.Server, r.opts.Binary, "load", "stream-server", "--listen", net.JoinHostPort("0.0.0.0", strconv.Itoa(streamPort)))
-		if err != nil {
+		if err := r.startDaemon(ctx, l, u, streamService, "load", "stream-server", "--listen", net.JoinHostPort("0.0.0.0", strconv.Itoa(streamPort))); err != nil {
 			return err
 		}
-		cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("start stream server: %w", err)
-		}
-		go func() { _ = cmd.Wait() }()
 	}
 	for _, name := range r.e.Tools {
 		t, _ := tool.New(name)
@@ -321,6 +307,31 @@ func newLabTag() string {
 		b[i] = alphabet[int(b[i])%len(alphabet)]
 	}
 	return string(b)
+}
+
+// startDaemon starts a server process of the unit on the server node. Its
+// output goes to a file, never to a pipe of ours: if the runner dies, a
+// write to a pipe without reader would kill the process with SIGPIPE, and
+// the lab's cleanup should find it alive. lab.Down stops it.
+func (r *runner) startDaemon(ctx context.Context, l *lab.Lab, u unit, name string, args ...string) error {
+	if err := os.MkdirAll(filepath.Join(r.dir, "logs"), 0o755); err != nil {
+		return err
+	}
+	logf, err := os.Create(filepath.Join(r.dir, "logs", u.id()+"-"+name+".log"))
+	if err != nil {
+		return err
+	}
+	defer logf.Close() // the child has its own descriptor
+	cmd, err := l.Command(ctx, r.e.Server, append([]string{r.opts.Binary}, args...)...)
+	if err != nil {
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	go func() { _ = cmd.Wait() }() // only reaps
+	return nil
 }
 
 func (r *runner) measureTool(ctx context.Context, t tool.Tool, env tool.Env, u unit) (err error) {
