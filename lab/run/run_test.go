@@ -226,7 +226,7 @@ func TestResumeSkipsFinishedUnits(t *testing.T) {
 	var dir string
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		done, _ := filepath.Glob(filepath.Join(out, "test-*", "units", "lcl-r1.done"))
+		done, _ := filepath.Glob(filepath.Join(out, "test-*", "units", "edg5-r1.done")) // slowest first
 		if len(done) == 1 {
 			dir = filepath.Dir(filepath.Dir(done[0]))
 			break
@@ -240,7 +240,7 @@ func TestResumeSkipsFinishedUnits(t *testing.T) {
 	}
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	_ = cmd.Wait()
-	first := filepath.Join(dir, "raw", "lcl-direct-echo-1KB-r1.csv")
+	first := filepath.Join(dir, "raw", "edg5-direct-echo-1KB-r1.csv")
 	before, err := os.Stat(first)
 	if err != nil {
 		t.Fatal(err)

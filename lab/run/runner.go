@@ -1,6 +1,7 @@
 package run
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -124,6 +126,13 @@ func Run(ctx context.Context, e *Experiment, opts Options) (*Result, error) {
 			}
 		}
 	}
+	// Longest first: a unit's time grows with its scenario's delay (every
+	// request pays it, and loss recovery pays it again), so starting the
+	// slowest units first keeps parallel workers from idling at the end
+	// behind one long unit.
+	slices.SortStableFunc(todo, func(a, b unit) int {
+		return cmp.Compare(b.scenario.LAN.Delay+b.scenario.WAN.Delay, a.scenario.LAN.Delay+a.scenario.WAN.Delay)
+	})
 	started := time.Now()
 	if skipped := len(r.units) - len(todo); skipped > 0 {
 		fmt.Fprintf(opts.Out, "resuming %s: %d of %d units already done\n", dir, skipped, len(r.units))
