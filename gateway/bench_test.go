@@ -44,7 +44,10 @@ type pair struct {
 // startPair starts the pair and waits for b's session to a. In-process
 // and on loopback, for measurements and goroutine accounting only; the
 // behaviour tests run gateways as processes in namespaces.
-func startPair(tb testing.TB) *pair {
+func startPair(tb testing.TB) *pair { return startPairWith(tb, "") }
+
+// startPairWith starts the pair on the given transport ("" is the default).
+func startPairWith(tb testing.TB, transport string) *pair {
 	tb.Helper()
 	dir := tb.TempDir()
 	if _, err := fabric.InitDir(dir, "bench", time.Hour, false); err != nil {
@@ -62,6 +65,7 @@ func startPair(tb testing.TB) *pair {
 		g, err := gateway.New(gateway.Config{
 			Cluster: cluster, Identity: gateway.IdentityFiles{Dir: dir}, Listen: "127.0.0.1:0",
 			Admin: filepath.Join(dir, cluster+".sock"), State: filepath.Join(dir, cluster+".json"),
+			Transport: transport,
 		})
 		if err != nil {
 			tb.Fatal(err)
@@ -205,4 +209,29 @@ func TestSessionsDoNotLeakGoroutines(t *testing.T) {
 	}
 	buf := make([]byte, 1<<20)
 	t.Fatalf("%d goroutines after %d reconnections, %d before\n%s", n, cycles, base, buf[:runtime.Stack(buf, true)])
+}
+
+// TestTransportsCarryStreams sends echo traffic through a gateway pair on
+// each transport, so the QUIC option is exercised end to end, not only the
+// default.
+func TestTransportsCarryStreams(t *testing.T) {
+	for _, tr := range []string{gateway.TransportTLS, gateway.TransportQUIC} {
+		t.Run(tr, func(t *testing.T) {
+			p := startPairWith(t, tr)
+			msg := bytes.Repeat([]byte("strait over "+tr+" "), 8<<10)
+			c, err := net.Dial("tcp", p.importAddr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			go func() { _, _ = c.Write(msg) }()
+			got := make([]byte, len(msg))
+			if _, err := io.ReadFull(c, got); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, msg) {
+				t.Fatal("echo through the gateways differs from what was sent")
+			}
+		})
+	}
 }

@@ -40,6 +40,12 @@ type Config struct {
 	Metrics   string        `yaml:"metrics"`
 	Sources   []Source      `yaml:"sources"`
 	Resources []string      `yaml:"resources"`
+	// Transport carries sessions between gateways: "tls" (TLS 1.3 over TCP
+	// with strait's multiplexer, the default) or "quic". Measured here: QUIC
+	// fell to 22–77 Mbit/s at 0.08 % loss where TLS kept 900+, and moved a
+	// third of TLS's bytes per CPU second; every gateway of a clusterset must
+	// use the same.
+	Transport string `yaml:"transport"`
 	// Congestion is the TCP congestion control of WAN sockets: "" means bbr
 	// where the kernel has it, "system" keeps the kernel default.
 	Congestion string `yaml:"congestion"`
@@ -73,6 +79,12 @@ type Source struct {
 
 	prefix netip.Prefix
 }
+
+// Transports.
+const (
+	TransportTLS  = "tls"
+	TransportQUIC = "quic"
+)
 
 // Defaults of Config.
 const (
@@ -160,6 +172,11 @@ func (c *Config) Validate() error {
 		if err != nil {
 			return fmt.Errorf("%s %q: want host:port (port 0..65535)", field, addr)
 		}
+	}
+	switch c.Transport {
+	case "", TransportTLS, TransportQUIC:
+	default:
+		return fmt.Errorf("transport %q: must be %s or %s", c.Transport, TransportTLS, TransportQUIC)
 	}
 	if c.Preconnect < -1 || c.Preconnect > 64 {
 		return fmt.Errorf("preconnect %d: must be -1 (off), 0 (default %d) or up to 64", c.Preconnect, defaultPrecon)

@@ -26,6 +26,7 @@ import (
 	"github.com/strait-net/strait/fabric"
 	"github.com/strait-net/strait/policy"
 	"github.com/strait-net/strait/tunnel"
+	"github.com/strait-net/strait/tunnel/quic"
 )
 
 // Gateway is one running gateway. Create it with New, then Run it.
@@ -129,13 +130,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.ctx = ctx
 	g.mu.Unlock()
 
-	server, err := tunnel.NewTLS(tunnel.Config{
-		ServerTLS:        mutualServerTLS(g.id),
-		PeerIdentity:     g.id.PeerCluster,
-		Congestion:       g.cfg.Congestion,
-		KeepaliveTimeout: g.cfg.KeepaliveTimeout,
-		Logger:           g.log,
-	})
+	server, err := g.transport(nil, mutualServerTLS(g.id))
 	if err != nil {
 		return err
 	}
@@ -353,13 +348,7 @@ func (g *Gateway) reconcile() error {
 }
 
 func (g *Gateway) newPeer(id string, addrs []string) (*peer, error) {
-	tr, err := tunnel.NewTLS(tunnel.Config{
-		ClientTLS:        g.id.ClientTLS(id),
-		PeerIdentity:     g.id.PeerCluster,
-		Congestion:       g.cfg.Congestion,
-		KeepaliveTimeout: g.cfg.KeepaliveTimeout,
-		Logger:           g.log,
-	})
+	tr, err := g.transport(g.id.ClientTLS(id), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -374,6 +363,17 @@ func (g *Gateway) newPeer(id string, addrs []string) (*peer, error) {
 		}
 	})
 	return &peer{addrs: slices.Clone(addrs), pool: pool, cancel: cancel}, nil
+}
+
+// transport makes the configured transport, for dialing one peer (client
+// set) or for listening (server set).
+func (g *Gateway) transport(client, server *tls.Config) (tunnel.Transport, error) {
+	if g.cfg.Transport == TransportQUIC {
+		return quic.New(quic.Config{ClientTLS: client, ServerTLS: server, PeerIdentity: g.id.PeerCluster,
+			KeepaliveTimeout: g.cfg.KeepaliveTimeout, Logger: g.log})
+	}
+	return tunnel.NewTLS(tunnel.Config{ClientTLS: client, ServerTLS: server, PeerIdentity: g.id.PeerCluster,
+		Congestion: g.cfg.Congestion, KeepaliveTimeout: g.cfg.KeepaliveTimeout, Logger: g.log})
 }
 
 func (g *Gateway) peer(id string) *tunnel.Pool {
