@@ -11,6 +11,13 @@ while IFS= read -r file; do
 	for target in $(grep -oE '^func (Fuzz[A-Za-z0-9_]+)' "$file" | awk '{print $2}'); do
 		echo "fuzz: $pkg $target ($fuzztime)"
 		if ! go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -fuzzminimizetime 100x "$pkg" >/tmp/strait-fuzz.log 2>&1; then
+			# Go's fuzzer can report "context deadline exceeded" when the time
+			# budget ends while it minimizes a new input: that is the budget,
+			# not a bug. A real failure always writes its input to testdata.
+			if grep -q "context deadline exceeded" /tmp/strait-fuzz.log && ! grep -q "Failing input written to" /tmp/strait-fuzz.log; then
+				echo "fuzz: $pkg $target: time budget ended during minimization (not a failure)"
+				continue
+			fi
 			cat /tmp/strait-fuzz.log
 			status=1
 		fi
