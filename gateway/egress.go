@@ -3,13 +3,12 @@ package gateway
 import (
 	"context"
 	"errors"
-	"hash/maphash"
 	"net"
-	"net/netip"
 	"sync/atomic"
 	"time"
 
 	"github.com/strait-net/strait/policy"
+	"github.com/strait-net/strait/ring"
 	"github.com/strait-net/strait/tunnel"
 )
 
@@ -62,12 +61,10 @@ func (g *Gateway) listenImport(addr string, route *importRoute) (*importListener
 	return l, nil
 }
 
-var flowSeed = maphash.MakeSeed()
-
 // flowKey identifies a client connection for the choice of remote gateway,
 // so that one flow always takes the same path while others spread.
-func flowKey(c net.Conn) uint64 {
-	return maphash.String(flowSeed, c.RemoteAddr().String()+"|"+c.LocalAddr().String())
+func flowKey(c *net.TCPConn) uint64 {
+	return ring.KeyOf(6, c.RemoteAddr().(*net.TCPAddr).AddrPort(), c.LocalAddr().(*net.TCPAddr).AddrPort())
 }
 
 // serveClient carries one client connection of an import to the exporting
@@ -76,7 +73,7 @@ func flowKey(c net.Conn) uint64 {
 // sees the request itself first.
 func (g *Gateway) serveClient(c *net.TCPConn, route *importRoute) {
 	g.metrics.clientConns.Add(1)
-	src := netip.MustParseAddrPort(c.RemoteAddr().String()).Addr()
+	src := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr()
 	ns, labels := g.cfg.source(src)
 	rt := g.routes.Load()
 	dec := rt.policy.Decide(

@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -83,7 +84,7 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("identity: %w", err)
 	}
-	if err := os.MkdirAll(dirOf(cfg.state()), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(cfg.state()), 0o755); err != nil {
 		return nil, err
 	}
 	store, err := catalog.OpenStore(cfg.state())
@@ -110,15 +111,6 @@ func New(cfg Config) (*Gateway, error) {
 		}
 	}
 	return g, nil
-}
-
-func dirOf(path string) string {
-	for i := len(path) - 1; i >= 0; i-- {
-		if path[i] == '/' {
-			return path[:i+1]
-		}
-	}
-	return "."
 }
 
 // Run serves until ctx is done, then closes every listener, session and
