@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -184,7 +185,7 @@ func List(ctx context.Context, opts Options) ([]string, error) {
 	for n := range seen {
 		names = append(names, n)
 	}
-	sortStrings(names)
+	slices.Sort(names)
 	return names, nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/strait-net/strait/lab/emulation"
 	"github.com/strait-net/strait/lab/emulator"
 	"github.com/strait-net/strait/lab/topology"
 )
@@ -250,13 +251,12 @@ func createVeths(ctx context.Context, links []topology.PlanLink, netem bool) err
 	for _, l := range links {
 		for _, side := range []struct {
 			end    topology.LinkEnd
-			params interface{ NetemArgs() []string }
-			zero   bool
-		}{{l.A, l.AtoB, l.AtoB.IsZero()}, {l.B, l.BtoA, l.BtoA.IsZero()}} {
-			if side.zero {
+			egress emulation.Params
+		}{{l.A, l.AtoB}, {l.B, l.BtoA}} {
+			if side.egress.IsZero() {
 				continue
 			}
-			args := append([]string{"-n", side.end.Netns, "qdisc", "add", "dev", side.end.Device, "root", "netem"}, side.params.NetemArgs()...)
+			args := append([]string{"-n", side.end.Netns, "qdisc", "add", "dev", side.end.Device, "root", "netem"}, side.egress.NetemArgs()...)
 			if _, err := run(ctx, "tc", args...); err != nil {
 				return fmt.Errorf("link %s: %w", l.Name, err)
 			}
@@ -370,8 +370,6 @@ func routeLine(r topology.Route) string {
 	}
 	return b.String()
 }
-
-func sortStrings(s []string) { sort.Strings(s) }
 
 func randomSeed() uint64 {
 	var b [8]byte

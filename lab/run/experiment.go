@@ -342,11 +342,3 @@ func FormatSize(n int) string {
 	}
 	return strconv.Itoa(n) + "B"
 }
-
-func (l Load) durationOr(v string, def time.Duration) time.Duration {
-	if v == "" {
-		return def
-	}
-	d, _ := emulation.ParseDuration(v)
-	return d
-}

@@ -191,18 +191,17 @@ func processRunning(bin string, args ...string) bool {
 	entries, _ := os.ReadDir("/proc")
 	want := strings.Join(append([]string{bin}, args...), "\x00")
 	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		if err != nil || !strings.HasPrefix(string(b), want) {
 			continue
 		}
-		stat, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
-			continue
+		if testenv.ProcessAlive(pid) {
+			return true
 		}
-		return true
 	}
 	return false
 }
