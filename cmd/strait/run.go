@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -114,7 +115,9 @@ print target against measured values.
 			if err != nil {
 				return err
 			}
-			defer lab.Down(cmd.Context(), plan.Name, lopts)
+			// Teardown must run even after Ctrl-C cancelled the command's
+			// context, or the two namespaces and the emulator stay behind.
+			defer lab.Down(context.WithoutCancel(cmd.Context()), plan.Name, lopts)
 			a, _ := plan.Node("a/a")
 			b, _ := plan.Node("b/b")
 			fmt.Fprintf(cmd.OutOrStdout(), "link a→b: %s\nlink b→a: %s\nemulation backend: %s\n\n", fwd, rev, l.Backend)
