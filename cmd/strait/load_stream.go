@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -45,7 +46,7 @@ on the sender is printed.`,
 			printStream(cmd.OutOrStdout(), res)
 			if jsonPath != "" {
 				if err := writeFile(jsonPath, res.WriteJSON); err != nil {
-					return err
+					return errors.Join(runErr, err)
 				}
 			}
 			return runErr
