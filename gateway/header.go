@@ -129,6 +129,12 @@ func (d *decoder) uvarint(what string) uint64 {
 		d.fail("truncated %s", what)
 		return 0
 	}
+	// A trailing zero byte makes the same value one byte longer than the
+	// shortest encoding, which Marshal never writes.
+	if n > 1 && d.b[n-1] == 0 {
+		d.fail("over-long varint for %s", what)
+		return 0
+	}
 	d.b = d.b[n:]
 	return v
 }

@@ -34,6 +34,7 @@ func TestParseHeaderRejects(t *testing.T) {
 		"unsorted":    {'S', 1, 1, 'n', 1, 'e', 0, 2, 1, 'b', 0, 1, 'a', 0},
 		"repeated":    {'S', 1, 1, 'n', 1, 'e', 0, 2, 1, 'a', 0, 1, 'a', 0},
 		"many labels": {'S', 1, 1, 'n', 1, 'e', 0, 200},
+		"long varint": {'S', 1, 1, 'n', 1, 'e', 0x80, 0x00, 0},
 	} {
 		if _, err := ParseHeader(b); !errors.Is(err, ErrBadHeader) {
 			t.Errorf("%s: err = %v, want ErrBadHeader", name, err)
