@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -90,7 +91,7 @@ func WriteCSV(w io.Writer, samples []Sample) error {
 		row[6] = strconv.Itoa(s.Status)
 		row[7] = strconv.FormatInt(s.BytesSent, 10)
 		row[8] = strconv.FormatInt(s.BytesReceived, 10)
-		row[9] = s.Err
+		row[9] = csvLineBreaks(s.Err)
 		if err := cw.Write(row); err != nil {
 			return fmt.Errorf("write csv: %w", err)
 		}
@@ -100,6 +101,18 @@ func WriteCSV(w io.Writer, samples []Sample) error {
 		return fmt.Errorf("write csv: %w", err)
 	}
 	return nil
+}
+
+// csvLineBreaks turns every "\r\n" in a field into "\n". encoding/csv
+// reads "\r\n" inside a quoted field as "\n", so a field holding "\r\n"
+// cannot survive a write and a read; normalizing on both sides makes
+// ReadCSV return exactly what WriteCSV was given. A lone "\r" or "\n" is
+// kept.
+func csvLineBreaks(s string) string {
+	for strings.Contains(s, "\r\n") {
+		s = strings.ReplaceAll(s, "\r\n", "\n")
+	}
+	return s
 }
 
 // ReadCSV reads what WriteCSV wrote. The header row is required; columns
@@ -176,7 +189,7 @@ func ReadCSV(r io.Reader) ([]Sample, error) {
 		s.Status = int(ints[6])
 		s.BytesSent = ints[7]
 		s.BytesReceived = ints[8]
-		s.Err = rec[idx[9]]
+		s.Err = csvLineBreaks(rec[idx[9]])
 		out = append(out, s)
 	}
 }

@@ -105,6 +105,7 @@ func FuzzReadCSV(f *testing.F) {
 	f.Add(csvText)
 	f.Add(strings.Join(Columns, ",") + "\n")
 	f.Add("error,thread,seq,start_unix_us,connect_us,ttfb_us,total_us,status,bytes_sent,bytes_received,x\n\"a\rb\",1,2,3,4,5,6,7,8,9,\n")
+	f.Add(strings.Join(Columns, ",") + "\n0,0,0,0,0,0,0,0,0,\"a\r\r\r\nb\"\n")
 	f.Fuzz(func(t *testing.T, in string) {
 		samples, err := ReadCSV(strings.NewReader(in))
 		if err != nil {
