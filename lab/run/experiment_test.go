@@ -1,6 +1,7 @@
 package run
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -81,4 +82,18 @@ func FuzzParseExperiment(f *testing.F) {
 		// Must never panic, and never read a file for a fuzzed path.
 		_, _ = Parse(b, "/nonexistent")
 	})
+}
+
+// TestExamplesParse keeps the example experiments the README and the issue
+// notes point to valid.
+func TestExamplesParse(t *testing.T) {
+	files, _ := filepath.Glob("../../examples/experiments/*.yaml")
+	if len(files) == 0 {
+		t.Fatal("no example experiments found")
+	}
+	for _, f := range files {
+		if _, err := LoadExperiment(f); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
 }
