@@ -3,6 +3,7 @@ package load
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -201,8 +202,48 @@ type RateResult struct {
 	// SendLag is how late requests left relative to their intended start:
 	// near zero while both the generator and the target keep up.
 	SendLag Percentiles `json:"send_lag"`
+	// LatencyHistogram is the corrected latency histogram (µs) in
+	// HdrHistogram's compressed V2 encoding, base64, as HdrHistogram's own
+	// tools and logs carry it: repetitions of a measurement merge into one
+	// distribution (MergeLatency) instead of averaging percentiles, which
+	// has no meaning for tails.
+	LatencyHistogram string `json:"latency_histogram,omitempty"`
 
 	latency, service *hdrhistogram.Histogram
+}
+
+// DecodeHistogram reads a histogram in HdrHistogram's compressed V2
+// encoding (base64), as RateResult.LatencyHistogram holds it.
+func DecodeHistogram(s string) (*hdrhistogram.Histogram, error) {
+	if s == "" {
+		return nil, errors.New("decode histogram: empty")
+	}
+	h, err := hdrhistogram.Decode([]byte(s))
+	if err != nil {
+		return nil, fmt.Errorf("decode histogram: %w", err)
+	}
+	return h, nil
+}
+
+// MergeLatency merges the corrected latency histograms of results (e.g.
+// the repetitions of one cell, read back from JSON) and returns the
+// percentiles of the merged distribution. A result without histogram is
+// an error, not a silent gap.
+func MergeLatency(results ...*RateResult) (Percentiles, error) {
+	merged := newHist()
+	for i, r := range results {
+		h := r.latency
+		if h == nil {
+			var err error
+			if h, err = DecodeHistogram(r.LatencyHistogram); err != nil {
+				return Percentiles{}, fmt.Errorf("result %d: latency_histogram: %w", i, err)
+			}
+		}
+		if dropped := merged.Merge(h); dropped > 0 {
+			return Percentiles{}, fmt.Errorf("result %d: %d latencies beyond the histogram's range", i, dropped)
+		}
+	}
+	return percentilesOf(merged), nil
 }
 
 // Histogram returns the corrected latency histogram (µs), nil for a
@@ -412,6 +453,11 @@ func RunRate(ctx context.Context, cfg RateConfig) (*RateResult, error) {
 		latency: rec.latency, service: rec.service,
 		Latency: percentilesOf(rec.latency), ServiceTime: percentilesOf(rec.service),
 		SendLag: percentilesOf(rec.lag),
+	}
+	// Encoding a histogram built here fails only on a bug; the result then
+	// lacks it and MergeLatency names the gap.
+	if enc, err := rec.latency.Encode(hdrhistogram.V2CompressedEncodingCookieBase); err == nil {
+		r.LatencyHistogram = string(enc)
 	}
 	if len(rec.classes) > 0 {
 		r.ErrorClasses = rec.classes

@@ -106,6 +106,10 @@ func TestRunRateAchievesTarget(t *testing.T) {
 	if got := r.Histogram().TotalCount(); got != r.Count {
 		t.Errorf("histogram holds %d values, count is %d", got, r.Count)
 	}
+	// The encoded histogram in the JSON is the same distribution.
+	if merged, err := MergeLatency(&RateResult{LatencyHistogram: r.LatencyHistogram}); err != nil || merged != r.Latency {
+		t.Errorf("latency_histogram decodes to %+v (%v), want %+v", merged, err, r.Latency)
+	}
 	// Achieved falls short of the target only by the last responses'
 	// latency over the 2 s window; 10% leaves room for a busy machine
 	// without hiding a generator that cannot keep its schedule.
@@ -341,4 +345,62 @@ func BenchmarkRecord(b *testing.B) {
 	for b.Loop() {
 		rec.ok(t0, t0.Add(10*time.Microsecond), t0.Add(300*time.Microsecond), 290*time.Microsecond)
 	}
+}
+
+// TestMergeLatency merges two repetitions through their JSON form: the
+// merged percentiles are those of all values together, which averaging
+// the repetitions' percentiles would not give.
+func TestMergeLatency(t *testing.T) {
+	encoded := func(lo, hi int64) *RateResult {
+		h := newHist()
+		for v := lo; v <= hi; v++ {
+			_ = h.RecordValue(v)
+		}
+		enc, err := h.Encode(hdrhistogram.V2CompressedEncodingCookieBase)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if err := (&RateResult{LatencyHistogram: string(enc)}).WriteJSON(&buf); err != nil {
+			t.Fatal(err)
+		}
+		var r RateResult
+		if err := json.Unmarshal(buf.Bytes(), &r); err != nil {
+			t.Fatal(err)
+		}
+		return &r
+	}
+	// 1000 values 1..1000 µs and 1000 values 9001..10000 µs.
+	p, err := MergeLatency(encoded(1, 1000), encoded(9001, 10000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.P50 < 995 || p.P50 > 1001 {
+		t.Errorf("merged p50 = %d µs, want about 1000 (the lower half's top)", p.P50)
+	}
+	if p.P75 < 9490 || p.P75 > 9510 {
+		t.Errorf("merged p75 = %d µs, want about 9500", p.P75)
+	}
+	if p.P100 < 10000 || p.P100 > 10010 {
+		t.Errorf("merged max = %d µs, want 10000", p.P100)
+	}
+	if _, err := MergeLatency(&RateResult{}); err == nil || !strings.Contains(err.Error(), "latency_histogram") {
+		t.Errorf("a result without histogram: error %v, want one naming latency_histogram", err)
+	}
+}
+
+func FuzzDecodeHistogram(f *testing.F) {
+	h := newHist()
+	_ = h.RecordValue(1234)
+	enc, _ := h.Encode(hdrhistogram.V2CompressedEncodingCookieBase)
+	f.Add(string(enc))
+	f.Add("HISTFAAAACB4nJNpmSzMwMDAzMAAAA==")
+	f.Fuzz(func(t *testing.T, s string) {
+		h, err := DecodeHistogram(s)
+		if err != nil {
+			return
+		}
+		// A decoded histogram must be usable.
+		_ = percentilesOf(h)
+	})
 }
