@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/strait-net/strait/ring"
 )
 
 // PoolConfig configures a Pool of sessions to one peer cluster.
@@ -29,6 +31,20 @@ type PoolConfig struct {
 	// MinBackoff and MaxBackoff bound the jittered exponential delay between
 	// failed dials. Defaults 100ms and 5s.
 	MinBackoff, MaxBackoff time.Duration
+	// ProbeInterval is how often the pool checks that each gateway still
+	// answers: a gateway is live while one of its sessions received a frame
+	// (the sessions' keepalive pongs, or data) within ProbeInterval ×
+	// ProbeMisses. The transport's keepalive interval should be at most
+	// ProbeInterval so that an idle session still hears pongs. Zero turns
+	// the silence check off: a gateway is then live while it has a session
+	// (for transports that do not count frames, such as QUIC).
+	ProbeInterval time.Duration
+	// ProbeMisses is how many probe intervals of silence make a gateway
+	// dead. Default 3.
+	ProbeMisses int
+	// RingSeed seeds the gateway table; every gateway of a cluster uses the
+	// same, so that they agree on placement. Zero is a fine seed.
+	RingSeed uint64
 	// Logger receives dial failures and session ends. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -44,6 +60,10 @@ func (c *PoolConfig) Validate() error {
 		return fmt.Errorf("pool config: SessionsPerAddr must be 0 (default 2) or 1..16, not %d", c.SessionsPerAddr)
 	case c.DialTimeout < 0, c.MinBackoff < 0, c.MaxBackoff < 0:
 		return errors.New("pool config: DialTimeout, MinBackoff and MaxBackoff must be >= 0")
+	case c.ProbeInterval < 0:
+		return fmt.Errorf("pool config: ProbeInterval must be >= 0 (0: off), not %v", c.ProbeInterval)
+	case c.ProbeMisses < 0 || c.ProbeMisses > 1000:
+		return fmt.Errorf("pool config: ProbeMisses must be 0 (default 3) or 1..1000, not %d", c.ProbeMisses)
 	}
 	seen := map[string]bool{}
 	for _, a := range c.Addrs {
@@ -60,10 +80,29 @@ func (c *PoolConfig) Validate() error {
 // (they fail with its error); the pool redials it with backoff while new
 // streams go to the other live sessions. With none live, OpenStream fails at
 // once with ErrNoSession instead of waiting.
+//
+// The gateway for a flow comes from a ring.Table over Addrs (Maglev, seeded
+// by RingSeed), so every gateway of a cluster sends a flow key to the same
+// remote gateway. Health only ever takes the table's WithDown view: a dead
+// gateway's flows move to the others and nothing else moves; when it
+// answers again exactly its flows come back. A gateway is dead when none of
+// its sessions is up (a killed process's socket closes, so its sessions end
+// one one-way delay later), when all its sessions were silent for
+// ProbeMisses probe intervals (a machine or link that died without a word),
+// or when opening a stream on it just failed (until a frame arrives again).
+// A silent gateway is only taken out of the table; its sessions and
+// established streams stay until the transport's keepalive timeout, so a
+// short stall under load moves new flows but breaks nothing.
 type Pool struct {
 	cfg   PoolConfig
 	log   *slog.Logger
 	slots []*slot
+	gws   []*remote // per member of base, in its order
+	base  *ring.Table
+	view  atomic.Pointer[ring.Table]
+	kick  chan struct{} // a session came up or ended: recheck health now
+
+	healthMu sync.Mutex // serializes checkHealth and guards the slots' bookkeeping
 
 	firstRound chan struct{} // closed when every slot tried once, or one is live
 	roundOnce  sync.Once
@@ -78,9 +117,24 @@ type Pool struct {
 
 type slot struct {
 	addr    string
+	gw      *remote
 	mu      sync.Mutex
 	sess    Session
 	lastErr error
+	// Health bookkeeping, touched only by the health loop.
+	seen     Session // the session lastRecv is about
+	frames   uint64  // its FramesReceived at lastRecv
+	lastRecv time.Time
+}
+
+// remote is one gateway of the peer and what the pool knows of its health.
+type remote struct {
+	addr    string
+	up      atomic.Bool
+	suspect atomic.Int32 // trusted, suspected or baselined (poolhealth.go)
+	streams atomic.Uint64
+	downs   atomic.Uint64 // live → dead transitions
+	since   atomic.Int64  // unix nanoseconds of the last transition
 }
 
 func (sl *slot) get() (Session, error) {
@@ -110,13 +164,31 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		cfg.MaxBackoff = 5 * time.Second
 	}
 	cfg.MaxBackoff = max(cfg.MaxBackoff, cfg.MinBackoff)
-	p := &Pool{cfg: cfg, log: cfg.Logger, firstRound: make(chan struct{}), done: make(chan struct{})}
+	if cfg.ProbeMisses == 0 {
+		cfg.ProbeMisses = 3
+	}
+	base, err := ring.New(cfg.Addrs, ring.Options{Seed: cfg.RingSeed})
+	if err != nil {
+		return nil, fmt.Errorf("pool config: %w", err)
+	}
+	p := &Pool{cfg: cfg, log: cfg.Logger, firstRound: make(chan struct{}), done: make(chan struct{}),
+		base: base, kick: make(chan struct{}, 1)}
 	if p.log == nil {
 		p.log = slog.Default()
 	}
+	now := time.Now().UnixNano()
+	for _, a := range base.Members() {
+		r := &remote{addr: a}
+		r.since.Store(now)
+		p.gws = append(p.gws, r)
+	}
+	// Every gateway starts dead, so the first view routes nowhere until a
+	// session is up; OpenStream waits for the first dial round anyway.
+	p.setView()
 	for _, a := range cfg.Addrs {
+		gw := p.gws[slices.IndexFunc(p.gws, func(r *remote) bool { return r.addr == a })]
 		for range cfg.SessionsPerAddr {
-			p.slots = append(p.slots, &slot{addr: a})
+			p.slots = append(p.slots, &slot{addr: a, gw: gw})
 		}
 	}
 	p.pending.Add(len(p.slots))
@@ -144,6 +216,11 @@ func (p *Pool) Run(ctx context.Context) error {
 		p.roundOnce.Do(func() { close(p.firstRound) })
 	}()
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		p.watchHealth(ctx)
+	}()
 	for _, sl := range p.slots {
 		wg.Add(1)
 		go func() {
@@ -201,6 +278,7 @@ func (p *Pool) keep(ctx context.Context, sl *slot) {
 		sl.mu.Lock()
 		sl.sess, sl.lastErr = s, nil
 		sl.mu.Unlock()
+		p.checkHealth(time.Now()) // before the first round ends, so OpenStream sees it live
 		p.roundOnce.Do(func() { close(p.firstRound) })
 		markTried()
 		began := time.Now()
@@ -212,6 +290,7 @@ func (p *Pool) keep(ctx context.Context, sl *slot) {
 		sl.mu.Lock()
 		sl.sess, sl.lastErr = nil, s.Err()
 		sl.mu.Unlock()
+		p.kickHealth()
 		if ctx.Err() != nil {
 			return
 		}
@@ -256,33 +335,39 @@ func (p *Pool) Live() []string {
 	return live
 }
 
-// OpenStream opens a stream on a live session. key identifies the flow: the
-// same key goes to the same gateway while it lives (rendezvous hashing), and
-// only the flows of a dead gateway move. It waits only for the pool's first
-// dial round; with no live session it fails with ErrNoSession.
+// OpenStream opens a stream for the flow key on the gateway the table
+// gives it. When that fails (the gateway died an instant ago), the gateway
+// is marked dead at once and the flow takes its place in the new view, so
+// only flows of dead gateways ever move. It waits only for the pool's first
+// dial round; with no live gateway it fails with ErrNoSession.
 func (p *Pool) OpenStream(ctx context.Context, key uint64, header []byte) (Stream, error) {
-	addrs := slices.Clone(p.cfg.Addrs)
-	score := func(a string) uint64 {
-		h := fnv.New64a()
-		var k [8]byte
-		for i := range k {
-			k[i] = byte(key >> (8 * i))
-		}
-		h.Write(k[:])
-		h.Write([]byte(a))
-		return h.Sum64()
+	select {
+	case <-p.firstRound:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("open stream to %s: %w", p.cfg.Peer, ctx.Err())
 	}
-	slices.SortFunc(addrs, func(a, b string) int {
-		sa, sb := score(a), score(b)
-		switch {
-		case sa > sb:
-			return -1
-		case sa < sb:
-			return 1
+	var lastErr error
+	for range len(p.gws) {
+		i := p.view.Load().LookupIndex(key)
+		if i < 0 {
+			break
 		}
-		return 0
-	})
-	return p.open(ctx, addrs, key, header)
+		st, err := p.openOn(ctx, p.gws[i].addr, key, header)
+		if err == nil {
+			p.gws[i].streams.Add(1)
+			return st, nil
+		}
+		if errors.Is(err, ErrHeaderTooLarge) || ctx.Err() != nil {
+			return nil, fmt.Errorf("open stream to %s: %w", p.cfg.Peer, err)
+		}
+		lastErr = err
+		p.gws[i].suspect.Store(suspected)
+		p.checkHealth(time.Now())
+	}
+	if lastErr != nil {
+		return nil, fmt.Errorf("open stream to %s: %w (last error: %v)", p.cfg.Peer, ErrNoSession, lastErr)
+	}
+	return nil, fmt.Errorf("open stream to %s: %w", p.cfg.Peer, ErrNoSession)
 }
 
 // OpenStreamTo opens a stream to the gateway at addr (one of Addrs), for
@@ -291,47 +376,51 @@ func (p *Pool) OpenStreamTo(ctx context.Context, addr string, key uint64, header
 	if !slices.Contains(p.cfg.Addrs, addr) {
 		return nil, fmt.Errorf("open stream to %s: %s is not one of its gateways", p.cfg.Peer, addr)
 	}
-	return p.open(ctx, []string{addr}, key, header)
-}
-
-func (p *Pool) open(ctx context.Context, addrs []string, key uint64, header []byte) (Stream, error) {
 	select {
 	case <-p.firstRound:
 	case <-ctx.Done():
 		return nil, fmt.Errorf("open stream to %s: %w", p.cfg.Peer, ctx.Err())
 	}
+	st, err := p.openOn(ctx, addr, key, header)
+	if err != nil {
+		return nil, fmt.Errorf("open stream to %s: %w", p.cfg.Peer, err)
+	}
+	return st, nil
+}
+
+// openOn opens a stream on one of addr's live sessions, the key choosing
+// which one first.
+func (p *Pool) openOn(ctx context.Context, addr string, key uint64, header []byte) (Stream, error) {
+	var slots []*slot
+	for _, sl := range p.slots {
+		if sl.addr == addr {
+			slots = append(slots, sl)
+		}
+	}
 	var lastErr error
-	n := uint64(p.cfg.SessionsPerAddr)
-	for _, a := range addrs {
-		var slots []*slot
-		for _, sl := range p.slots {
-			if sl.addr == a {
-				slots = append(slots, sl)
+	n := uint64(len(slots))
+	for i := range n {
+		sl := slots[(key+i)%n]
+		s, err := sl.get()
+		if s == nil {
+			if err != nil {
+				lastErr = err
 			}
+			continue
 		}
-		for i := range n {
-			sl := slots[(key+i)%n]
-			s, err := sl.get()
-			if s == nil {
-				if err != nil {
-					lastErr = err
-				}
-				continue
-			}
-			st, err := s.OpenStream(ctx, header)
-			if err == nil {
-				return st, nil
-			}
-			if errors.Is(err, ErrHeaderTooLarge) || ctx.Err() != nil {
-				return nil, fmt.Errorf("open stream to %s: %w", p.cfg.Peer, err)
-			}
-			lastErr = err
+		st, err := s.OpenStream(ctx, header)
+		if err == nil {
+			return st, nil
 		}
+		if errors.Is(err, ErrHeaderTooLarge) || ctx.Err() != nil {
+			return nil, err
+		}
+		lastErr = err
 	}
 	if lastErr != nil {
-		return nil, fmt.Errorf("open stream to %s: %w (last error: %v)", p.cfg.Peer, ErrNoSession, lastErr)
+		return nil, fmt.Errorf("gateway %s: %w (last error: %v)", addr, ErrNoSession, lastErr)
 	}
-	return nil, fmt.Errorf("open stream to %s: %w", p.cfg.Peer, ErrNoSession)
+	return nil, fmt.Errorf("gateway %s: %w", addr, ErrNoSession)
 }
 
 // Stats sums the counters of the live sessions.

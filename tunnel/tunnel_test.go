@@ -388,7 +388,11 @@ type gateway struct {
 }
 
 func startGateway(t *testing.T, tr tunnel.Transport, name string) *gateway {
-	ln, err := tr.Listen("127.0.0.1:0")
+	return startGatewayAt(t, tr, name, "127.0.0.1:0")
+}
+
+func startGatewayAt(t *testing.T, tr tunnel.Transport, name, addr string) *gateway {
+	ln, err := tr.Listen(addr)
 	if err != nil {
 		t.Fatal(err)
 	}

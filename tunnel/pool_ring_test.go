@@ -1,0 +1,117 @@
+package tunnel_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/strait-net/strait/ring"
+	"github.com/strait-net/strait/tunnel"
+)
+
+// TestPoolRingMovesOnlyDeadFlows kills one of three gateways: exactly its
+// flows move, each to the gateway ring.WithDown names, and they come back
+// when a gateway listens on its address again.
+func TestPoolRingMovesOnlyDeadFlows(t *testing.T) {
+	tr := newTLS(t, nil, nil)
+	gws := []*gateway{startGateway(t, tr, "A"), startGateway(t, tr, "B"), startGateway(t, tr, "C")}
+	names := map[string]string{}
+	var addrs []string
+	for _, g := range gws {
+		addrs = append(addrs, g.ln.Addr().String())
+		names[g.ln.Addr().String()] = g.name
+	}
+	pool, err := tunnel.NewPool(tunnel.PoolConfig{
+		Transport: tr, Peer: "cluster-b", Logger: slog.New(slog.DiscardHandler), Addrs: addrs,
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+		ProbeInterval: 10 * time.Millisecond, RingSeed: 7,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- pool.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-runDone
+	}()
+	live := func(n int) func() bool {
+		return func() bool {
+			c := 0
+			for _, g := range pool.Gateways() {
+				if g.Live {
+					c++
+				}
+			}
+			return c == n
+		}
+	}
+	waitFor(t, live(3))
+
+	which := func(key uint64) string {
+		t.Helper()
+		st, err := pool.OpenStream(context.Background(), key, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		prefix := make([]byte, 2)
+		st.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(st, prefix); err != nil {
+			t.Fatal(err)
+		}
+		return string(prefix[:1])
+	}
+	table, err := ring.New(addrs, ring.Options{Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const flows = 60
+	before := map[uint64]string{}
+	for key := range uint64(flows) {
+		before[key] = which(key)
+		want, _ := table.Lookup(key)
+		if before[key] != names[want] {
+			t.Fatalf("key %d went to %s, the table says %s", key, before[key], names[want])
+		}
+	}
+
+	dead := gws[1]
+	deadAddr := dead.ln.Addr().String()
+	dead.kill()
+	waitFor(t, live(2))
+	view := table.WithDown(map[string]bool{deadAddr: true})
+	moved := 0
+	for key := range uint64(flows) {
+		got := which(key)
+		want, _ := view.Lookup(key)
+		if got != names[want] {
+			t.Fatalf("after B died key %d went to %s, want %s", key, got, names[want])
+		}
+		if before[key] == "B" {
+			moved++
+		} else if got != before[key] {
+			t.Fatalf("key %d moved from live gateway %s to %s", key, before[key], got)
+		}
+	}
+	if moved == 0 {
+		t.Fatal("no flow was on B; the test shows nothing")
+	}
+
+	// B comes back on its address: exactly its flows return.
+	startGatewayAt(t, tr, "B", deadAddr)
+	waitFor(t, live(3))
+	for key := range uint64(flows) {
+		if got := which(key); got != before[key] {
+			t.Fatalf("after B returned key %d went to %s, want %s", key, got, before[key])
+		}
+	}
+	for _, g := range pool.Gateways() {
+		if names[g.Addr] == "B" && g.Downs != 1 {
+			t.Errorf("B: %d downs, want 1", g.Downs)
+		}
+	}
+}

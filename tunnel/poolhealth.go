@@ -1,0 +1,153 @@
+package tunnel
+
+import (
+	"context"
+	"time"
+)
+
+// Suspicion states of a remote gateway after a failed open.
+const (
+	trusted   = iota
+	suspected // an open failed: dead until a frame arrives after this point
+	baselined // the frame counters were noted; any increase clears it
+)
+
+// GatewayHealth is what the pool knows of one gateway of the peer.
+type GatewayHealth struct {
+	Addr string
+	// Live reports whether the table sends flows to it.
+	Live bool
+	// Buckets is its share of the table now (of Size): its own buckets
+	// while live plus those it inherited from dead gateways.
+	Buckets, Size int
+	// Streams counts streams opened on it since the pool started.
+	Streams uint64
+	// Downs counts its live → dead transitions.
+	Downs uint64
+	// Since is when it last changed state (or the pool started).
+	Since time.Time
+}
+
+// Gateways reports every configured gateway of the peer, in the table's
+// order (sorted by address).
+func (p *Pool) Gateways() []GatewayHealth {
+	v := p.view.Load()
+	out := make([]GatewayHealth, len(p.gws))
+	for i, r := range p.gws {
+		out[i] = GatewayHealth{Addr: r.addr, Live: r.up.Load(), Buckets: v.Buckets(r.addr), Size: v.Size(),
+			Streams: r.streams.Load(), Downs: r.downs.Load(), Since: time.Unix(0, r.since.Load())}
+	}
+	return out
+}
+
+// kickHealth asks the health loop for a check now, without waiting.
+func (p *Pool) kickHealth() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// watchHealth checks the gateways every ProbeInterval and whenever a
+// session comes up or ends, until ctx is done.
+func (p *Pool) watchHealth(ctx context.Context) {
+	var tick <-chan time.Time
+	if p.cfg.ProbeInterval > 0 {
+		t := time.NewTicker(p.cfg.ProbeInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick:
+			p.checkHealth(now)
+		case <-p.kick:
+			p.checkHealth(time.Now())
+		}
+	}
+}
+
+// checkHealth decides every gateway's state from its sessions and installs
+// a new table view when one changed. The sessions' own keepalive pings are
+// the active probes: their pongs (or any other frame) advance
+// FramesReceived, so reading a counter per session is all a probe costs
+// here.
+func (p *Pool) checkHealth(now time.Time) {
+	p.healthMu.Lock()
+	defer p.healthMu.Unlock()
+	window := p.cfg.ProbeInterval * time.Duration(p.cfg.ProbeMisses)
+	alive := make([]bool, len(p.gws))
+	heard := make([]bool, len(p.gws))
+	newSession := make([]bool, len(p.gws))
+	for _, sl := range p.slots {
+		s, _ := sl.get()
+		if s == nil {
+			sl.seen = nil
+			continue
+		}
+		gi := p.index(sl.gw)
+		frames := s.Stats().FramesReceived
+		switch {
+		case sl.seen != s:
+			sl.seen, sl.frames, sl.lastRecv = s, frames, now
+			newSession[gi] = true
+		case frames != sl.frames:
+			sl.frames, sl.lastRecv = frames, now
+			heard[gi] = true
+		}
+		if sl.gw.suspect.Load() == suspected {
+			// Forget what was heard before the failed open.
+			heard[gi] = false
+		}
+		if p.cfg.ProbeInterval == 0 || now.Sub(sl.lastRecv) < window {
+			alive[gi] = true
+		}
+	}
+	changed := false
+	for i, r := range p.gws {
+		switch r.suspect.Load() {
+		case suspected:
+			r.suspect.Store(baselined)
+		case baselined:
+			if heard[i] || newSession[i] {
+				r.suspect.Store(trusted)
+			}
+		}
+		up := alive[i] && r.suspect.Load() == trusted
+		if r.up.Load() == up {
+			continue
+		}
+		changed = true
+		r.up.Store(up)
+		r.since.Store(now.UnixNano())
+		if !up {
+			r.downs.Add(1)
+		}
+		p.log.Info("peer gateway health", "peer", p.cfg.Peer, "addr", r.addr, "live", up)
+	}
+	if changed {
+		p.setView()
+	}
+}
+
+func (p *Pool) index(r *remote) int {
+	for i, x := range p.gws {
+		if x == r {
+			return i
+		}
+	}
+	panic("tunnel: slot of an unknown gateway")
+}
+
+// setView installs the table view with every dead gateway taken out.
+func (p *Pool) setView() {
+	down := map[string]bool{}
+	for _, r := range p.gws {
+		if !r.up.Load() {
+			down[r.addr] = true
+		}
+	}
+	p.view.Store(p.base.WithDown(down))
+}
