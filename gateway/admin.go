@@ -51,6 +51,19 @@ type PeerStatus struct {
 	Addrs   []string      `json:"addrs"`
 	Live    []string      `json:"live"`
 	RTT     time.Duration `json:"rttNanos"`
+	// Gateways is the health and load of each of the peer's gateways as
+	// this gateway sees them.
+	Gateways []RemoteGateway `json:"gateways"`
+}
+
+// RemoteGateway is one gateway of a peer cluster.
+type RemoteGateway struct {
+	Addr    string `json:"addr"`
+	Live    bool   `json:"live"`
+	Buckets int    `json:"buckets"` // of the table's size: its share of new flows
+	Size    int    `json:"size"`
+	Streams uint64 `json:"streams"` // opened on it since start
+	Downs   uint64 `json:"downs"`   // live → dead transitions
 }
 
 func (g *Gateway) serveAdmin(ctx context.Context) (*http.Server, error) {
@@ -158,7 +171,11 @@ func (g *Gateway) peerStatus() []PeerStatus {
 	defer g.mu.Unlock()
 	out := make([]PeerStatus, 0, len(g.peers))
 	for id, p := range g.peers {
-		out = append(out, PeerStatus{Cluster: id, Addrs: p.addrs, Live: p.pool.Live(), RTT: p.pool.Stats().RTT})
+		ps := PeerStatus{Cluster: id, Addrs: p.addrs, Live: p.pool.Live(), RTT: p.pool.Stats().RTT}
+		for _, h := range p.pool.Gateways() {
+			ps.Gateways = append(ps.Gateways, RemoteGateway{Addr: h.Addr, Live: h.Live, Buckets: h.Buckets, Size: h.Size, Streams: h.Streams, Downs: h.Downs})
+		}
+		out = append(out, ps)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Cluster < out[j].Cluster })
 	return out

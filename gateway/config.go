@@ -55,8 +55,25 @@ type Config struct {
 	Preconnect int `yaml:"preconnect"`
 	// Sessions is the number of warm sessions to each peer gateway (0: 2).
 	Sessions int `yaml:"sessions"`
-	// KeepaliveTimeout is how long a silent peer gateway lives (0: 1s).
+	// KeepaliveTimeout is how long a silent peer gateway's sessions live
+	// (0: 1s). Health takes a silent gateway out of the table much sooner
+	// (ProbeInterval × ProbeMisses) without closing its streams, so this
+	// only bounds how long a dead peer's sessions hold memory.
 	KeepaliveTimeout time.Duration `yaml:"keepalive-timeout"`
+	// ProbeInterval is how often each session to a peer gateway pings it,
+	// and how often the gateway checks that every peer gateway answered
+	// (0: 10ms). A gateway that killed -9 is seen at once (its sessions
+	// end); one that falls silent is taken out of the table after
+	// ProbeMisses intervals, and its flows move to the others.
+	ProbeInterval time.Duration `yaml:"probe-interval"`
+	// ProbeMisses is how many silent probe intervals make a peer gateway
+	// dead (0: 3).
+	ProbeMisses int `yaml:"probe-misses"`
+	// Health is a UDP address ("" = off) where the gateway answers health
+	// probes (package health), so that whatever spreads local clients over
+	// the cluster's gateways (e.g. a resilient nexthop group) can drop a
+	// dead one.
+	Health string `yaml:"health"`
 
 	Logger *slog.Logger `yaml:"-"`
 }
@@ -93,9 +110,10 @@ const (
 	DefaultNS      = "default"
 	defaultPrecon  = 2
 	defaultStateFn = "/var/lib/strait/gateway-%s.json"
-	// keepaliveInterval is the tunnel's default ping interval, which the
-	// gateway keeps; the tunnel refuses a keepalive timeout not above it.
-	keepaliveInterval = 250 * time.Millisecond
+	// defaultProbeInterval is the probe interval, which is also the
+	// sessions' ping interval; the issue's budget is at most 10 ms.
+	defaultProbeInterval = 10 * time.Millisecond
+	defaultProbeMisses   = 3
 )
 
 // LoadConfig reads a configuration file; relative paths in it are taken
@@ -160,7 +178,7 @@ func (c *Config) Validate() error {
 	if c.Identity.Dir == "" && (c.Identity.Cert == "" || c.Identity.Key == "" || c.Identity.CA == "") {
 		return fmt.Errorf("identity: set dir, or all of cert, key and ca")
 	}
-	for _, a := range []struct{ field, addr string }{{"listen", c.Listen}, {"dns", c.DNS}, {"metrics", c.Metrics}} {
+	for _, a := range []struct{ field, addr string }{{"listen", c.Listen}, {"dns", c.DNS}, {"metrics", c.Metrics}, {"health", c.Health}} {
 		field, addr := a.field, a.addr
 		if addr == "" {
 			continue
@@ -187,8 +205,17 @@ func (c *Config) Validate() error {
 	if c.KeepaliveTimeout < 0 {
 		return fmt.Errorf("keepalive-timeout %v: must not be negative", c.KeepaliveTimeout)
 	}
-	if c.KeepaliveTimeout != 0 && c.KeepaliveTimeout <= keepaliveInterval {
-		return fmt.Errorf("keepalive-timeout %v: must exceed the keepalive interval %v (0: 1s)", c.KeepaliveTimeout, keepaliveInterval)
+	if c.ProbeInterval < 0 || c.ProbeInterval > 10*time.Second {
+		return fmt.Errorf("probe-interval %v: must be 0 (default %v) up to 10s", c.ProbeInterval, defaultProbeInterval)
+	}
+	if c.ProbeInterval != 0 && c.ProbeInterval < 100*time.Microsecond {
+		return fmt.Errorf("probe-interval %v: must be at least 100us", c.ProbeInterval)
+	}
+	if c.ProbeMisses < 0 || c.ProbeMisses > 1000 {
+		return fmt.Errorf("probe-misses %d: must be 0 (default %d) to 1000", c.ProbeMisses, defaultProbeMisses)
+	}
+	if c.KeepaliveTimeout != 0 && c.KeepaliveTimeout <= c.probeInterval() {
+		return fmt.Errorf("keepalive-timeout %v: must exceed the probe interval %v (0: 1s)", c.KeepaliveTimeout, c.probeInterval())
 	}
 	for i := range c.Sources {
 		s := &c.Sources[i]
@@ -223,6 +250,20 @@ func (c *Config) state() string {
 		return fmt.Sprintf(defaultStateFn, c.Cluster)
 	}
 	return c.State
+}
+
+func (c *Config) probeInterval() time.Duration {
+	if c.ProbeInterval == 0 {
+		return defaultProbeInterval
+	}
+	return c.ProbeInterval
+}
+
+func (c *Config) probeMisses() int {
+	if c.ProbeMisses == 0 {
+		return defaultProbeMisses
+	}
+	return c.ProbeMisses
 }
 
 func (c *Config) preconnect() int {

@@ -25,6 +25,7 @@ import (
 	"github.com/strait-net/strait/catalog"
 	"github.com/strait-net/strait/dns"
 	"github.com/strait-net/strait/fabric"
+	"github.com/strait-net/strait/health"
 	"github.com/strait-net/strait/policy"
 	"github.com/strait-net/strait/tunnel"
 	"github.com/strait-net/strait/tunnel/quic"
@@ -130,7 +131,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		return fmt.Errorf("listen for peer gateways: %w", err)
 	}
 	g.log.Info("gateway listening", "wan", g.wan.Addr().String(), "admin", g.cfg.admin())
-	errc := make(chan error, 4)
+	errc := make(chan error, 5)
 	g.spawn(func() { errc <- ignoreClosed(g.acceptSessions(ctx)) })
 	g.spawn(func() { errc <- ignoreClosed(g.id.Run(ctx)) })
 	if err := g.reconcile(); err != nil {
@@ -156,6 +157,17 @@ func (g *Gateway) Run(ctx context.Context) error {
 			g.shutdown()
 			return err
 		}
+	}
+	if g.cfg.Health != "" {
+		// Last, so that a prober sees the gateway live only once it
+		// serves its imports.
+		h, err := health.NewResponder(health.ResponderConfig{Addr: g.cfg.Health})
+		if err != nil {
+			cancel()
+			g.shutdown()
+			return err
+		}
+		g.spawn(func() { errc <- h.Run(ctx) })
 	}
 	var first error
 	select {
@@ -344,7 +356,13 @@ func (g *Gateway) newPeer(id string, addrs []string) (*peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool, err := tunnel.NewPool(tunnel.PoolConfig{Transport: tr, Peer: id, Addrs: addrs, SessionsPerAddr: g.cfg.Sessions, Logger: g.log})
+	pc := tunnel.PoolConfig{Transport: tr, Peer: id, Addrs: addrs, SessionsPerAddr: g.cfg.Sessions, ProbeMisses: g.cfg.probeMisses(), Logger: g.log}
+	if g.cfg.Transport != TransportQUIC {
+		// Only the multiplexer counts received frames, which silence
+		// detection reads; QUIC sessions are judged by their end alone.
+		pc.ProbeInterval = g.cfg.probeInterval()
+	}
+	pool, err := tunnel.NewPool(pc)
 	if err != nil {
 		return nil, err
 	}
@@ -362,10 +380,10 @@ func (g *Gateway) newPeer(id string, addrs []string) (*peer, error) {
 func (g *Gateway) transport(client, server *tls.Config) (tunnel.Transport, error) {
 	if g.cfg.Transport == TransportQUIC {
 		return quic.New(quic.Config{ClientTLS: client, ServerTLS: server, PeerIdentity: g.id.PeerCluster,
-			KeepaliveTimeout: g.cfg.KeepaliveTimeout, Logger: g.log})
+			KeepaliveInterval: g.cfg.probeInterval(), KeepaliveTimeout: g.cfg.KeepaliveTimeout, Logger: g.log})
 	}
 	return tunnel.NewTLS(tunnel.Config{ClientTLS: client, ServerTLS: server, PeerIdentity: g.id.PeerCluster,
-		Congestion: g.cfg.Congestion, KeepaliveTimeout: g.cfg.KeepaliveTimeout, Logger: g.log})
+		Congestion: g.cfg.Congestion, KeepaliveInterval: g.cfg.probeInterval(), KeepaliveTimeout: g.cfg.KeepaliveTimeout, Logger: g.log})
 }
 
 func (g *Gateway) peer(id string) *tunnel.Pool {

@@ -102,9 +102,30 @@ func (g *Gateway) writeMetrics(w io.Writer) {
 
 	gauge("strait_peer_rtt_seconds", "Smoothed round-trip time to each peer cluster's gateways, from keepalives.")
 	gauge("strait_peer_sessions_live", "Live sessions to each peer cluster.")
-	for _, p := range g.peerStatus() {
+	peers := g.peerStatus()
+	for _, p := range peers {
 		fmt.Fprintf(w, "strait_peer_rtt_seconds{peer=%q} %g\n", p.Cluster, p.RTT.Seconds())
 		fmt.Fprintf(w, "strait_peer_sessions_live{peer=%q} %d\n", p.Cluster, len(p.Live))
+	}
+	gauge("strait_peer_gateway_up", "1 while the table sends flows to the peer gateway, 0 while it is taken out as dead.")
+	gauge("strait_peer_gateway_share", "The peer gateway's share of the table's buckets, its inherited ones included.")
+	for _, p := range peers {
+		for _, r := range p.Gateways {
+			up := 0
+			if r.Live {
+				up = 1
+			}
+			fmt.Fprintf(w, "strait_peer_gateway_up{peer=%q,gateway=%q} %d\n", p.Cluster, r.Addr, up)
+			fmt.Fprintf(w, "strait_peer_gateway_share{peer=%q,gateway=%q} %g\n", p.Cluster, r.Addr, float64(r.Buckets)/float64(max(r.Size, 1)))
+		}
+	}
+	counter("strait_peer_gateway_streams_total", "Streams opened on each peer gateway.")
+	counter("strait_peer_gateway_downs_total", "Times each peer gateway was taken out as dead.")
+	for _, p := range peers {
+		for _, r := range p.Gateways {
+			fmt.Fprintf(w, "strait_peer_gateway_streams_total{peer=%q,gateway=%q} %d\n", p.Cluster, r.Addr, r.Streams)
+			fmt.Fprintf(w, "strait_peer_gateway_downs_total{peer=%q,gateway=%q} %d\n", p.Cluster, r.Addr, r.Downs)
+		}
 	}
 }
 
