@@ -235,3 +235,40 @@ func TestTransportsCarryStreams(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkKeepAliveEcho measures one request/response over an open
+// connection, by payload size, directly and through the gateway pair: the
+// lab's keep-alive echo cell without the lab. The writer sends the whole
+// payload while the reader drains the echo, as an HTTP client would.
+func BenchmarkKeepAliveEcho(b *testing.B) {
+	direct := echoServer(b)
+	gateways := startPair(b).importAddr
+	for _, size := range []int{60, 10 << 10, 100 << 10, 1 << 20} {
+		for _, path := range []struct{ name, addr string }{{"direct", direct}, {"gateways", gateways}} {
+			b.Run(fmt.Sprintf("%dB/%s", size, path.name), func(b *testing.B) {
+				keepAliveLoop(b, path.addr, size)
+			})
+		}
+	}
+}
+
+func keepAliveLoop(b *testing.B, addr string, size int) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	msg := bytes.Repeat([]byte{0x5a}, size)
+	reply := make([]byte, size)
+	b.SetBytes(int64(size))
+	written := make(chan error, 1)
+	for b.Loop() {
+		go func() { _, err := c.Write(msg); written <- err }()
+		if _, err := io.ReadFull(c, reply); err != nil {
+			b.Fatal(err)
+		}
+		if err := <-written; err != nil {
+			b.Fatal(err)
+		}
+	}
+}

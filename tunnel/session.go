@@ -23,6 +23,7 @@ type session struct {
 	conn       net.Conn
 	rd         io.Reader
 	bw         *bufio.Writer
+	batch      *recordBatcher // below TLS; nil on other connections
 	client     bool
 	peer       string
 	congestion string
@@ -76,11 +77,14 @@ type writeReq struct {
 	flush   bool       // flush before signalling done (last words)
 }
 
-// newSession starts the multiplexer on conn. cfg must have defaults applied.
-func newSession(conn net.Conn, client bool, peer, congestion string, cfg *Config) *session {
+// newSession starts the multiplexer on conn. cfg must have defaults
+// applied. batch, when not nil, is the writer under conn's TLS records,
+// corked while the writer has work queued.
+func newSession(conn net.Conn, batch *recordBatcher, client bool, peer, congestion string, cfg *Config) *session {
 	now := time.Now()
 	s := &session{
 		conn:       conn,
+		batch:      batch,
 		rd:         conn,
 		bw:         bufio.NewWriterSize(conn, 64<<10),
 		client:     client,
@@ -276,7 +280,7 @@ func (s *session) sendPing() {
 func (s *session) writeLoop() {
 	defer s.wg.Done()
 	var err error
-	yielded := false
+	yielded, corked := false, false
 	for err == nil {
 		s.wmu.Lock()
 		var r *writeReq
@@ -301,11 +305,10 @@ func (s *session) writeLoop() {
 				continue
 			}
 			yielded = false
-			if s.bw.Buffered() > 0 {
-				if err = s.bw.Flush(); err != nil {
-					break
-				}
+			if err = s.flush(); err != nil {
+				break
 			}
+			corked = false
 			select {
 			case <-s.wsig:
 			case <-s.closed:
@@ -314,9 +317,14 @@ func (s *session) writeLoop() {
 			continue
 		}
 		yielded = false
+		if !corked && s.batch != nil {
+			s.batch.cork()
+			corked = true
+		}
 		err = s.writeReq(r)
 		if err == nil && r.flush {
-			err = s.bw.Flush()
+			err = s.flush()
+			corked = false
 		}
 		if r.done != nil {
 			r.done <- err
@@ -336,6 +344,20 @@ func (s *session) writeLoop() {
 			r.done <- cerr
 		}
 	}
+}
+
+// flush hands everything buffered to the kernel: the frames gathered in bw
+// become TLS records, and the records gathered below TLS one write(2).
+func (s *session) flush() error {
+	if s.bw.Buffered() > 0 {
+		if err := s.bw.Flush(); err != nil {
+			return err
+		}
+	}
+	if s.batch != nil {
+		return s.batch.uncork()
+	}
+	return nil
 }
 
 // writeReq writes one request, splitting DATA into frames of dataFrameSize.

@@ -220,11 +220,12 @@ func (t *TLSTransport) Dial(ctx context.Context, addr string) (Session, error) {
 
 func (t *TLSTransport) handshake(ctx context.Context, raw net.Conn, client bool) (*session, error) {
 	cc := tuneTCP(raw, t.cfg)
+	batch := newRecordBatcher(raw)
 	var tc *tls.Conn
 	if client {
-		tc = tls.Client(raw, muxTLS(t.cfg.ClientTLS))
+		tc = tls.Client(batch, muxTLS(t.cfg.ClientTLS))
 	} else {
-		tc = tls.Server(raw, muxTLS(t.cfg.ServerTLS))
+		tc = tls.Server(batch, muxTLS(t.cfg.ServerTLS))
 	}
 	if err := tc.HandshakeContext(ctx); err != nil {
 		return nil, fmt.Errorf("tls handshake: %w", err)
@@ -237,7 +238,7 @@ func (t *TLSTransport) handshake(ctx context.Context, raw net.Conn, client bool)
 	if err != nil {
 		return nil, fmt.Errorf("peer identity: %w", err)
 	}
-	return newSession(tc, client, peer, cc, t.cfg), nil
+	return newSession(tc, batch, client, peer, cc, t.cfg), nil
 }
 
 // Listen accepts sessions on addr (host:port, port 0 picks one).
