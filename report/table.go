@@ -88,7 +88,7 @@ func isNumber(s string) bool {
 	if s == "-" {
 		return true
 	}
-	s = strings.TrimSuffix(s, "%")
+	s = strings.TrimSuffix(strings.TrimSuffix(s, "%"), "×")
 	_, err := strconv.ParseFloat(s, 64)
 	return err == nil
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/strait-net/strait/lab/scenario"
 	"github.com/strait-net/strait/lab/tool"
 	"github.com/strait-net/strait/lab/topology"
+	"github.com/strait-net/strait/report"
 )
 
 // Experiment is an experiment file: one topology, the scenarios to impair it
@@ -57,6 +59,9 @@ type Experiment struct {
 	// Throughput, when set, also measures bulk TCP throughput through every
 	// tool with `strait load stream` (iperf-like, no HTTP).
 	Throughput *Throughput `yaml:"throughput"`
+	// Rate, when set, also measures open-loop latency at fixed request
+	// rates through every tool with `strait load rate` (wrk2-like).
+	Rate *Rate `yaml:"rate"`
 
 	// Resolved by Parse.
 	dir       string // where a relative topology path is resolved
@@ -67,12 +72,12 @@ type Experiment struct {
 
 // Workload is one workload and the request payload sizes to drive it with.
 type Workload struct {
-	Name     string   `yaml:"name"`
-	Payloads []string `yaml:"payloads"`
+	Name     string   `yaml:"name" json:"name"`
+	Payloads []string `yaml:"payloads" json:"payloads"`
 	// KPI is the response time the use case tolerates (seed 000: 1000 ms
 	// for remote maintenance, 100 ms for vehicle decision assist); reports
 	// flag cells above it.
-	KPI string `yaml:"kpi"`
+	KPI string `yaml:"kpi" json:"kpi,omitempty"`
 
 	sizes []int
 }
@@ -88,11 +93,15 @@ const (
 )
 
 // Throughput configures bulk TCP measurements: for every count of parallel
-// streams, one transfer of Duration from client to server (or the reverse).
+// streams, one transfer of Duration from client to server (or the
+// reverse); and for every RR message size, request/response ping-pong of
+// Duration on each of the same counts of connections (seed 002's uperf
+// profiles use 64, 1024 and 8192 bytes).
 type Throughput struct {
 	Streams  []int  `yaml:"streams" json:"streams"`
 	Duration string `yaml:"duration" json:"duration"`
 	Reverse  bool   `yaml:"reverse" json:"reverse"`
+	RR       []int  `yaml:"rr" json:"rr,omitempty"`
 
 	duration time.Duration
 }
@@ -236,8 +245,8 @@ func (e *Experiment) resolve(dir string) error {
 	if e.Repetitions < 0 || e.Repetitions > 1000 {
 		return fmt.Errorf("repetitions %d: must be between 1 and 1000", e.Repetitions)
 	}
-	if len(e.Workloads) == 0 && e.Throughput == nil {
-		return errors.New("workloads: name at least one (echo, recv, static, hello), or set throughput")
+	if len(e.Workloads) == 0 && e.Throughput == nil && e.Rate == nil {
+		return errors.New("workloads: name at least one (echo, recv, static, hello), or set throughput or rate")
 	}
 	if tp := e.Throughput; tp != nil {
 		if len(tp.Streams) == 0 {
@@ -256,32 +265,80 @@ func (e *Experiment) resolve(dir string) error {
 			}
 			tp.duration = d
 		}
+		for i, n := range tp.RR {
+			if n < 1 || n > 1<<20 {
+				return fmt.Errorf("throughput.rr[%d] %d: message size must be between 1 and 1048576 bytes", i, n)
+			}
+		}
+	}
+	if e.Rate != nil {
+		if err := e.Rate.validate(); err != nil {
+			return err
+		}
 	}
 	for i := range e.Workloads {
-		w := &e.Workloads[i]
-		if _, ok := workloadPorts[w.Name]; !ok {
-			return fmt.Errorf("workloads[%d].name %q: must be one of echo, recv, static, hello", i, w.Name)
-		}
-		if w.KPI != "" {
-			if _, err := emulation.ParseDuration(w.KPI); err != nil {
-				return fmt.Errorf("workloads[%d].kpi: %w", i, err)
-			}
-		}
-		if len(w.Payloads) == 0 {
-			w.Payloads = []string{"0"}
-		}
-		for j, p := range w.Payloads {
-			n, err := ParseSize(p)
-			if err != nil {
-				return fmt.Errorf("workloads[%d].payloads[%d]: %w", i, j, err)
-			}
-			if n > 0 && (w.Name == "static" || w.Name == "hello") {
-				return fmt.Errorf("workloads[%d].payloads[%d]: %s takes no request body (payload 0)", i, j, w.Name)
-			}
-			w.sizes = append(w.sizes, n)
+		if err := e.Workloads[i].resolve(fmt.Sprintf("workloads[%d]", i)); err != nil {
+			return err
 		}
 	}
 	return e.Load.validate()
+}
+
+// resolve checks a workload and parses its payload sizes; field names it
+// in errors.
+func (w *Workload) resolve(field string) error {
+	if _, ok := workloadPorts[w.Name]; !ok {
+		return fmt.Errorf("%s.name %q: must be one of echo, recv, static, hello", field, w.Name)
+	}
+	if w.KPI != "" {
+		if _, err := emulation.ParseDuration(w.KPI); err != nil {
+			return fmt.Errorf("%s.kpi: %w", field, err)
+		}
+	}
+	if len(w.Payloads) == 0 {
+		w.Payloads = []string{"0"}
+	}
+	w.sizes = w.sizes[:0]
+	for j, p := range w.Payloads {
+		n, err := ParseSize(p)
+		if err != nil {
+			return fmt.Errorf("%s.payloads[%d]: %w", field, j, err)
+		}
+		if n > 0 && (w.Name == "static" || w.Name == "hello") {
+			return fmt.Errorf("%s.payloads[%d]: %s takes no request body (payload 0)", field, j, w.Name)
+		}
+		w.sizes = append(w.sizes, n)
+	}
+	return nil
+}
+
+// kpiMS is the workload's KPI in milliseconds, 0 without one.
+func (w Workload) kpiMS() float64 {
+	d, err := emulation.ParseDuration(w.KPI)
+	if w.KPI == "" || err != nil {
+		return 0
+	}
+	return float64(d) / float64(time.Millisecond)
+}
+
+// servedWorkloads lists every workload the server node must run: the
+// closed-loop ones and the open-loop (rate) ones, each once.
+func (e *Experiment) servedWorkloads() []string {
+	var names []string
+	add := func(n string) {
+		if !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	for _, w := range e.Workloads {
+		add(w.Name)
+	}
+	if e.Rate != nil {
+		for _, w := range e.Rate.Workloads {
+			add(w.Name)
+		}
+	}
+	return names
 }
 
 func (l *Load) validate() error {
@@ -333,12 +390,19 @@ func ParseSize(s string) (int, error) {
 }
 
 // FormatSize renders a payload size the way the seeds label them.
-func FormatSize(n int) string {
-	switch {
-	case n >= 1e6 && n%1e6 == 0:
-		return strconv.Itoa(n/1e6) + "MB"
-	case n >= 1e3 && n%1e3 == 0:
-		return strconv.Itoa(n/1e3) + "KB"
+func FormatSize(n int) string { return report.FormatSize(n) }
+
+// kpis maps each workload with a KPI, closed or open loop, to it in ms.
+func (e *Experiment) kpis() map[string]float64 {
+	m := map[string]float64{}
+	ws := e.Workloads
+	if e.Rate != nil {
+		ws = append(slices.Clip(ws), e.Rate.Workloads...)
 	}
-	return strconv.Itoa(n) + "B"
+	for _, w := range ws {
+		if v := w.kpiMS(); v > 0 {
+			m[w.Name] = v
+		}
+	}
+	return m
 }

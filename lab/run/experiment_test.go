@@ -2,8 +2,10 @@ package run
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseSize(t *testing.T) {
@@ -50,6 +52,14 @@ topology:
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nworkloads: [{name: static, payloads: [1KB]}]\n", "takes no request body"},
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nworkloads: [{name: echo}]\nload: {think: soon}\n", "load.think"},
 		{"name: e\nbogus: 1\n", "field bogus not found"},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nrate: {rps: [0]}\n", "rate.rps[0] 0"},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nrate: {connections: -1}\n", "rate.connections -1"},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nrate: {duration: 1ms}\n", "rate.duration \"1ms\""},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nrate: {warmup: later}\n", "rate.warmup \"later\""},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nrate: {workloads: [{name: hello, payloads: [1KB]}]}\n", "rate.workloads[0].payloads[0]"},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nrate: {rps: 100, workloads: [{name: ftp}]}\n", "rate.workloads[0].name \"ftp\""},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nrate: {rps: fast}\n", "rps \"fast\""},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nthroughput: {rr: [0]}\n", "throughput.rr[0] 0"},
 	} {
 		_, err := Parse([]byte(tc.body), t.TempDir())
 		if tc.err == "" {
@@ -95,5 +105,58 @@ func TestExamplesParse(t *testing.T) {
 		if _, err := LoadExperiment(f); err != nil {
 			t.Errorf("%s: %v", f, err)
 		}
+	}
+}
+
+// TestParseRate checks the rate section's defaults and that its workloads
+// join the ones the server runs.
+func TestParseRate(t *testing.T) {
+	const base = `name: e
+topology:
+  name: x
+  clusters:
+    - {name: a, nodes: [{name: gw}, {name: server}]}
+    - {name: b, nodes: [{name: gw}, {name: client}]}
+  wan: [{between: [a, b]}]
+scenarios: [lcl]
+server: a/server
+client: b/client
+`
+	e, err := Parse([]byte(base+"workloads: [{name: hello}]\nrate: {}\n"), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.Rate
+	if len(r.RPS) != 1 || r.RPS[0] != 1000 || r.Connections != 10 || r.duration != 10*time.Second || r.warmup != 2*time.Second {
+		t.Errorf("defaults: %+v", r)
+	}
+	if len(r.Workloads) != 1 || r.Workloads[0].Name != "echo" || r.Workloads[0].sizes[0] != 1000 {
+		t.Errorf("default workload: %+v", r.Workloads)
+	}
+	if got := e.servedWorkloads(); !slices.Equal(got, []string{"hello", "echo"}) {
+		t.Errorf("served workloads %v, want hello and echo", got)
+	}
+	if cells := r.cells("lcl", "direct"); len(cells) != 1 || cells[0].Rate != 1000 || cells[0].Payload != 1000 {
+		t.Errorf("cells %+v", cells)
+	}
+	e, err = Parse([]byte(base+"rate: {rps: [100, 200], connections: 4, duration: 1s, warmup: 0s, workloads: [{name: echo, payloads: [60, 1KB], kpi: 50ms}]}\n"), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.Rate.cells("lcl", "strait")); n != 4 {
+		t.Errorf("%d cells, want 2 payloads × 2 rates", n)
+	}
+	if k := e.kpis(); k["echo"] != 50 {
+		t.Errorf("kpis %v, want echo 50 ms", k)
+	}
+	// --workloads narrows the rate section too; --payloads replaces its sizes.
+	if err := e.Override(Overrides{Payloads: []string{"10KB"}}); err != nil {
+		t.Fatal(err)
+	}
+	if w := e.Rate.Workloads[0]; len(w.sizes) != 1 || w.sizes[0] != 10000 {
+		t.Errorf("after --payloads 10KB: %+v", w)
+	}
+	if err := e.Override(Overrides{Workloads: []string{"static"}}); err == nil || !strings.Contains(err.Error(), `no workload "static"`) {
+		t.Errorf("--workloads static: %v", err)
 	}
 }

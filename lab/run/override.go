@@ -31,22 +31,32 @@ func (e *Experiment) Override(o Overrides) error {
 		e.Tools = o.Tools
 		notes = append(notes, "tools="+strings.Join(o.Tools, ","))
 	}
+	// Workload and payload overrides apply to the closed-loop workloads
+	// and to the rate section's alike.
+	lists := []*[]Workload{&e.Workloads}
+	if e.Rate != nil {
+		lists = append(lists, &e.Rate.Workloads)
+	}
 	if len(o.Workloads) > 0 {
-		var kept []Workload
 		for _, name := range o.Workloads {
-			i := slices.IndexFunc(e.Workloads, func(w Workload) bool { return w.Name == name })
-			if i < 0 {
+			if !slices.Contains(e.servedWorkloads(), name) {
 				return fmt.Errorf("--workloads: the experiment has no workload %q", name)
 			}
-			kept = append(kept, e.Workloads[i])
 		}
-		e.Workloads = kept
+		for _, l := range lists {
+			*l = slices.DeleteFunc(*l, func(w Workload) bool { return !slices.Contains(o.Workloads, w.Name) })
+		}
+		if e.Rate != nil && len(e.Rate.Workloads) == 0 {
+			e.Rate = nil // every rate workload was filtered out
+		}
 		notes = append(notes, "workloads="+strings.Join(o.Workloads, ","))
 	}
 	if len(o.Payloads) > 0 {
-		for i := range e.Workloads {
-			if w := &e.Workloads[i]; w.Name == "echo" || w.Name == "recv" {
-				w.Payloads = o.Payloads
+		for _, l := range lists {
+			for i := range *l {
+				if w := &(*l)[i]; w.Name == "echo" || w.Name == "recv" {
+					w.Payloads = o.Payloads
+				}
 			}
 		}
 		notes = append(notes, "payloads="+strings.Join(o.Payloads, ","))
@@ -63,9 +73,6 @@ func (e *Experiment) Override(o Overrides) error {
 		return nil
 	}
 	e.scenarios = nil
-	for i := range e.Workloads {
-		e.Workloads[i].sizes = nil
-	}
 	if err := e.resolve(e.dir); err != nil {
 		return err
 	}

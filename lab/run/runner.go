@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -279,10 +280,10 @@ func (r *runner) unit(ctx context.Context, u unit) (err error) {
 	server, _ := plan.Node(r.e.Server)
 	client, _ := plan.Node(r.e.Client)
 	var services []tool.Service
-	for _, w := range r.e.Workloads {
-		port := workloadPorts[w.Name]
-		services = append(services, tool.Service{Name: w.Name, Port: port})
-		if err := r.startDaemon(ctx, l, u, w.Name, "app", w.Name, "--listen", net.JoinHostPort("0.0.0.0", strconv.Itoa(port))); err != nil {
+	for _, name := range r.e.servedWorkloads() {
+		port := workloadPorts[name]
+		services = append(services, tool.Service{Name: name, Port: port})
+		if err := r.startDaemon(ctx, l, u, name, "app", name, "--listen", net.JoinHostPort("0.0.0.0", strconv.Itoa(port))); err != nil {
 			return err
 		}
 	}
@@ -357,16 +358,19 @@ func (r *runner) measureTool(ctx context.Context, t tool.Tool, env tool.Env, u u
 	r.mu.Lock()
 	r.tools[t.Name()] = version
 	r.mu.Unlock()
-	for _, w := range r.e.Workloads {
-		target, ok := targets[w.Name]
+	// Health check: every workload must answer through the tool before
+	// anything is measured; apps may still be starting, so retry.
+	for _, name := range r.e.servedWorkloads() {
+		target, ok := targets[name]
 		if !ok {
-			return fmt.Errorf("tool %s gave no address for %s", t.Name(), w.Name)
+			return fmt.Errorf("tool %s gave no address for %s", t.Name(), name)
 		}
-		// Health check: the workload must answer through the tool before
-		// anything is measured; apps may still be starting, so retry.
 		if err := r.healthCheck(ctx, env, target); err != nil {
-			return fmt.Errorf("tool %s: %s not reachable at %s: %w", t.Name(), w.Name, target, err)
+			return fmt.Errorf("tool %s: %s not reachable at %s: %w", t.Name(), name, target, err)
 		}
+	}
+	for _, w := range r.e.Workloads {
+		target := targets[w.Name]
 		for _, size := range w.sizes {
 			cell := Cell{Scenario: u.scenario.Name, Tool: t.Name(), Workload: w.Name, Payload: size}
 			samples, err := r.measure(ctx, env, cell, target, u.rep)
@@ -378,13 +382,28 @@ func (r *runner) measureTool(ctx context.Context, t tool.Tool, env tool.Env, u u
 				u.id(), cell.Tool, cell.Workload, FormatSize(cell.Payload), s.Count, s.Errors, s.IQRMeanMS, s.MedianMS, s.P99MS)
 		}
 	}
-	if tp := r.e.Throughput; tp != nil {
-		for _, streams := range tp.Streams {
-			res, err := r.measureThroughput(ctx, env, targets[streamService], ThroughputCell{Scenario: u.scenario.Name, Tool: t.Name(), Streams: streams}, u.rep)
+	if rt := r.e.Rate; rt != nil {
+		for _, c := range rt.cells(u.scenario.Name, t.Name()) {
+			res, err := r.measureRate(ctx, env, c, targets[c.Workload], u.rep)
 			if err != nil {
-				return fmt.Errorf("tool %s: throughput with %d streams: %w", t.Name(), streams, err)
+				return fmt.Errorf("tool %s: %s at %v requests/s: %w", t.Name(), c.Workload, c.Rate, err)
 			}
-			r.printf("  %-10s %-9s stream  ×%-3d %8.3f Gbit/s  (%d retransmits, cc %s)\n", u.id(), t.Name(), streams, res.Gbps, res.Retransmits, res.CC)
+			r.printf("  %-10s %-9s %-7s %7s  rate %v/s achieved %.1f/s errors=%d  p50 %.3f ms  p99 %.3f ms  max %.3f ms\n",
+				u.id(), c.Tool, c.Workload, FormatSize(c.Payload), c.Rate, res.AchievedRate, res.Errors,
+				float64(res.Latency.P50)/1000, float64(res.Latency.P99)/1000, float64(res.Latency.P100)/1000)
+		}
+	}
+	if tp := r.e.Throughput; tp != nil {
+		for _, c := range tp.cells(u.scenario.Name, t.Name()) {
+			res, err := r.measureThroughput(ctx, env, targets[streamService], c, u.rep)
+			if err != nil {
+				return fmt.Errorf("tool %s: stream %+v: %w", t.Name(), c, err)
+			}
+			if c.RR > 0 {
+				r.printf("  %-10s %-9s rr %-5d ×%-3d %10.1f transactions/s\n", u.id(), t.Name(), c.RR, c.Streams, res.TPS)
+				continue
+			}
+			r.printf("  %-10s %-9s stream  ×%-3d %8.3f Gbit/s  (%d retransmits, cc %s)\n", u.id(), t.Name(), c.Streams, res.Gbps, res.Retransmits, res.CC)
 		}
 	}
 	return nil
@@ -563,9 +582,36 @@ type Metadata struct {
 	EmulatorSeeds map[string]uint64 `json:"emulatorSeeds,omitempty"`
 	// The experiment file as given (also in experiment.yaml), the topology
 	// it resolved to, and the load settings with defaults applied.
-	ExperimentFile string `json:"experimentFile"`
-	Topology       any    `json:"topology"`
-	Load           Load   `json:"load"`
+	ExperimentFile string      `json:"experimentFile"`
+	Topology       any         `json:"topology"`
+	Load           Load        `json:"load"`
+	Rate           *Rate       `json:"rate,omitempty"`
+	Throughput     *Throughput `json:"throughput,omitempty"`
+	Repetitions    int         `json:"repetitions"`
+	// KPIs are the workloads' response-time limits in ms, as the report
+	// flags them; a workload without KPI is absent.
+	KPIs map[string]float64 `json:"kpis"`
+	// Build is how the running strait was built: Go's record of the
+	// module version, VCS commit and whether the tree was modified.
+	Build map[string]string `json:"build,omitempty"`
+}
+
+// buildInfo reads the VCS commit and module version the Go toolchain
+// recorded in this binary, so a run names its code even when the version
+// string was not set at link time.
+func buildInfo() map[string]string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return nil
+	}
+	info := map[string]string{"go": bi.GoVersion, "module": bi.Main.Path + "@" + bi.Main.Version}
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision", "vcs.time", "vcs.modified", "GOARCH", "GOOS", "CGO_ENABLED":
+			info[s.Key] = s.Value
+		}
+	}
+	return info
 }
 
 func (r *runner) writeResults(res *Result, started time.Time) error {
@@ -583,6 +629,8 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 		Host: hostInfo(), Strait: r.opts.Version, Emulation: r.backend, TCPCC: r.ccs,
 		Tools: r.tools, Scenarios: scen, Units: len(r.units), EmulatorSeeds: r.seeds,
 		ExperimentFile: string(r.e.source), Topology: r.e.topo, Load: r.e.Load,
+		Rate: r.e.Rate, Throughput: r.e.Throughput, Repetitions: r.e.Repetitions,
+		KPIs: r.e.kpis(), Build: buildInfo(),
 	}
 	r.mu.Unlock()
 	if err := writeJSON(filepath.Join(r.dir, "metadata.json"), md); err != nil {
@@ -596,25 +644,59 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 		return err
 	}
 	defer f.Close()
-	WriteTable(io.MultiWriter(f, r.opts.Out), res.Cells)
+	table := io.MultiWriter(f, r.opts.Out)
+	if len(res.Cells) > 0 {
+		WriteTable(table, res.Cells, r.e.kpis())
+	}
+	rate, err := r.aggregateRate()
+	if err != nil {
+		return err
+	}
+	if rate != nil {
+		if err := writeJSON(filepath.Join(r.dir, RateFile), rate); err != nil {
+			return err
+		}
+		if err := report.WriteRateTable(table, rate); err != nil {
+			return err
+		}
+	}
 	tput, err := r.aggregateThroughput()
 	if err != nil {
 		return err
 	}
 	if tput != nil {
-		if err := writeJSON(filepath.Join(r.dir, "throughput.json"), tput); err != nil {
+		if err := writeJSON(filepath.Join(r.dir, ThroughputFile), tput); err != nil {
 			return err
 		}
-		WriteThroughputTable(io.MultiWriter(f, r.opts.Out), tput)
+		if err := report.WriteThroughputTable(table, tput); err != nil {
+			return err
+		}
 	}
-	if len(res.Cells) > 0 {
+	if len(res.Cells) > 0 || len(rate) > 0 || len(tput) > 0 {
 		if err := writeReport(r.dir); err != nil {
 			return fmt.Errorf("html report: %w", err)
 		}
 	}
-	r.printf("\nresults: %s (report.html, requests.csv, summary.json, metadata.json, table.txt)\n", r.dir)
+	r.printf("\nresults: %s (report.html, table.txt, metadata.json, summary.json, requests.csv%s)\n", r.dir, extraFiles(rate, tput))
 	return nil
 }
+
+func extraFiles(rate []report.RateSummary, tput []report.ThroughputSummary) string {
+	s := ""
+	if rate != nil {
+		s += ", " + RateFile
+	}
+	if tput != nil {
+		s += ", " + ThroughputFile
+	}
+	return s
+}
+
+// The result files beside summary.json, named as report/html reads them.
+const (
+	RateFile       = "rate.json"
+	ThroughputFile = "throughput.json"
+)
 
 // writeReport renders the run directory's report.html, the same file
 // `strait report DIR` writes.

@@ -5,47 +5,48 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/strait-net/strait/lab/tool"
 	"github.com/strait-net/strait/load"
+	"github.com/strait-net/strait/report"
 )
 
-// ThroughputCell identifies one throughput measurement.
-type ThroughputCell struct {
-	Scenario string `json:"scenario"`
-	Tool     string `json:"tool"`
-	Streams  int    `json:"streams"`
-}
-
-// ThroughputResult summarizes a cell over its repetitions.
-type ThroughputResult struct {
-	ThroughputCell
-	Gbps        []float64 `json:"gbit_s"` // one per repetition
-	MeanGbps    float64   `json:"mean_gbit_s"`
-	Retransmits int64     `json:"retransmits"`
-	CC          string    `json:"cc"`
-}
-
-func throughputPath(dir string, c ThroughputCell, rep int) string {
+func throughputPath(dir string, c report.ThroughputCell, rep int) string {
+	if c.RR > 0 {
+		return filepath.Join(dir, "raw", fmt.Sprintf("%s-%s-rr%d-x%d-r%d.json", c.Scenario, c.Tool, c.RR, c.Streams, rep))
+	}
 	return filepath.Join(dir, "raw", fmt.Sprintf("%s-%s-stream-x%d-r%d.json", c.Scenario, c.Tool, c.Streams, rep))
+}
+
+// throughputCells lists the stream cells of one scenario and tool: bulk
+// for every stream count, then rr for every message size and count.
+func (tp *Throughput) cells(scenario, tool string) []report.ThroughputCell {
+	var cells []report.ThroughputCell
+	for _, rr := range append([]int{0}, tp.RR...) {
+		for _, n := range tp.Streams {
+			cells = append(cells, report.ThroughputCell{Scenario: scenario, Tool: tool, Streams: n, RR: rr})
+		}
+	}
+	return cells
 }
 
 // measureThroughput runs `strait load stream` on the client node through the
 // tool. The stream server may still be starting, so a refused connection
 // is retried briefly; any other failure is the tool's.
-func (r *runner) measureThroughput(ctx context.Context, env tool.Env, target string, cell ThroughputCell, rep int) (*load.StreamResult, error) {
+func (r *runner) measureThroughput(ctx context.Context, env tool.Env, target string, cell report.ThroughputCell, rep int) (*load.StreamResult, error) {
 	tp := r.e.Throughput
 	path := throughputPath(r.dir, cell, rep)
 	args := []string{r.opts.Binary, "load", "stream", "--server", target,
 		"--parallel", strconv.Itoa(cell.Streams), "--duration", tp.duration.String(), "--json", path + ".tmp"}
-	if tp.Reverse {
+	switch {
+	case cell.RR > 0:
+		args = append(args, "--rr", strconv.Itoa(cell.RR))
+	case tp.Reverse:
 		args = append(args, "--reverse")
 	}
 	var last error
@@ -80,18 +81,19 @@ func (r *runner) measureThroughput(ctx context.Context, env tool.Env, target str
 }
 
 // aggregateThroughput reads every finished throughput file.
-func (r *runner) aggregateThroughput() ([]ThroughputResult, error) {
+func (r *runner) aggregateThroughput() ([]report.ThroughputSummary, error) {
 	tp := r.e.Throughput
 	if tp == nil {
 		return nil, nil
 	}
-	var out []ThroughputResult
+	var out []report.ThroughputSummary
 	for _, sc := range r.e.scenarios {
 		for _, t := range r.e.Tools {
-			for _, streams := range tp.Streams {
-				c := ThroughputResult{ThroughputCell: ThroughputCell{Scenario: sc.Name, Tool: t, Streams: streams}}
+			for _, cell := range tp.cells(sc.Name, t) {
+				c := report.ThroughputSummary{ThroughputCell: cell}
 				for rep := 1; rep <= r.e.Repetitions; rep++ {
-					b, err := os.ReadFile(throughputPath(r.dir, c.ThroughputCell, rep))
+					path := throughputPath(r.dir, cell, rep)
+					b, err := os.ReadFile(path)
 					if errors.Is(err, os.ErrNotExist) {
 						continue
 					}
@@ -100,54 +102,15 @@ func (r *runner) aggregateThroughput() ([]ThroughputResult, error) {
 					}
 					var res load.StreamResult
 					if err := json.Unmarshal(b, &res); err != nil {
-						return nil, fmt.Errorf("read %s: %w", throughputPath(r.dir, c.ThroughputCell, rep), err)
+						return nil, fmt.Errorf("read %s: %w", path, err)
 					}
-					c.Gbps = append(c.Gbps, res.Gbps)
-					c.Retransmits += res.Retransmits
-					c.CC = res.CC
+					c.Add(&res)
 				}
-				if len(c.Gbps) == 0 {
-					continue
+				if c.Reps() > 0 {
+					out = append(out, c)
 				}
-				for _, g := range c.Gbps {
-					c.MeanGbps += g / float64(len(c.Gbps))
-				}
-				out = append(out, c)
 			}
 		}
 	}
 	return out, nil
-}
-
-// WriteThroughputTable prints mean throughput per cell and its ratio to
-// direct in the same scenario with the same stream count.
-func WriteThroughputTable(w io.Writer, cells []ThroughputResult) {
-	if len(cells) == 0 {
-		return
-	}
-	direct := map[ThroughputCell]float64{}
-	for _, c := range cells {
-		if c.Tool == "direct" {
-			k := c.ThroughputCell
-			k.Tool = ""
-			direct[k] = c.MeanGbps
-		}
-	}
-	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\ttool\tstreams\treps\tmean Gbit/s\tmin\tmax\tretransmits\tsender cc\tvs direct\t")
-	for _, c := range cells {
-		k := c.ThroughputCell
-		k.Tool = ""
-		ratio := "-"
-		if d, ok := direct[k]; ok && d > 0 && c.Tool != "direct" {
-			ratio = fmt.Sprintf("%.3f×", c.MeanGbps/d)
-		}
-		lo, hi := c.Gbps[0], c.Gbps[0]
-		for _, g := range c.Gbps {
-			lo, hi = min(lo, g), max(hi, g)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.3f\t%.3f\t%.3f\t%d\t%s\t%s\t\n", c.Scenario, c.Tool, c.Streams, len(c.Gbps), c.MeanGbps, lo, hi, c.Retransmits, c.CC, ratio)
-	}
-	tw.Flush()
 }

@@ -3,6 +3,7 @@ package html
 import (
 	"cmp"
 	_ "embed"
+	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"html/template"
@@ -46,6 +47,14 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 		return ""
 	},
 	"svg": func(b []byte) template.HTML { return template.HTML(b) },
+	"json": func(v any) string {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Sprint(v)
+		}
+		return string(b)
+	},
+	"f1": func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
 	"time": func(t time.Time) string {
 		if t.IsZero() {
 			return "–"
@@ -93,6 +102,11 @@ type model struct {
 	Generated time.Time
 	Level     float64
 	Resamples int
+	// RateViews are the open-loop percentile tables; Throughput the
+	// stream tables (nil when not measured).
+	RateViews  []*rateView
+	RateLabels []string
+	Throughput *throughputView
 }
 
 type cellKey struct {
@@ -168,8 +182,8 @@ func (m *model) kpi(workload string) (float64, bool) {
 }
 
 func newModel(run Run) (*model, error) {
-	if len(run.Cells) == 0 {
-		return nil, fmt.Errorf("write report: run has no cells")
+	if len(run.Cells) == 0 && len(run.Rate) == 0 && len(run.Throughput) == 0 {
+		return nil, fmt.Errorf("write report: run has no cells, rate or throughput results")
 	}
 	m := &model{Run: run, cells: map[cellKey]*cellStats{}, Generated: time.Now().UTC(),
 		Level: 0.95, Resamples: report.DefaultResamples}
@@ -202,15 +216,23 @@ func newModel(run Run) (*model, error) {
 			payloads[c.Workload] = append(payloads[c.Workload], c.Payload)
 		}
 	}
-	// Drop listed scenarios that were not measured (a cancelled run).
-	m.scenarios = slices.DeleteFunc(m.scenarios, func(s string) bool {
-		for k := range m.cells {
-			if k.scenario == s {
-				return false
-			}
+	measured := map[string]bool{}
+	for k := range m.cells {
+		measured[k.scenario] = true
+	}
+	for _, c := range run.Rate {
+		measured[c.Scenario] = true
+	}
+	for _, c := range run.Throughput {
+		measured[c.Scenario] = true
+	}
+	for _, sc := range slices.Sorted(maps.Keys(measured)) {
+		if !slices.Contains(m.scenarios, sc) {
+			m.scenarios = append(m.scenarios, sc)
 		}
-		return true
-	})
+	}
+	// Drop listed scenarios that were not measured (a cancelled run).
+	m.scenarios = slices.DeleteFunc(m.scenarios, func(s string) bool { return !measured[s] })
 	// direct first: it is the baseline every ratio refers to.
 	slices.SortStableFunc(m.tools, func(a, b string) int {
 		return cmp.Compare(b2i(a != "direct"), b2i(b != "direct"))
@@ -244,6 +266,7 @@ func newModel(run Run) (*model, error) {
 		}
 	}
 	m.bootstrap()
+	m.RateViews, m.RateLabels, m.Throughput = m.rateViews(), rateLabels, m.throughputView()
 	for _, w := range workloads {
 		pl := slices.Sorted(slices.Values(payloads[w]))
 		wv := &workloadView{Name: w, Payloads: pl, Scenarios: m.scenarios, Tools: m.tools, m: m}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -40,6 +41,11 @@ type Run struct {
 	// Bootstrap configures the confidence intervals; the zero value is
 	// 2000 resamples at 95 %.
 	Bootstrap report.Bootstrap
+	// Rate holds the open-loop (`rate:`) cells, Throughput the stream
+	// (`throughput:`) cells, as the runner's rate.json and throughput.json
+	// hold them; either may be empty.
+	Rate       []report.RateSummary
+	Throughput []report.ThroughputSummary
 }
 
 // Cell is one measured combination and its requests.
@@ -64,9 +70,21 @@ type Metadata struct {
 	TCPCC     map[string]string `json:"tcpCongestionControl"`
 	Tools     map[string]string `json:"tools"` // tool → version
 	Scenarios []ScenarioInfo    `json:"scenarios"`
-	// Load holds the load generator's parameters as written.
+	// Load holds the load generator's parameters as written; Rate and
+	// Throughput those of the open-loop and stream measurements.
 	Load           map[string]any `json:"load"`
+	Rate           map[string]any `json:"rate,omitempty"`
+	Throughput     map[string]any `json:"throughput,omitempty"`
+	Repetitions    int            `json:"repetitions,omitempty"`
 	ExperimentFile string         `json:"experimentFile"`
+	// KPIs are the experiment's response-time limits per workload, in ms;
+	// LoadRun makes them the report's (runs written before the runner
+	// recorded them fall back to DefaultKPIs).
+	KPIs map[string]float64 `json:"kpis,omitempty"`
+	// EmulatorSeeds are the userspace emulator's random seeds per unit;
+	// Build is Go's record of how strait was built (commit, modified).
+	EmulatorSeeds map[string]uint64 `json:"emulatorSeeds,omitempty"`
+	Build         map[string]string `json:"build,omitempty"`
 }
 
 // ScenarioInfo describes a scenario's link emulation.
@@ -96,14 +114,53 @@ func LoadRun(dir string) (Run, error) {
 	if err := json.Unmarshal(b, &r.Metadata); err != nil {
 		return Run{}, fmt.Errorf("load run: %s: %w", mdPath, err)
 	}
+	var has struct {
+		KPIs *map[string]float64 `json:"kpis"`
+	}
+	if json.Unmarshal(b, &has) == nil && has.KPIs != nil {
+		r.KPIs = map[string]float64{} // recorded, even if empty: no defaults
+		maps.Copy(r.KPIs, *has.KPIs)
+	}
 	for _, s := range r.Metadata.Scenarios {
 		r.Scenarios = append(r.Scenarios, s.Name)
 	}
+	if err := readJSON(filepath.Join(dir, RateFile), &r.Rate); err != nil {
+		return Run{}, fmt.Errorf("load run %s: %w", dir, err)
+	}
+	if err := readJSON(filepath.Join(dir, ThroughputFile), &r.Throughput); err != nil {
+		return Run{}, fmt.Errorf("load run %s: %w", dir, err)
+	}
 	csvPath := filepath.Join(dir, "requests.csv")
+	// A run of only rate or throughput measurements has no requests; the
+	// runner leaves requests.csv empty then.
+	if fi, err := os.Stat(csvPath); (len(r.Rate) > 0 || len(r.Throughput) > 0) && (errors.Is(err, os.ErrNotExist) || err == nil && fi.Size() == 0) {
+		return r, nil
+	}
 	if r.Cells, err = readRequests(csvPath); err != nil {
 		return Run{}, fmt.Errorf("load run %s: %w", dir, err)
 	}
 	return r, nil
+}
+
+// The files the lab runner writes beside requests.csv.
+const (
+	RateFile       = "rate.json"
+	ThroughputFile = "throughput.json"
+)
+
+// readJSON decodes path into v; a missing file leaves v as it is.
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }
 
 // readRequests reads requests.csv twice: once with load.ReadCSV, which

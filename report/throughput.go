@@ -1,0 +1,141 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/strait-net/strait/load"
+)
+
+// ThroughputCell identifies one `strait load stream` measurement: bulk TCP
+// with Streams parallel streams, or, when RR is set, request/response
+// with RR-byte messages on Streams connections.
+type ThroughputCell struct {
+	Scenario string `json:"scenario"`
+	Tool     string `json:"tool"`
+	Streams  int    `json:"streams"`
+	RR       int    `json:"rr_bytes,omitempty"`
+}
+
+// ThroughputSummary is a cell over its repetitions. Bulk cells fill the
+// Gbit/s fields, rr cells the transaction rates and round-trip times.
+type ThroughputSummary struct {
+	ThroughputCell
+	Gbps        []float64 `json:"gbit_s"` // one per repetition
+	MeanGbps    float64   `json:"mean_gbit_s"`
+	Retransmits int64     `json:"retransmits"`
+	CC          string    `json:"cc"`
+	// TPS is transactions per second over all connections, one per
+	// repetition; RTT each repetition's round-trip percentiles (µs).
+	TPS     []float64          `json:"transactions_s,omitempty"`
+	MeanTPS float64            `json:"mean_transactions_s,omitempty"`
+	RTT     []load.Percentiles `json:"rtt,omitempty"`
+}
+
+// Add folds one repetition's result into s.
+func (s *ThroughputSummary) Add(r *load.StreamResult) {
+	s.Gbps = append(s.Gbps, r.Gbps)
+	s.Retransmits += max(r.Retransmits, 0)
+	s.CC = r.CC
+	s.MeanGbps = mean(s.Gbps)
+	if s.RR > 0 {
+		s.TPS = append(s.TPS, r.TPS)
+		s.MeanTPS = mean(s.TPS)
+		if r.Latency != nil {
+			s.RTT = append(s.RTT, *r.Latency)
+		}
+	}
+}
+
+// Reps is the number of repetitions measured.
+func (s ThroughputSummary) Reps() int { return len(s.Gbps) }
+
+// Value is what the cell is compared by: Gbit/s for bulk, transactions/s
+// for rr.
+func (s ThroughputSummary) Value() float64 {
+	if s.RR > 0 {
+		return s.MeanTPS
+	}
+	return s.MeanGbps
+}
+
+// Range is the lowest and highest repetition's Value.
+func (s ThroughputSummary) Range() (lo, hi float64) {
+	v := s.Gbps
+	if s.RR > 0 {
+		v = s.TPS
+	}
+	if len(v) == 0 {
+		return 0, 0
+	}
+	lo, hi = v[0], v[0]
+	for _, x := range v {
+		lo, hi = min(lo, x), max(hi, x)
+	}
+	return lo, hi
+}
+
+// MedianRTT is the mean over repetitions of the rr round trip's median, in
+// ms; 0 for bulk.
+func (s ThroughputSummary) MedianRTT() float64 {
+	var v []float64
+	for _, p := range s.RTT {
+		v = append(v, float64(p.P50)/1000)
+	}
+	return mean(v)
+}
+
+func mean(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	sum := 0.0
+	for _, x := range v {
+		sum += x
+	}
+	return sum / float64(len(v))
+}
+
+// ThroughputRatio returns each cell's Value relative to direct's in the
+// same scenario with the same streams and message size.
+func ThroughputRatio(cells []ThroughputSummary) func(ThroughputSummary) (float64, bool) {
+	return RatioToDirect(cells,
+		func(c ThroughputSummary) ThroughputCell { k := c.ThroughputCell; k.Tool = ""; return k },
+		func(c ThroughputSummary) string { return c.Tool },
+		ThroughputSummary.Value)
+}
+
+// WriteThroughputTable prints the bulk cells (Gbit/s) and then the rr
+// cells (transactions/s), each with its ratio to direct.
+func WriteThroughputTable(w io.Writer, cells []ThroughputSummary) error {
+	ratio := ThroughputRatio(cells)
+	bulk := Table{Header: []string{"scenario", "tool", "streams", "reps", "mean Gbit/s", "min", "max", "retransmits", "sender cc", "vs direct"}}
+	rr := Table{Header: []string{"scenario", "tool", "message", "connections", "reps", "mean trans/s", "min", "max", "median RTT ms", "vs direct"}}
+	for _, c := range cells {
+		lo, hi := c.Range()
+		if c.RR > 0 {
+			rr.Add(c.Scenario, c.Tool, FormatSize(c.RR), strconv.Itoa(c.Streams), strconv.Itoa(c.Reps()),
+				f1(c.MeanTPS), f1(lo), f1(hi), f3(c.MedianRTT()), FormatRatio(ratio(c)))
+			continue
+		}
+		bulk.Add(c.Scenario, c.Tool, strconv.Itoa(c.Streams), strconv.Itoa(c.Reps()), f3(c.MeanGbps), f3(lo), f3(hi),
+			strconv.FormatInt(c.Retransmits, 10), c.CC, FormatRatio(ratio(c)))
+	}
+	for _, t := range []struct {
+		title string
+		t     Table
+	}{{"bulk TCP throughput:", bulk}, {"TCP request/response rate:", rr}} {
+		if len(t.t.Rows) == 0 {
+			continue
+		}
+		fmt.Fprintln(w, "\n"+t.title)
+		if _, err := t.t.WriteTo(w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func f1(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+func f3(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
