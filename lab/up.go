@@ -358,15 +358,17 @@ func addressAndRoute(ctx context.Context, plan *topology.Plan) error {
 func routeLine(r topology.Route) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "route add %s", r.Dst)
+	// ip wants src before the nexthop list: after it, "src" would be
+	// read as the start of another nexthop.
+	if r.Src != (netip.Addr{}) {
+		fmt.Fprintf(&b, " src %s", r.Src)
+	}
 	if len(r.NextHops) == 1 {
 		fmt.Fprintf(&b, " via %s dev %s", r.NextHops[0].Via, r.NextHops[0].Device)
 	} else {
 		for _, h := range r.NextHops {
 			fmt.Fprintf(&b, " nexthop via %s dev %s", h.Via, h.Device)
 		}
-	}
-	if r.Src != (netip.Addr{}) {
-		fmt.Fprintf(&b, " src %s", r.Src)
 	}
 	return b.String()
 }
