@@ -23,6 +23,10 @@ func (e Export) Key() string { return e.Namespace + "/" + e.Name }
 // Validate checks the fields with the catalog's rules for a ServiceExport.
 func (e Export) Validate() error {
 	se := e.ServiceExport()
+	// The target is private to the exporting cluster and never published;
+	// a placeholder satisfies the catalog's required-field check so the
+	// other rules (names, labels, ports) are the catalog's own.
+	se.Spec.Target = "target.invalid:1"
 	if err := se.Validate(); err != nil {
 		return fmt.Errorf("export %s: %w", e.Key(), err)
 	}
@@ -95,10 +99,10 @@ type Change struct {
 
 // Update is what a watching client receives, in revision order. After a
 // connect that could not resume, Snapshot is true and Catalog is the whole
-// catalog, replacing anything received before; otherwise Changes are the
-// deltas up to Revision. Catalog is also set on deltas: it is the client's
-// view after applying them. It is shared and read-only; it is valid only
-// during the callback (copy what you keep).
+// catalog, replacing anything received before (Changes is empty);
+// otherwise Changes are the deltas up to Revision and Catalog is nil
+// (Client.Catalog builds a copy of the current view on demand). The
+// callback owns what it receives.
 type Update struct {
 	Revision uint64
 	Snapshot bool

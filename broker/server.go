@@ -1,0 +1,365 @@
+package broker
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/strait-net/strait/fabric"
+)
+
+// Server is one broker: it accepts agents over mutual TLS, commits their
+// publishes to the Store and streams the catalog to them. It keeps no
+// state of its own beyond open connections.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	id    *fabric.Identity
+	store Store
+	ln    net.Listener
+
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	cancel    context.CancelFunc
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+
+	// Counters, for tests and the bench.
+	Rejected  atomic.Uint64 // connections closed for a protocol or identity error
+	Published atomic.Uint64 // publish frames committed
+}
+
+// New loads the identity, opens the store and listens; Run serves.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	id, err := fabric.Load(fabric.Config{Dir: cfg.Identity.Dir, Cluster: cfg.ID,
+		CertFile: cfg.Identity.Cert, KeyFile: cfg.Identity.Key, CAFile: cfg.Identity.CA, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("identity: %w", err)
+	}
+	var st Store
+	if cfg.Store.Path != "" {
+		st, err = OpenBolt(cfg.Store.Path, cfg.Store.History)
+	} else {
+		st, err = OpenEtcd(context.Background(), EtcdConfig{Endpoints: cfg.Store.Etcd, Prefix: cfg.Store.Prefix, MaxTxnOps: cfg.Store.MaxTxnOps})
+	}
+	if err != nil {
+		return nil, err
+	}
+	s, err := NewWithStore(cfg, id, st)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewWithStore serves an already open store (which Close then closes).
+func NewWithStore(cfg Config, id *fabric.Identity, st Store) (*Server, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ln, err := net.Listen("tcp", cfg.listen())
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", cfg.listen(), err)
+	}
+	return &Server{cfg: cfg, log: log.With("broker", cfg.ID), id: id, store: st, ln: ln, conns: map[net.Conn]struct{}{}}, nil
+}
+
+// Addr returns the address the broker listens on.
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+func (s *Server) advertise() string {
+	if s.cfg.Advertise != "" {
+		return s.cfg.Advertise
+	}
+	return s.ln.Addr().String()
+}
+
+func (s *Server) spawn(f func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}
+
+// Run serves until ctx is done or Close, and returns after every
+// connection's goroutines exited.
+func (s *Server) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	s.mu.Lock()
+	s.cancel = cancel
+	s.mu.Unlock()
+	defer s.Close()
+	stop, err := s.store.Ephemeral(ctx, prefixBroker+s.cfg.ID, mustJSON(brokerInfo{Addr: s.advertise()}))
+	if err != nil {
+		cancel()
+		return fmt.Errorf("announce broker: %w", err)
+	}
+	defer stop()
+	s.log.Info("broker listening", "addr", s.ln.Addr().String(), "advertise", s.advertise())
+	s.spawn(func() { s.placementLoop(ctx) })
+	s.spawn(func() {
+		<-ctx.Done()
+		s.ln.Close()
+		s.mu.Lock()
+		for c := range s.conns {
+			c.Close()
+		}
+		s.mu.Unlock()
+	})
+	var acceptErr error
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+				acceptErr = fmt.Errorf("accept: %w", err)
+			}
+			break
+		}
+		s.mu.Lock()
+		s.conns[c] = struct{}{}
+		s.mu.Unlock()
+		s.spawn(func() {
+			s.serveConn(ctx, c)
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+		})
+	}
+	cancel()
+	s.wg.Wait()
+	return acceptErr
+}
+
+// Close stops Run (which then returns) and closes the store; idempotent.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	cancel := s.cancel
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	var err error
+	s.closeOnce.Do(func() {
+		s.ln.Close()
+		s.wg.Wait()
+		err = s.store.Close()
+	})
+	return err
+}
+
+// frameWriter serializes frames from the streaming and the reading
+// goroutine of one connection.
+type frameWriter struct {
+	mu sync.Mutex
+	bw *bufio.Writer
+	c  net.Conn
+}
+
+func (w *frameWriter) send(m *message) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	if err := writeFrame(w.bw, m); err != nil {
+		return err
+	}
+	return w.bw.Flush()
+}
+
+const handshakeTimeout = 10 * time.Second
+
+func (s *Server) serveConn(ctx context.Context, raw net.Conn) {
+	defer raw.Close()
+	conf := s.id.ServerTLS()
+	conf.ClientAuth = tls.RequireAnyClientCert
+	tc := tls.Server(raw, conf)
+	tc.SetDeadline(time.Now().Add(handshakeTimeout))
+	if err := tc.HandshakeContext(ctx); err != nil {
+		s.Rejected.Add(1)
+		s.log.Warn("agent refused", "remote", raw.RemoteAddr().String(), "reason", fabric.Classify(err), "err", err)
+		return
+	}
+	cluster, err := s.id.PeerCluster(tc.ConnectionState())
+	if err != nil {
+		s.Rejected.Add(1)
+		s.log.Warn("agent refused", "remote", raw.RemoteAddr().String(), "err", err)
+		return
+	}
+	log := s.log.With("cluster", cluster, "remote", raw.RemoteAddr().String())
+	w := &frameWriter{bw: bufio.NewWriterSize(tc, 64<<10), c: tc}
+	br := bufio.NewReaderSize(tc, 64<<10)
+	reject := func(err error) {
+		s.Rejected.Add(1)
+		var pe *ProtocolError
+		if !errors.As(err, &pe) {
+			pe = &ProtocolError{Code: CodeInternal, Msg: err.Error()}
+		}
+		log.Warn("connection closed", "code", pe.Code, "reason", pe.Msg)
+		_ = w.send(&message{T: msgError, Code: pe.Code, Msg: pe.Msg})
+	}
+	hello, err := readFrame(br)
+	if err != nil {
+		if !isEOF(err) {
+			reject(err)
+		}
+		return
+	}
+	tc.SetDeadline(time.Time{})
+	if hello.T != msgHello {
+		reject(protoErr(CodeMalformed, "first frame: %s, want hello", hello.T))
+		return
+	}
+	if hello.Cluster != cluster {
+		reject(protoErr(CodeForbidden, "hello names cluster %q, the certificate is cluster %q's", hello.Cluster, cluster))
+		return
+	}
+	cur, err := s.store.Revision(ctx)
+	if err != nil {
+		reject(err)
+		return
+	}
+	if hello.Since > cur {
+		reject(protoErr(CodeFuture, "resume from revision %d: the catalog is at %d (a replayed or foreign revision)", hello.Since, cur))
+		return
+	}
+	if err := w.send(&message{T: msgWelcome, Broker: s.cfg.ID, Cluster: cluster, Rev: cur}); err != nil {
+		return
+	}
+	log.Debug("agent connected", "since", hello.Since)
+
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var sendWG sync.WaitGroup
+	sendWG.Add(1)
+	go func() {
+		defer sendWG.Done()
+		if err := s.stream(cctx, w, hello.Since); err != nil && cctx.Err() == nil {
+			log.Warn("catalog stream ended", "err", err)
+			tc.Close()
+		}
+	}()
+	defer sendWG.Wait()
+	defer tc.Close() // unblocks the stream's writes
+	for {
+		m, err := readFrame(br)
+		if err != nil {
+			if !isEOF(err) && cctx.Err() == nil {
+				reject(err)
+			}
+			return
+		}
+		if m.T != msgPublish {
+			reject(protoErr(CodeMalformed, "%s frame from an agent: only publish after hello", m.T))
+			return
+		}
+		rev, err := s.publish(cctx, cluster, m)
+		if err != nil {
+			reject(err)
+			return
+		}
+		s.Published.Add(1)
+		if err := w.send(&message{T: msgAck, Seq: m.Seq, Rev: rev}); err != nil {
+			return
+		}
+	}
+}
+
+func isEOF(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// publish commits one publish frame of cluster: only keys under its own
+// prefix, conditioned on its base revision.
+func (s *Server) publish(ctx context.Context, cluster string, m *message) (uint64, error) {
+	if m.Cluster != cluster {
+		return 0, protoErr(CodeForbidden, "publish for cluster %q on a connection of cluster %q: a cluster writes only its own entries", m.Cluster, cluster)
+	}
+	puts := make([]Entry, 0, len(m.Put)+2)
+	puts = append(puts, Entry{Key: metaKey(cluster), Value: []byte("{}")})
+	if m.Gateways != nil {
+		puts = append(puts, Entry{Key: gwKey(cluster), Value: mustJSON(*m.Gateways)})
+	}
+	for _, e := range m.Put {
+		puts = append(puts, Entry{Key: exportKey(cluster, e.Key()), Value: mustJSON(e)})
+	}
+	dels := make([]string, len(m.Del))
+	for i, k := range m.Del {
+		dels[i] = exportKey(cluster, k)
+	}
+	rev, err := s.store.Commit(ctx, Cond{Key: metaKey(cluster), ModRev: m.Base}, puts, dels)
+	if errors.Is(err, ErrConflict) {
+		return 0, protoErr(CodeStale, "publish seq %d: base revision %d is not the latest of cluster %s's entries (a replayed or superseded publish); resync and publish again", m.Seq, m.Base, cluster)
+	}
+	return rev, err
+}
+
+// stream sends the catalog to one agent: deltas after since, or a
+// snapshot first when since is 0 or compacted away.
+func (s *Server) stream(ctx context.Context, w *frameWriter, since uint64) error {
+	for {
+		if since > 0 {
+			err := s.store.Watch(ctx, since, func(rev uint64, evs []Entry) error {
+				since = rev
+				return sendEntries(w, msgDelta, rev, evs)
+			})
+			if !errors.Is(err, ErrCompacted) {
+				return err
+			}
+		}
+		entries, rev, err := s.store.Snapshot(ctx)
+		if err != nil {
+			return err
+		}
+		sort.Slice(entries, func(i, j int) bool { return entries[i].Key < entries[j].Key })
+		if err := sendEntries(w, msgSnapshot, rev, entries); err != nil {
+			return err
+		}
+		since = rev
+		if since == 0 {
+			// An empty store: watch from the beginning.
+			err := s.store.Watch(ctx, 0, func(rev uint64, evs []Entry) error {
+				since = rev
+				return sendEntries(w, msgDelta, rev, evs)
+			})
+			if !errors.Is(err, ErrCompacted) {
+				return err
+			}
+		}
+	}
+}
+
+// sendEntries sends entries as frames of type t of at most snapshotChunk
+// entries; all but the last have More set.
+func sendEntries(w *frameWriter, t string, rev uint64, entries []Entry) error {
+	for first := true; first || len(entries) > 0; first = false {
+		n := min(len(entries), snapshotChunk)
+		m := &message{T: t, Rev: rev, More: n < len(entries), Entries: make([]wireEntry, n)}
+		for i, e := range entries[:n] {
+			m.Entries[i] = wireEntry{Key: e.Key, Value: e.Value, ModRev: e.ModRev}
+		}
+		entries = entries[n:]
+		if err := w.send(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
