@@ -1,0 +1,137 @@
+package load
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+func FuzzDecodeProbe(f *testing.F) {
+	f.Add(ProbeMsg{Conn: 3, Seq: 9, Sent: 12345}.Append(nil))
+	f.Add([]byte("SP\x01\x00"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := DecodeProbe(b)
+		if err != nil {
+			return
+		}
+		if again := m.Append(nil); !bytes.Equal(again, b) {
+			t.Fatalf("accepted %x, which re-encodes to %x", b, again)
+		}
+	})
+}
+
+func TestDecodeProbeErrors(t *testing.T) {
+	good := ProbeMsg{Seq: 1}.Append(nil)
+	for _, tc := range []struct {
+		b    []byte
+		want string
+	}{
+		{good[:5], "probe: length 5, want 24"},
+		{append([]byte("XP"), good[2:]...), `probe: magic "XP", want "SP"`},
+		{append([]byte("SP\x09"), good[3:]...), "probe: version 9, want 1"},
+		{append([]byte("SP\x01\x01"), good[4:]...), "probe: reserved byte 1, want 0"},
+	} {
+		if _, err := DecodeProbe(tc.b); err == nil || err.Error() != tc.want {
+			t.Errorf("DecodeProbe(%x) = %v, want %q", tc.b, err, tc.want)
+		}
+	}
+}
+
+// TestProbeLoopback runs both modes against a real server on loopback:
+// every probe is answered, and the sequence numbers are complete.
+func TestProbeLoopback(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ServeProbes(ctx, ln) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	samples, err := RunProbe(context.Background(), ProbeConfig{Addr: ln.Addr().String(), Modes: []string{ProbeNew, ProbeStream},
+		Rate: 500, Duration: 200 * time.Millisecond, Streams: 3, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(samples) != 200 {
+		t.Fatalf("%d samples, want 100 per mode", len(samples))
+	}
+	for i, s := range samples {
+		if want := uint64(i%100 + 1); s.Seq != want {
+			t.Fatalf("sample %d: seq %d, want %d", i, s.Seq, want)
+		}
+		if s.Lost() {
+			t.Errorf("%s probe %d lost: %s", s.Mode, s.Seq, s.Err)
+		}
+	}
+	conns := map[string]bool{}
+	for _, s := range samples[100:] {
+		conns[s.Conn] = true
+	}
+	if len(conns) != 3 {
+		t.Errorf("stream probes used %d connections, want 3", len(conns))
+	}
+	var csv strings.Builder
+	if err := WriteProbeCSV(&csv, samples); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(csv.String(), "\n"); n != 201 {
+		t.Errorf("CSV has %d lines, want 201", n)
+	}
+	for _, sum := range SummarizeProbes(samples, 500) {
+		if sum.Sent != 100 || sum.Lost != 0 || sum.Recovery != 0 {
+			t.Errorf("%+v", sum)
+		}
+	}
+}
+
+// TestProbeServerDies stops the server halfway: stream probes on the
+// broken connections are lost, not hung, and counted per connection.
+func TestProbeServerDies(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ServeProbes(ctx, ln) }()
+	time.AfterFunc(100*time.Millisecond, cancel)
+	samples, err := RunProbe(context.Background(), ProbeConfig{Addr: ln.Addr().String(), Modes: []string{ProbeStream},
+		Rate: 500, Duration: 300 * time.Millisecond, Streams: 2, Timeout: 200 * time.Millisecond})
+	<-done
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := SummarizeProbes(samples, 500)[0]
+	if sum.Lost == 0 || sum.Lost == sum.Sent || len(sum.LostByConn) == 0 {
+		t.Errorf("summary %+v: want some, not all, probes lost", sum)
+	}
+}
+
+func TestSummarizeProbes(t *testing.T) {
+	var ss []ProbeSample
+	now := time.Now()
+	for seq := uint64(1); seq <= 100; seq++ {
+		s := ProbeSample{Mode: ProbeNew, Seq: seq, Sent: now}
+		// Lost: 10..14 (a run of 5) and 50.
+		if !(seq >= 10 && seq < 15) && seq != 50 {
+			s.Recv = now
+		}
+		ss = append(ss, s)
+	}
+	sum := SummarizeProbes(ss, 2000)[0]
+	// 6 lost at 2000/s = 3 ms; longest run 5 = 2.5 ms.
+	if sum.Lost != 6 || sum.Recovery != 3*time.Millisecond || sum.LongestGap != 2500*time.Microsecond {
+		t.Errorf("summary %+v", sum)
+	}
+	// 1 lost at 2000/s = 0.5 ms exactly; at 3000/s 0.333 ms rounds to 0.5.
+	if got := SummarizeProbes(ss[:11], 3000)[0].Recovery; got != 500*time.Microsecond {
+		t.Errorf("one lost at 3000/s: recovery %v, want 0.5ms", got)
+	}
+}
