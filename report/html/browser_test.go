@@ -54,6 +54,7 @@ func TestChromium(t *testing.T) {
 	bin := chromium(t)
 	run := syntheticRun(400, seed000Scenarios, []string{"echo", "static"},
 		map[string][]int{"echo": {60, 1000, 100000, 1000000}, "static": {0}})
+	addRateAndThroughput(&run, seed000Scenarios)
 	dir := t.TempDir()
 	page := filepath.Join(dir, "report.html")
 	if err := os.WriteFile(page, render(t, run), 0o644); err != nil {
@@ -77,8 +78,18 @@ func TestChromium(t *testing.T) {
 			t.Errorf("figure %s: %d paths, want a drawn plot", attr(f, "id"), n)
 		}
 	}
-	if d.byID("table3-echo") == nil || d.byID("cells-table") == nil {
-		t.Error("browser DOM lacks the tables")
+	for _, id := range []string{"table3-echo", "ratio-echo", "cells-table", "rate-echo-1KB-1000", "throughput-bulk", "throughput-rr"} {
+		if d.byID(id) == nil {
+			t.Errorf("browser DOM lacks the table %s", id)
+		}
+	}
+	// The open-loop table: a row per scenario and tool, a cell per
+	// percentile and the mean.
+	if rate := d.byID("rate-echo-1KB-1000"); rate != nil {
+		rows := elements(rate, "tr")
+		if len(rows) != 1+2*len(seed000Scenarios) || len(elements(rows[1], "td")) != 6+len(rateLabels) {
+			t.Errorf("rate table: %d rows, want %d; %d cells per row, want %d", len(rows), 1+2*len(seed000Scenarios), len(elements(rows[1], "td")), 6+len(rateLabels))
+		}
 	}
 
 	shot := filepath.Join(dir, "report.png")

@@ -181,6 +181,25 @@ func (m *model) kpi(workload string) (float64, bool) {
 	return v, ok && v > 0
 }
 
+// KPIList names the response-time limits the report flags against.
+func (m *model) KPIList() string {
+	kpis := m.Run.KPIs
+	if kpis == nil {
+		kpis = DefaultKPIs
+	}
+	if len(kpis) == 0 {
+		return "none"
+	}
+	var s string
+	for i, w := range slices.Sorted(maps.Keys(kpis)) {
+		if i > 0 {
+			s += "; "
+		}
+		s += w + " " + fmtNum(kpis[w]) + " ms"
+	}
+	return s
+}
+
 func newModel(run Run) (*model, error) {
 	if len(run.Cells) == 0 && len(run.Rate) == 0 && len(run.Throughput) == 0 {
 		return nil, fmt.Errorf("write report: run has no cells, rate or throughput results")

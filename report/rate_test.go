@@ -1,0 +1,130 @@
+package report
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/strait-net/strait/load"
+)
+
+// rateResult is what `strait load rate --json` would write for latencies
+// lo..hi µs, one each, read back: only the encoded histogram and the
+// counts, as a result read from a file has.
+func rateResult(t *testing.T, lo, hi int64, achieved float64) *load.RateResult {
+	t.Helper()
+	h := hdrhistogram.New(1, 60_000_000, 3)
+	for v := lo; v <= hi; v++ {
+		if err := h.RecordValue(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enc, err := h.Encode(hdrhistogram.V2CompressedEncodingCookieBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &load.RateResult{Count: hi - lo + 1, AchievedRate: achieved, LatencyHistogram: string(enc),
+		Latency: load.Percentiles{P50: (lo + hi) / 2}}
+}
+
+func TestSummarizeRate(t *testing.T) {
+	cell := RateCell{Scenario: "lcl", Tool: "strait", Workload: "echo", Payload: 1000, Rate: 1000}
+	s, err := SummarizeRate(cell, []int{1, 3}, []*load.RateResult{rateResult(t, 1000, 1999, 990), rateResult(t, 3000, 3999, 1000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Count != 2000 || s.AchievedRate != 995 || len(s.Repetitions) != 2 || s.Repetitions[1].Repetition != 3 {
+		t.Errorf("summary %+v", s)
+	}
+	// The merged distribution's median lies between the repetitions (the
+	// top of the first), not at the mean of their medians (2500).
+	if s.Latency.P50 < 1995 || s.Latency.P50 > 2001 || s.Latency.P100 < 3999 || s.Latency.P100 > 4001 {
+		t.Errorf("merged p50 %d, max %d; want about 2000 and 4000", s.Latency.P50, s.Latency.P100)
+	}
+	if _, err := SummarizeRate(cell, []int{1}, []*load.RateResult{{Count: 5}}); err == nil || !strings.Contains(err.Error(), "latency_histogram") {
+		t.Errorf("a repetition without histogram: %v", err)
+	}
+	if _, err := SummarizeRate(cell, nil, nil); err == nil {
+		t.Error("no repetitions: no error")
+	}
+}
+
+func TestWriteRateTable(t *testing.T) {
+	var cells []RateSummary
+	for _, tc := range []struct {
+		tool   string
+		lo, hi int64
+	}{{"direct", 1000, 1999}, {"strait", 2000, 3999}} {
+		s, err := SummarizeRate(RateCell{Scenario: "edg10", Tool: tc.tool, Workload: "echo", Payload: 1000, Rate: 500},
+			[]int{1}, []*load.RateResult{rateResult(t, tc.lo, tc.hi, 500)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cells = append(cells, s)
+	}
+	var b strings.Builder
+	if err := WriteRateTable(&b, cells); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 4 || !strings.Contains(lines[1], "p99.99 ms") || !strings.Contains(lines[1], "p99 vs direct") {
+		t.Fatalf("table:\n%s", b.String())
+	}
+	// strait's p50 (about 3000 µs) is 2× direct's (about 1500 µs).
+	if f := strings.Fields(lines[3]); f[len(f)-2] != "2.000×" && f[len(f)-2] != "1.999×" && f[len(f)-2] != "2.001×" {
+		t.Errorf("strait row %q: p50 ratio %s, want 2×", lines[3], f[len(f)-2])
+	}
+	if f := strings.Fields(lines[2]); f[len(f)-1] != "-" {
+		t.Errorf("direct row %q has a ratio", lines[2])
+	}
+}
+
+func TestRatioToDirect(t *testing.T) {
+	type row struct {
+		sc, tool string
+		v        float64
+	}
+	rows := []row{{"a", "direct", 2}, {"a", "strait", 3}, {"b", "strait", 5}, {"c", "direct", 0}, {"c", "strait", 1}}
+	ratio := RatioToDirect(rows, func(r row) string { return r.sc }, func(r row) string { return r.tool }, func(r row) float64 { return r.v })
+	for _, tc := range []struct {
+		r    row
+		want string
+	}{{rows[0], "-"}, {rows[1], "1.500×"}, {rows[2], "-"}, {rows[4], "-"}} {
+		if got := FormatRatio(ratio(tc.r)); got != tc.want {
+			t.Errorf("%+v: %s, want %s", tc.r, got, tc.want)
+		}
+	}
+}
+
+func TestWriteThroughputTable(t *testing.T) {
+	bulk := func(tool string, gbps ...float64) ThroughputSummary {
+		s := ThroughputSummary{ThroughputCell: ThroughputCell{Scenario: "lcl", Tool: tool, Streams: 4}}
+		for _, g := range gbps {
+			s.Add(&load.StreamResult{Gbps: g, Retransmits: 1, CC: "cubic"})
+		}
+		return s
+	}
+	rr := func(tool string, tps float64) ThroughputSummary {
+		s := ThroughputSummary{ThroughputCell: ThroughputCell{Scenario: "lcl", Tool: tool, Streams: 1, RR: 64}}
+		s.Add(&load.StreamResult{TPS: tps, Latency: &load.Percentiles{P50: 250}})
+		return s
+	}
+	cells := []ThroughputSummary{bulk("direct", 8, 10), bulk("strait", 4, 5), rr("direct", 4000), rr("strait", 1000)}
+	if c := cells[0]; c.MeanGbps != 9 || c.Reps() != 2 || c.Retransmits != 2 {
+		t.Errorf("bulk summary %+v", c)
+	}
+	if lo, hi := cells[1].Range(); lo != 4 || hi != 5 {
+		t.Errorf("range %v..%v, want 4..5", lo, hi)
+	}
+	var b strings.Builder
+	if err := WriteThroughputTable(&b, cells); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"bulk TCP throughput:", "TCP request/response rate:", "0.500×", "0.250×", "0.250  "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
