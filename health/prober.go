@@ -49,7 +49,8 @@ func (c *ProberConfig) Validate() error {
 
 // Prober probes every target and reports state changes.
 type Prober struct {
-	cfg ProberConfig
+	cfg  ProberConfig
+	kick chan struct{} // a target refused: decide now, not at the next tick
 	// Stats, cumulative.
 	Sent, Received atomic.Uint64
 }
@@ -65,7 +66,7 @@ func NewProber(cfg ProberConfig) (*Prober, error) {
 	if cfg.Misses == 0 {
 		cfg.Misses = 3
 	}
-	return &Prober{cfg: cfg}, nil
+	return &Prober{cfg: cfg, kick: make(chan struct{}, 1)}, nil
 }
 
 type target struct {
@@ -136,6 +137,7 @@ func (p *Prober) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
+		case <-p.kick: // decide at once; the extra probes cost nothing
 		}
 	}
 }
@@ -148,8 +150,11 @@ func (p *Prober) read(t *target) {
 			return
 		}
 		if err != nil {
-			if isRefused(err) {
-				t.refused.Store(true)
+			if isRefused(err) && !t.refused.Swap(true) {
+				select {
+				case p.kick <- struct{}{}:
+				default:
+				}
 			}
 			continue
 		}
