@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -326,6 +327,20 @@ func TestSeed000Reduced(t *testing.T) {
 		"box-echo-60B", "box-recv-10KB", "box-static-0B", "payload-echo-edg5"} {
 		if !bytes.Contains(page, []byte(`id="`+id+`"`)) {
 			t.Errorf("report.html lacks %s", id)
+		}
+	}
+	// summary.json's intervals are the report's: same cells, same seeds.
+	for _, c := range cells {
+		if c.Tool != "strait" {
+			continue
+		}
+		if c.RatioIQRMean == nil || c.RatioIQRMeanCI == nil || !c.RatioIQRMeanCI.Valid() || !c.IQRMeanCI.Valid() || !c.MedianCI.Valid() {
+			t.Errorf("%+v: no ratio to direct or intervals in summary.json", c.Cell)
+			continue
+		}
+		want := fmt.Sprintf("%.3f× <span class=\"ci\">[%.3f, %.3f]", *c.RatioIQRMean, c.RatioIQRMeanCI.Lo, c.RatioIQRMeanCI.Hi)
+		if !bytes.Contains(page, []byte(want)) {
+			t.Errorf("%+v: report.html lacks summary.json's ratio %s", c.Cell, want)
 		}
 	}
 	var md run.Metadata

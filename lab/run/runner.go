@@ -47,10 +47,49 @@ type Cell struct {
 	Payload  int    `json:"payload"`
 }
 
-// CellResult is the summary of a cell over all its repetitions.
+// CellResult is the summary of a cell over all its repetitions, with 95 %
+// bootstrap intervals of its median and IQR mean and, for tools other than
+// direct, its IQR mean and median relative to direct's (the same numbers
+// the HTML report shows).
 type CellResult struct {
 	Cell
 	report.Summary
+	MedianCI  report.Interval `json:"median_ci_ms"`
+	IQRMeanCI report.Interval `json:"iqr_mean_ci_ms"`
+	// Ratios to direct; absent for direct and where direct has no times.
+	RatioIQRMean   *float64         `json:"ratio_iqr_mean,omitempty"`
+	RatioIQRMeanCI *report.Interval `json:"ratio_iqr_mean_ci,omitempty"`
+	RatioMedian    *float64         `json:"ratio_median,omitempty"`
+	RatioMedianCI  *report.Interval `json:"ratio_median_ci,omitempty"`
+}
+
+// addIntervals bootstraps every cell and its ratio to direct, seeded as the
+// HTML report seeds them (report.Bootstrap.CellSeed), so both agree.
+func addIntervals(cells []CellResult, times [][]float64) {
+	var b report.Bootstrap
+	iv := make([]report.CellIntervals, len(cells))
+	direct := map[Cell]int{}
+	for i, c := range cells {
+		iv[i] = b.CellSeed(c.Scenario, c.Tool, c.Workload, c.Payload).Cell(times[i])
+		cells[i].MedianCI, cells[i].IQRMeanCI = iv[i].Median, iv[i].IQRMean
+		if c.Tool == report.Baseline {
+			k := c.Cell
+			k.Tool = ""
+			direct[k] = i
+		}
+	}
+	for i := range cells {
+		c := &cells[i]
+		k := c.Cell
+		k.Tool = ""
+		d, ok := direct[k]
+		if !ok || c.Tool == report.Baseline || c.OK == 0 || cells[d].OK == 0 || cells[d].IQRMeanMS == 0 || cells[d].MedianMS == 0 {
+			continue
+		}
+		iqm, med := c.IQRMeanMS/cells[d].IQRMeanMS, c.MedianMS/cells[d].MedianMS
+		iqmCI, medCI := b.CellRatio(iv[i], iv[d])
+		c.RatioIQRMean, c.RatioMedian, c.RatioIQRMeanCI, c.RatioMedianCI = &iqm, &med, &iqmCI, &medCI
+	}
 }
 
 // Result is a finished run.
@@ -532,6 +571,7 @@ func (r *runner) aggregate() (*Result, error) {
 		defer f.Close()
 		jtl = newJTLWriter(f)
 	}
+	var times [][]float64
 	for _, cell := range r.cells() {
 		var all []load.Sample
 		for rep := 1; rep <= r.e.Repetitions; rep++ {
@@ -554,8 +594,10 @@ func (r *runner) aggregate() (*Result, error) {
 		}
 		if len(all) > 0 {
 			res.Cells = append(res.Cells, CellResult{Cell: cell, Summary: report.Summarize(all)})
+			times = append(times, report.Times(all))
 		}
 	}
+	addIntervals(res.Cells, times)
 	if jtl != nil {
 		if err := jtl.flush(); err != nil {
 			return res, err

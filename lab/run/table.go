@@ -9,14 +9,11 @@ import (
 
 // WriteTable prints one row per cell: the seed 001 statistics of total
 // response time, each tool's IQR mean relative to direct in the same
-// scenario, workload and payload, and a flag where the median misses the
+// scenario, workload and payload with its 95 % bootstrap interval, and a
+// flag where the median misses the
 // workload's KPI (kpis, in ms; seed 000's criterion).
 func WriteTable(w io.Writer, cells []CellResult, kpis map[string]float64) {
-	ratio := report.RatioToDirect(cells,
-		func(c CellResult) Cell { k := c.Cell; k.Tool = ""; return k },
-		func(c CellResult) string { return c.Tool },
-		func(c CellResult) float64 { return c.IQRMeanMS })
-	t := report.Table{Header: append(append([]string{"scenario", "workload", "payload", "tool"}, report.SummaryHeader()...), "vs direct", "KPI")}
+	t := report.Table{Header: append(append([]string{"scenario", "workload", "payload", "tool"}, report.SummaryHeader()...), "vs direct", "95% CI", "KPI")}
 	for _, c := range cells {
 		flag := ""
 		if kpi, ok := kpis[c.Workload]; ok {
@@ -26,7 +23,14 @@ func WriteTable(w io.Writer, cells []CellResult, kpis map[string]float64) {
 			}
 		}
 		row := append([]string{c.Scenario, c.Workload, FormatSize(c.Payload), c.Tool}, c.Summary.Cells()...)
-		t.Add(append(row, report.FormatRatio(ratio(c)), flag)...)
+		ratio, ci := "-", "-"
+		if c.RatioIQRMean != nil {
+			ratio = report.FormatRatio(*c.RatioIQRMean, true)
+			if iv := c.RatioIQRMeanCI; iv != nil && iv.Valid() {
+				ci = "[" + strconv.FormatFloat(iv.Lo, 'f', 3, 64) + ", " + strconv.FormatFloat(iv.Hi, 'f', 3, 64) + "]"
+			}
+		}
+		t.Add(append(row, ratio, ci, flag)...)
 	}
 	_, _ = t.WriteTo(w)
 }

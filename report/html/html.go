@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"html/template"
 	"io"
 	"maps"
@@ -121,7 +120,7 @@ type cellStats struct {
 	Summary                  report.Summary
 	times                    []float64 // successful requests, sorted
 	MedianCI, IQRMeanCI      report.Interval
-	medReps, iqmReps         []float64
+	intervals                report.CellIntervals
 	// Ratios to direct's cell of the same scenario, workload and payload;
 	// HasRatio is false for direct and where direct was not measured.
 	HasRatio               bool
@@ -265,12 +264,7 @@ func newModel(run Run) (*model, error) {
 	}
 	for k, cs := range m.cells {
 		cs.Summary = report.Summarize(merged[k])
-		for _, s := range merged[k] {
-			if s.OK() {
-				cs.times = append(cs.times, float64(s.Total.Microseconds())/1000)
-			}
-		}
-		slices.Sort(cs.times)
+		cs.times = report.Times(merged[k])
 		if v, ok := m.kpi(k.workload); ok {
 			cs.HasKPI, cs.KPI = true, v
 			n := 0
@@ -318,10 +312,8 @@ func b2i(b bool) int {
 	return 0
 }
 
-// bootstrap computes every cell's intervals on all CPUs. Each cell gets
-// its own seed, derived from the run's and the cell's name, so a tool's
-// and direct's resamples are independent (as the ratio interval needs)
-// and a cell's interval does not depend on which other cells the run has.
+// bootstrap computes every cell's intervals on all CPUs, each cell with
+// its own seed (report.Bootstrap.CellSeed).
 func (m *model) bootstrap() {
 	keys := slices.Collect(maps.Keys(m.cells))
 	work := make(chan cellKey)
@@ -330,13 +322,8 @@ func (m *model) bootstrap() {
 		wg.Go(func() {
 			for k := range work {
 				cs := m.cells[k]
-				b := m.Run.Bootstrap
-				h := fnv.New64a()
-				fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d", k.scenario, k.tool, k.workload, k.payload)
-				b.Seed ^= h.Sum64()
-				reps, _ := b.Replicates(cs.times, report.Median, report.IQRMean)
-				cs.medReps, cs.iqmReps = reps[0], reps[1]
-				cs.MedianCI, cs.IQRMeanCI = b.Interval(reps[0]), b.Interval(reps[1])
+				cs.intervals = m.Run.Bootstrap.CellSeed(k.scenario, k.tool, k.workload, k.payload).Cell(cs.times)
+				cs.MedianCI, cs.IQRMeanCI = cs.intervals.Median, cs.intervals.IQRMean
 			}
 		})
 	}
@@ -363,8 +350,7 @@ func (m *model) bootstrap() {
 		if d.Summary.MedianMS > 0 {
 			cs.RatioMed = cs.Summary.MedianMS / d.Summary.MedianMS
 		}
-		cs.RatioIQRCI = b.RatioInterval(cs.iqmReps, d.iqmReps)
-		cs.RatioMedCI = b.RatioInterval(cs.medReps, d.medReps)
+		cs.RatioIQRCI, cs.RatioMedCI = b.CellRatio(cs.intervals, d.intervals)
 	}
 }
 
