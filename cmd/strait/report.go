@@ -18,11 +18,13 @@ func init() {
 	cmd := &cobra.Command{
 		Use:   "report DIR",
 		Short: "Write a run directory's results as one self-contained HTML page",
-		Long: `Read a run directory written by "strait lab run" (requests.csv and
-metadata.json) and write one HTML file that opens offline: run metadata,
-box plots of response time per scenario and tool for every workload and
-payload, response time against payload size, seed 001's Table 3 (IQR mean)
-with ratios to direct, and every cell's statistics with bootstrap
+		Long: `Read a run directory written by "strait lab run" (metadata.json,
+requests.csv, and rate.json and throughput.json when measured) and write
+one HTML file that opens offline: run metadata, box plots of response time
+per scenario and tool for every workload and payload, response time against
+payload size, seed 001's Table 3 (IQR mean) with ratios to direct, open-loop
+latency percentiles (p50 … p100, mean) and throughput and request/response
+rates with ratios to direct, and every cell's statistics with bootstrap
 confidence intervals. Cells over their workload's KPI are flagged.`,
 		Example: `  strait report results/quickstart-20261122-180731
   strait report results/quickstart-20261122-180731 --out /tmp/quickstart.html`,
