@@ -88,6 +88,7 @@ func TestBuiltinsParse(t *testing.T) {
 func FuzzParseExperiment(f *testing.F) {
 	f.Add([]byte("name: q\ntopology: {name: x, clusters: [{name: a, nodes: [{name: n}]}]}\nscenarios: [lcl]\n"))
 	f.Add([]byte("name: e\nworkloads: [{name: echo, payloads: [1KB, '60']}]\n"))
+	f.Add([]byte("name: q\ntopology: {name: x, clusters: [{name: a, nodes: [{name: n}, {name: m}]}]}\nscenarios: [lcl]\nserver: a/n\nclient: a/m\nrate: {rps: [10, 2e3], connections: 3, duration: 1s, warmup: 0s, workloads: [{name: echo, payloads: [1KB]}]}\nthroughput: {rr: [64]}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		// Must never panic, and never read a file for a fuzzed path.
 		_, _ = Parse(b, "/nonexistent")
