@@ -54,6 +54,16 @@ if ! command -v go >/dev/null 2>&1; then
 	exit 1
 fi
 
+# The lab's wireguard tool runs the wireguard-go that go.mod pins (strait's
+# link emulator uses its tun package): unlike Debian's 2022 package it
+# offloads segmentation on TUN and UDP. Built once per version.
+wg_version=$(go list -m -f '{{.Version}}' golang.zx2c4.com/wireguard)
+wg_bin=/var/cache/strait/wireguard-go-$wg_version/wireguard-go
+if [[ ! -x $wg_bin ]]; then
+	echo "setup: building wireguard-go $wg_version"
+	go build -o "$wg_bin" golang.zx2c4.com/wireguard
+fi
+
 mkdir -p bin
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 go build -ldflags "-X main.version=0.1.0-${commit}" -o bin/strait ./cmd/strait

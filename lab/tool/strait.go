@@ -2,36 +2,75 @@ package tool
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/strait-net/strait/gateway"
+	"github.com/strait-net/strait/lab/nexthop"
 	"github.com/strait-net/strait/lab/topology"
 )
 
 func init() { Register("strait", func() Tool { return &straitTool{} }) }
 
-// gatewayPort is where strait gateways listen for each other in the lab.
-const gatewayPort = 4443
+const (
+	// gatewayPort is where strait gateways listen for each other in the lab.
+	gatewayPort = 4443
+	// healthPort is where gateways answer health probes (UDP).
+	healthPort = 4444
+)
 
-// straitTool runs one strait gateway on the first gateway node of the
-// server's cluster and one on the client's: the server's gateway exports
-// every workload, the client's imports each on its own node address with
-// the workload's port, so the client dials <client gateway>:<port>.
-type straitTool struct{ procs processes }
+// ImportVIP is the address a client dials when its cluster has several
+// gateways: every importing gateway listens on it, and the client node
+// reaches it through a resilient nexthop group over its links to them.
+var ImportVIP = netip.MustParseAddr("10.96.0.50")
+
+// straitTool runs a strait gateway on every gateway node of the server's
+// cluster and of the client's. The server's gateways export every
+// workload. With one gateway in the client's cluster it imports each
+// workload on its own node address; with several, every one of them imports
+// on ImportVIP, and `strait lab nexthop-watch` on the client node spreads
+// the client's connections over them with a resilient nexthop group and
+// drops a dead one. The watcher only edits the client node's routes and
+// carries no traffic, so the placement rule (data plane on gateway nodes
+// only) holds.
+type straitTool struct {
+	procs processes // the watcher
+	mu    sync.Mutex
+	gws   map[string]*gatewayProc // by node ID
+	env   Env
+}
+
+// gatewayProc is one gateway process, which an experiment may kill and
+// restart.
+type gatewayProc struct {
+	node *topology.PlanNode
+	argv []string
+	log  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
 
 func (*straitTool) Name() string { return "strait" }
 
 func (t *straitTool) Setup(ctx context.Context, env Env) (map[string]string, error) {
-	exportGW, importGW, err := gatewayPair(env, "strait")
-	if err != nil {
-		return nil, err
+	if env.Server.Cluster == env.Client.Cluster {
+		return nil, fmt.Errorf("strait connects clusters: server and client are both in cluster %s", env.Server.Cluster)
+	}
+	t.env = env
+	exportGWs := env.Lab.Plan.Gateways(env.Server.Cluster)
+	importGWs := env.Lab.Plan.Gateways(env.Client.Cluster)
+	if len(exportGWs) == 0 || len(importGWs) == 0 {
+		return nil, fmt.Errorf("clusters %s and %s need a gateway node each", env.Server.Cluster, env.Client.Cluster)
 	}
 	fabricDir := filepath.Join(env.Dir, "fabric")
 	for _, args := range [][]string{
@@ -43,12 +82,21 @@ func (t *straitTool) Setup(ctx context.Context, env Env) (map[string]string, err
 			return nil, fmt.Errorf("strait %s: %w: %s", strings.Join(args, " "), err, out)
 		}
 	}
-	exportAddr := net.JoinHostPort(exportGW.Addr.String(), strconv.Itoa(gatewayPort))
-	importAddr := net.JoinHostPort(importGW.Addr.String(), strconv.Itoa(gatewayPort))
+	wanAddrs := func(gws []*topology.PlanNode) []string {
+		var out []string
+		for _, g := range gws {
+			out = append(out, net.JoinHostPort(g.Addr.String(), strconv.Itoa(gatewayPort)))
+		}
+		return out
+	}
+	importIP := importGWs[0].Addr
+	if len(importGWs) > 1 {
+		importIP = ImportVIP
+	}
 
 	var exportRes, importRes strings.Builder
-	writePeer(&exportRes, env.Client.Cluster, importAddr)
-	writePeer(&importRes, env.Server.Cluster, exportAddr)
+	writePeer(&exportRes, env.Client.Cluster, wanAddrs(importGWs))
+	writePeer(&importRes, env.Server.Cluster, wanAddrs(exportGWs))
 	targets := map[string]string{}
 	for _, s := range env.Services {
 		fmt.Fprintf(&exportRes, `---
@@ -66,8 +114,8 @@ spec:
   ips: [%s]
   ports: [{name: http, protocol: TCP, port: %d}]
   clusters: [{cluster: %s}]
-`, s.Name, importGW.Addr, s.Port, env.Server.Cluster)
-		targets[s.Name] = net.JoinHostPort(importGW.Addr.String(), strconv.Itoa(s.Port))
+`, s.Name, importIP, s.Port, env.Server.Cluster)
+		targets[s.Name] = net.JoinHostPort(importIP.String(), strconv.Itoa(s.Port))
 	}
 	// The lab measures the data path; access control is exercised by the
 	// gateway's own tests. Both ends still evaluate this policy per stream.
@@ -80,45 +128,186 @@ spec: {priority: 1000, action: allow}
 	exportRes.WriteString(allowAll)
 	importRes.WriteString(allowAll)
 
-	sockets := map[string]string{}
-	for _, gw := range []struct {
-		node      *topology.PlanNode
-		resources string
-		dns       bool
-	}{{exportGW, exportRes.String(), false}, {importGW, importRes.String(), true}} {
-		name := gw.node.Cluster
-		resFile := filepath.Join(env.Dir, name+"-resources.yaml")
-		if err := os.WriteFile(resFile, []byte(gw.resources), 0o644); err != nil {
-			return nil, err
-		}
-		socket := filepath.Join(env.Dir, name+".sock")
-		sockets[name] = socket
-		cfg := fmt.Sprintf("cluster: %s\nidentity: {dir: %s}\nlisten: %s\nadmin: %s\nstate: %s\nresources: [%s]\n",
-			name, fabricDir, net.JoinHostPort(gw.node.Addr.String(), strconv.Itoa(gatewayPort)), socket,
-			filepath.Join(env.Dir, name+"-state.json"), resFile)
-		if gw.dns {
-			cfg += fmt.Sprintf("dns: %s\n", net.JoinHostPort(gw.node.Addr.String(), "53"))
-		}
-		cfgFile := filepath.Join(env.Dir, name+"-gateway.yaml")
-		if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
-			return nil, err
-		}
-		if err := t.procs.start(ctx, env, gw.node, filepath.Join(env.Dir, name+"-gateway.log"), env.Binary, "gateway", "--config", cfgFile); err != nil {
-			return nil, err
+	if len(importGWs) > 1 {
+		for _, g := range importGWs {
+			if err := t.run(ctx, g, "ip", "addr", "add", ImportVIP.String()+"/32", "dev", "lo"); err != nil {
+				return nil, err
+			}
 		}
 	}
-	if err := waitReady(ctx, sockets[env.Client.Cluster], env.Server.Cluster, len(env.Services)); err != nil {
-		return nil, fmt.Errorf("%w (logs in %s)", err, env.Dir)
+	t.gws = map[string]*gatewayProc{}
+	var sockets []string
+	for _, side := range []struct {
+		gws       []*topology.PlanNode
+		resources string
+		importing bool
+	}{{exportGWs, exportRes.String(), false}, {importGWs, importRes.String(), true}} {
+		for _, node := range side.gws {
+			name := node.Cluster + "-" + node.Name
+			resFile := filepath.Join(env.Dir, name+"-resources.yaml")
+			if err := os.WriteFile(resFile, []byte(side.resources), 0o644); err != nil {
+				return nil, err
+			}
+			socket := filepath.Join(env.Dir, name+".sock")
+			cfg := fmt.Sprintf("cluster: %s\nidentity: {dir: %s}\nlisten: %s\nadmin: %s\nstate: %s\nresources: [%s]\nmetrics: %s\n",
+				node.Cluster, fabricDir, net.JoinHostPort(node.Addr.String(), strconv.Itoa(gatewayPort)), socket,
+				filepath.Join(env.Dir, name+"-state.json"), resFile, MetricsAddr(node))
+			if side.importing {
+				sockets = append(sockets, socket)
+				if len(importGWs) > 1 {
+					cfg += fmt.Sprintf("health: %s\n", net.JoinHostPort(node.Addr.String(), strconv.Itoa(healthPort)))
+				} else {
+					cfg += fmt.Sprintf("dns: %s\n", net.JoinHostPort(node.Addr.String(), "53"))
+				}
+			}
+			cfgFile := filepath.Join(env.Dir, name+"-gateway.yaml")
+			if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
+				return nil, err
+			}
+			gp := &gatewayProc{node: node, argv: []string{env.Binary, "gateway", "--config", cfgFile}, log: filepath.Join(env.Dir, name+"-gateway.log")}
+			t.gws[node.ID] = gp
+			if err := t.start(ctx, gp); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, s := range sockets {
+		if err := waitReady(ctx, s, env.Server.Cluster, len(env.Services)); err != nil {
+			return nil, fmt.Errorf("%w (logs in %s)", err, env.Dir)
+		}
+	}
+	if len(importGWs) > 1 {
+		members, _, err := nexthop.LabMembers(env.Lab.Plan, env.Client.ID, healthPort)
+		if err != nil {
+			return nil, err
+		}
+		argv := []string{env.Binary, "lab", "nexthop-watch", "--route", ImportVIP.String() + "/32"}
+		for _, m := range members {
+			argv = append(argv, "--member", fmt.Sprintf("%s,%s,%s", m.Via, m.Dev, m.Health))
+		}
+		if err := t.procs.start(ctx, env, env.Client, filepath.Join(env.Dir, "nexthop-watch.log"), argv...); err != nil {
+			return nil, err
+		}
+		if err := t.waitRoute(ctx, len(members)); err != nil {
+			return nil, fmt.Errorf("%w (logs in %s)", err, env.Dir)
+		}
 	}
 	return targets, nil
 }
 
-func writePeer(b *strings.Builder, cluster, addr string) {
+// MetricsAddr is where the lab's strait gateway on node serves Prometheus
+// metrics.
+func MetricsAddr(node *topology.PlanNode) string {
+	return net.JoinHostPort(node.Addr.String(), "9464")
+}
+
+// waitRoute waits until the client node routes ImportVIP through a group of
+// all n gateways.
+func (t *straitTool) waitRoute(ctx context.Context, n int) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		cmd, err := t.env.Lab.Command(ctx, t.env.Client.ID, "ip", "nexthop", "show", "id", "100")
+		if err != nil {
+			return err
+		}
+		out, _ := cmd.Output()
+		if g, ok := strings.CutPrefix(strings.TrimSpace(string(out)), "id 100 group "); ok && strings.Count(strings.Fields(g)[0], "/") == n-1 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("client %s: nexthop group of %d gateways not installed after 10s", t.env.Client.ID, n)
+}
+
+func (t *straitTool) run(ctx context.Context, node *topology.PlanNode, argv ...string) error {
+	cmd, err := t.env.Lab.Command(ctx, node.ID, argv...)
+	if err != nil {
+		return err
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s on %s: %w: %s", strings.Join(argv, " "), node.ID, err, out)
+	}
+	return nil
+}
+
+func (t *straitTool) start(ctx context.Context, gp *gatewayProc) error {
+	logf, err := os.OpenFile(gp.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd, err := t.env.Lab.Command(context.WithoutCancel(ctx), gp.node.ID, gp.argv...)
+	if err != nil {
+		logf.Close()
+		return err
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start gateway on %s: %w", gp.node.ID, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(done)
+	}()
+	gp.cmd, gp.done = cmd, done
+	return nil
+}
+
+// Gateways lists the node IDs running a gateway, for experiments that kill
+// and restart them.
+func (t *straitTool) Gateways() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var ids []string
+	for id := range t.gws {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// Kill ends the gateway on node with SIGKILL: nothing is flushed, no
+// GOAWAY is sent, as when a gateway crashes.
+func (t *straitTool) Kill(node string) error {
+	t.mu.Lock()
+	gp, ok := t.gws[node]
+	t.mu.Unlock()
+	if !ok || gp.cmd == nil {
+		return fmt.Errorf("kill: no strait gateway on %s", node)
+	}
+	_ = gp.cmd.Process.Signal(syscall.SIGKILL)
+	<-gp.done
+	return nil
+}
+
+// Restart starts the gateway on node again with its configuration and
+// waits until it answers on its admin socket.
+func (t *straitTool) Restart(ctx context.Context, node string) error {
+	t.mu.Lock()
+	gp, ok := t.gws[node]
+	t.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("restart: no strait gateway on %s", node)
+	}
+	select {
+	case <-gp.done:
+	default:
+		return fmt.Errorf("restart: the gateway on %s is still running", node)
+	}
+	return t.start(ctx, gp)
+}
+
+func writePeer(b *strings.Builder, cluster string, addrs []string) {
 	fmt.Fprintf(b, `apiVersion: strait.dev/v1alpha1
 kind: Peer
 metadata: {name: %s}
 spec: {gateways: ["%s"]}
-`, cluster, addr)
+`, cluster, strings.Join(addrs, `", "`))
 }
 
 // waitReady waits until the importing gateway has a live session to the
@@ -136,11 +325,11 @@ func waitReady(ctx context.Context, socket, peer string, imports int) error {
 			last = fmt.Errorf("%d of %d imports listening", len(st.Imports), imports)
 		default:
 			for _, p := range st.Peers {
-				if p.Cluster == peer && len(p.Live) > 0 {
+				if p.Cluster == peer && len(p.Live) == len(p.Addrs) {
 					return nil
 				}
 			}
-			last = fmt.Errorf("no live session to cluster %s", peer)
+			last = fmt.Errorf("not every gateway of cluster %s is live", peer)
 		}
 		select {
 		case <-ctx.Done():
@@ -151,7 +340,33 @@ func waitReady(ctx context.Context, socket, peer string, imports int) error {
 	return fmt.Errorf("gateways not ready after 20s: %w", last)
 }
 
-func (t *straitTool) Teardown(context.Context) error { return t.procs.stop() }
+func (t *straitTool) Teardown(context.Context) error {
+	t.mu.Lock()
+	gws := t.gws
+	t.gws = nil
+	t.mu.Unlock()
+	var errs []error
+	for _, gp := range gws {
+		if gp.cmd == nil {
+			continue
+		}
+		select {
+		case <-gp.done:
+			continue
+		default:
+		}
+		_ = gp.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-gp.done:
+		case <-time.After(5 * time.Second):
+			_ = gp.cmd.Process.Kill()
+			<-gp.done
+			errs = append(errs, fmt.Errorf("gateway on %s (pid %d) did not stop in 5s", gp.node.ID, gp.cmd.Process.Pid))
+		}
+	}
+	errs = append(errs, t.procs.stop())
+	return errors.Join(errs...)
+}
 
 func (*straitTool) Version(ctx context.Context) string {
 	exe, err := os.Executable()
@@ -163,4 +378,27 @@ func (*straitTool) Version(ctx context.Context) string {
 		return "unknown"
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// GatewayController is implemented by tools whose gateway processes an
+// experiment may kill and restart (the strait tool).
+type GatewayController interface {
+	// Gateways lists the node IDs that run a gateway.
+	Gateways() []string
+	// Kill ends the gateway on a node with SIGKILL and waits for it.
+	Kill(node string) error
+	// Restart starts a killed gateway again with its configuration.
+	Restart(ctx context.Context, node string) error
+	// AdminSocket is the gateway's admin socket on the host.
+	AdminSocket(node string) string
+}
+
+func (t *straitTool) AdminSocket(node string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	gp, ok := t.gws[node]
+	if !ok {
+		return ""
+	}
+	return filepath.Join(t.env.Dir, gp.node.Cluster+"-"+gp.node.Name+".sock")
 }

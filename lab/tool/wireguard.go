@@ -2,42 +2,104 @@ package tool
 
 import (
 	"context"
+	"debug/buildinfo"
+	"errors"
 	"fmt"
-	"hash/fnv"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/strait-net/strait/lab/topology"
 )
 
-func init() { Register("wireguard", func() Tool { return &wireguardTool{} }) }
+func init() {
+	Register("wireguard", func() Tool {
+		t := &wireguardTool{name: "wireguard"}
+		t.binary = func() (string, error) { return moduleWireguardGo(t.strait) }
+		return t
+	})
+	Register("wireguard-debian", func() Tool {
+		return &wireguardTool{name: "wireguard-debian", binary: func() (string, error) { return exec.LookPath("wireguard-go") }}
+	})
+}
 
 // wireguardPort is the UDP port of the lab's WireGuard endpoints.
 const wireguardPort = "51820"
 
+// wireguardModule is the Go module of wireguard-go; strait's link emulator
+// uses its tun package, so go.mod pins the version the lab runs too.
+const wireguardModule = "golang.zx2c4.com/wireguard"
+
+// moduleWireguardGo returns the wireguard-go that scripts/setup.sh builds
+// from the module version go.mod pins. That version offloads segmentation
+// on the TUN device (virtio-net headers, GSO/GRO), batches UDP with GSO/GRO
+// and asks for 7 MiB socket buffers; Debian's 0.0.20220316 does none of
+// these, and in a lab namespace (whose net.core.rmem_default cannot be
+// raised) its 208 KiB receive buffer overflows: about 0.3 Gbit/s against
+// 1.5 for the module's build on the same lab.
+func moduleWireguardGo(strait string) (string, error) {
+	version := wireguardModuleVersion(strait)
+	if version == "" {
+		return "", fmt.Errorf("this binary was built without module information for %s", wireguardModule)
+	}
+	path := filepath.Join("/var/cache/strait", "wireguard-go-"+version, "wireguard-go")
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("wireguard-go %s not built (scripts/setup.sh builds it): %w", version, err)
+	}
+	return path, nil
+}
+
+// wireguardModuleVersion reads the module's version from the build
+// information of the strait binary the lab runs (a test binary records no
+// dependencies), or of this executable when none is known yet.
+func wireguardModuleVersion(strait string) string {
+	info, ok := debug.ReadBuildInfo()
+	if strait != "" {
+		var err error
+		info, err = buildinfo.ReadFile(strait)
+		ok = err == nil
+	}
+	if !ok {
+		return ""
+	}
+	for _, m := range info.Deps {
+		if m.Path == wireguardModule {
+			if m.Replace != nil {
+				return m.Replace.Version
+			}
+			return m.Version
+		}
+	}
+	return ""
+}
+
 // wireguardTool stands for Submariner's WireGuard cable driver: an
 // encrypted layer-3 tunnel between the two clusters' gateway nodes, with
 // the client's and the server's addresses routed through it. This kernel
-// has no WireGuard module, so it runs wireguard-go (Debian's userspace
-// implementation), which is slower than kernel WireGuard; Version says so.
-type wireguardTool struct{ procs processes }
-
-func (*wireguardTool) Name() string { return "wireguard" }
-
-// wgInterface names a namespace's WireGuard device. wireguard-go keeps its
-// control sockets in one host-wide directory, /var/run/wireguard, so the
-// name must be unique across namespaces, not only within one.
-func wgInterface(netns string) string {
-	h := fnv.New32a()
-	h.Write([]byte(netns))
-	return fmt.Sprintf("wg%08x", h.Sum32())
+// has no WireGuard module, so it runs wireguard-go, the userspace
+// implementation, which is slower than kernel WireGuard: "wireguard" runs
+// the current wireguard-go built from its module, "wireguard-debian"
+// Debian's packaged one.
+type wireguardTool struct {
+	name    string
+	binary  func() (string, error)
+	strait  string // the lab's strait binary, whose go.mod pins wireguard-go
+	procs   processes
+	changes changes
 }
 
+func (t *wireguardTool) Name() string { return t.name }
+
 func (t *wireguardTool) Setup(ctx context.Context, env Env) (map[string]string, error) {
-	serverGW, clientGW, err := gatewayPair(env, "wireguard")
+	t.strait = env.Binary
+	bin, err := t.binary()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", t.name, err)
+	}
+	serverGW, clientGW, err := gatewayPair(env, t.name)
 	if err != nil {
 		return nil, err
 	}
@@ -46,6 +108,7 @@ func (t *wireguardTool) Setup(ctx context.Context, env Env) (map[string]string, 
 		behind *topology.PlanNode // the node whose traffic the tunnel carries
 		key    string             // private key file
 		pub    string
+		ifname string
 	}
 	ends := []*end{{gw: serverGW, behind: env.Server}, {gw: clientGW, behind: env.Client}}
 	for _, e := range ends {
@@ -64,62 +127,63 @@ func (t *wireguardTool) Setup(ctx context.Context, env Env) (map[string]string, 
 			return nil, fmt.Errorf("wg pubkey: %w", err)
 		}
 		e.pub = strings.TrimSpace(string(pub))
+		// wireguard-go keeps its control sockets in one host-wide directory,
+		// /var/run/wireguard, so the name must be unique across namespaces.
+		e.ifname = deviceName("wg", e.gw.Netns)
 	}
 	for i, e := range ends {
 		peer := ends[1-i]
-		ifname := wgInterface(e.gw.Netns)
-		if err := t.start(ctx, env, e.gw, ifname); err != nil {
+		logFile := filepath.Join(env.Dir, e.gw.Cluster+"-wireguard-go.log")
+		if err := t.procs.start(ctx, env, e.gw, logFile, bin, "-f", e.ifname); err != nil {
 			return nil, err
 		}
-		steps := [][]string{
-			{"ip", "netns", "exec", e.gw.Netns, "wg", "set", ifname, "private-key", e.key, "listen-port", wireguardPort,
-				"peer", peer.pub, "endpoint", peer.gw.Addr.String() + ":" + wireguardPort,
-				"allowed-ips", peer.behind.Addr.String() + "/32"},
-			{"ip", "-n", e.gw.Netns, "link", "set", ifname, "up"},
-			// Only the measured pair's traffic takes the tunnel; everything
-			// else, the tunnel's own UDP included, stays on the WAN link.
-			{"ip", "-n", e.gw.Netns, "route", "replace", peer.behind.Addr.String() + "/32", "dev", ifname},
-			// Clamp TCP's MSS to the tunnel's MTU, as Submariner does: the
-			// endpoints see 1500-byte links and would otherwise depend on
-			// path MTU discovery through the tunnel.
-			{"ip", "netns", "exec", e.gw.Netns, "nft", "add table inet strait-wg { chain forward { type filter hook forward priority mangle; oifname " +
-				ifname + " tcp flags syn tcp option maxseg size set rt mtu; }; }"},
+		if err := waitLink(ctx, e.gw, e.ifname, 2*time.Second); err != nil {
+			return nil, fmt.Errorf("wireguard-go: %w (see %s)", err, logFile)
 		}
-		for _, s := range steps {
-			if out, err := exec.CommandContext(ctx, s[0], s[1:]...).CombinedOutput(); err != nil {
-				return nil, fmt.Errorf("%s: %w: %s", strings.Join(s, " "), err, out)
-			}
+		if err := t.changes.run(ctx, nil, "ip", "netns", "exec", e.gw.Netns, "wg", "set", e.ifname,
+			"private-key", e.key, "listen-port", wireguardPort,
+			"peer", peer.pub, "endpoint", peer.gw.Addr.String()+":"+wireguardPort,
+			"allowed-ips", peer.behind.Addr.String()+"/32"); err != nil {
+			return nil, err
+		}
+		if err := t.changes.run(ctx, nil, "ip", "-n", e.gw.Netns, "link", "set", e.ifname, "up"); err != nil {
+			return nil, err
+		}
+		// Only the measured pair's traffic takes the tunnel; everything
+		// else, the tunnel's own UDP included, stays on the WAN link.
+		if err := t.changes.replaceRoute(ctx, e.gw, peer.behind.Addr, "dev", e.ifname); err != nil {
+			return nil, err
+		}
+		if err := t.changes.clampMSS(ctx, e.gw, "wireguard", e.ifname); err != nil {
+			return nil, err
 		}
 	}
-	targets := map[string]string{}
-	for _, s := range env.Services {
-		targets[s.Name] = fmt.Sprintf("%s:%d", env.Server.Addr, s.Port)
+	if err := probeThrough(ctx, env, clientGW, ends[1].ifname); err != nil {
+		return nil, fmt.Errorf("%s health check: %w", t.name, err)
 	}
-	return targets, nil
+	return serverTargets(env), nil
 }
 
-// start runs wireguard-go in the foreground on node and waits for its
-// device.
-func (t *wireguardTool) start(ctx context.Context, env Env, node *topology.PlanNode, ifname string) error {
-	logFile := filepath.Join(env.Dir, node.Cluster+"-wireguard-go.log")
-	if err := t.procs.start(ctx, env, node, logFile, "wireguard-go", "-f", ifname); err != nil {
-		return err
-	}
-	for i := 0; i < 200; i++ {
-		if exec.CommandContext(ctx, "ip", "-n", node.Netns, "link", "show", ifname).Run() == nil {
-			return nil
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return fmt.Errorf("wireguard-go on %s: device %s did not appear (see %s)", node.ID, ifname, logFile)
+// Teardown stops wireguard-go, which removes its device, then restores the
+// routes and removes the MSS clamp.
+func (t *wireguardTool) Teardown(ctx context.Context) error {
+	return errors.Join(t.procs.stop(), t.changes.revert(ctx))
 }
 
-func (t *wireguardTool) Teardown(context.Context) error { return t.procs.stop() }
-
-func (*wireguardTool) Version(ctx context.Context) string {
-	out, err := exec.CommandContext(ctx, "wireguard-go", "--version").CombinedOutput()
+func (t *wireguardTool) Version(ctx context.Context) string {
+	bin, err := t.binary()
+	if err != nil {
+		return "wireguard-go (not found; userspace, no kernel module)"
+	}
+	out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput()
 	if err != nil {
 		return "wireguard-go (version unknown; userspace, no kernel module)"
 	}
-	return strings.TrimSpace(string(out)) + " (userspace; this kernel has no WireGuard module)"
+	v := strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+	if t.name == "wireguard" {
+		v += fmt.Sprintf(" built from %s@%s (TUN and UDP offloads)", wireguardModule, wireguardModuleVersion(t.strait))
+	} else {
+		v += " from Debian (no TUN or UDP offloads)"
+	}
+	return v + "; userspace, this kernel has no WireGuard module"
 }

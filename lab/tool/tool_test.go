@@ -1,0 +1,251 @@
+package tool_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/strait-net/strait/internal/testenv"
+	"github.com/strait-net/strait/lab"
+	"github.com/strait-net/strait/lab/tool"
+	"github.com/strait-net/strait/lab/topology"
+	"github.com/strait-net/strait/load"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+const twoClusters = `
+name: x
+clusters:
+  - name: a
+    nodes: [{name: gw, gateway: true}, {name: server}]
+  - name: b
+    nodes: [{name: gw, gateway: true}, {name: client}]
+wan:
+  - between: [a, b]
+`
+
+// needs lists the commands each tool runs besides strait.
+var needs = map[string][]string{
+	"vxlan":            {"nft", "ping"},
+	"wireguard":        {"wg", "nft", "ping"},
+	"wireguard-debian": {"wireguard-go", "wg", "nft", "ping"},
+	"envoy":            {"envoy", "curl"},
+	"nebula":           {"nebula", "nebula-cert", "nft", "ping"},
+}
+
+// TestTools sets every tool up in turn in one lab, as the runner does,
+// sends 1 MB echo requests through it (checked byte for byte), and checks
+// that its teardown leaves every namespace as it found it: the same
+// devices, routes, firewall rules and processes, so the next tool measures
+// on the lab the first one had.
+func TestTools(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.StraitBinary(t)
+	ctx := context.Background()
+	l := upLab(t, bin)
+	server, _ := l.Plan.Node("a/server")
+	client, _ := l.Plan.Node("b/client")
+	echo, err := l.Command(ctx, server.ID, bin, "app", "echo", "--listen", "0.0.0.0:8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := echo.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = echo.Process.Kill(); _ = echo.Wait() })
+
+	for _, name := range tool.Names() {
+		t.Run(name, func(t *testing.T) {
+			for _, cmd := range needs[name] {
+				if _, err := exec.LookPath(cmd); err != nil {
+					t.Skipf("%s not installed (scripts/setup.sh installs it)", cmd)
+				}
+			}
+			before := snapshot(t, l)
+			// wireguard-go's control sockets are host-wide, outside the lab.
+			socksBefore, _ := filepath.Glob("/var/run/wireguard/*.sock")
+			tl, err := tool.New(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := tool.Env{Lab: l, Server: server, Client: client, Services: []tool.Service{{Name: "echo", Port: 8080}},
+				Dir: t.TempDir(), Binary: bin}
+			targets, err := tl.Setup(ctx, env)
+			if err != nil {
+				_ = tl.Teardown(ctx)
+				if name == "wireguard" && strings.Contains(err.Error(), "not built") {
+					t.Skip(err)
+				}
+				logs, _ := filepath.Glob(filepath.Join(env.Dir, "*.log"))
+				for _, f := range logs {
+					b, _ := os.ReadFile(f)
+					t.Logf("%s:\n%s", filepath.Base(f), b)
+				}
+				t.Fatalf("setup: %v", err)
+			}
+			echoThrough(t, l, bin, client.ID, targets["echo"])
+			// strait's version is its executable's, here the test binary's.
+			if v := tl.Version(ctx); name != "strait" && v == "" || strings.Contains(v, "unknown") || strings.Contains(v, "not found") {
+				t.Errorf("version %q", v)
+			}
+			if err := tl.Teardown(ctx); err != nil {
+				t.Fatalf("teardown: %v", err)
+			}
+			if err := tl.Teardown(ctx); err != nil {
+				t.Errorf("second teardown: %v", err)
+			}
+			if after := snapshot(t, l); after != before {
+				t.Errorf("teardown left the lab changed:\n--- before\n%s\n--- after\n%s", before, after)
+			}
+			if socks, _ := filepath.Glob("/var/run/wireguard/*.sock"); len(socks) > len(socksBefore) {
+				t.Errorf("control sockets left: %v (before: %v)", socks, socksBefore)
+			}
+		})
+	}
+}
+
+// TestDirectBBRSetsCongestionControl checks that direct-bbr's connections
+// run bbr while the lab's default (and direct's) stays cubic.
+func TestDirectBBRSetsCongestionControl(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.StraitBinary(t)
+	ctx := context.Background()
+	l := upLab(t, bin)
+	server, _ := l.Plan.Node("a/server")
+	client, _ := l.Plan.Node("b/client")
+	srv, err := l.Command(ctx, server.ID, bin, "load", "stream-server", "--listen", "0.0.0.0:5201")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
+	for _, c := range []struct{ tool, want string }{{"direct", "cubic"}, {"direct-bbr", "bbr"}} {
+		tl, _ := tool.New(c.tool)
+		env := tool.Env{Lab: l, Server: server, Client: client, Services: []tool.Service{{Name: "stream", Port: 5201}}, Dir: t.TempDir(), Binary: bin}
+		targets, err := tl.Setup(ctx, env)
+		if err != nil {
+			t.Fatalf("%s setup: %v", c.tool, err)
+		}
+		var res load.StreamResult
+		out := filepath.Join(t.TempDir(), "stream.json")
+		var last error
+		for i := 0; i < 20; i++ {
+			cmd, _ := l.Command(ctx, client.ID, bin, "load", "stream", "--server", targets["stream"], "--duration", "300ms", "--json", out)
+			if b, err := cmd.CombinedOutput(); err != nil {
+				last = fmt.Errorf("%v: %s", err, b)
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			last = readJSONFile(out, &res)
+			break
+		}
+		if last != nil {
+			t.Fatalf("%s: load stream: %v", c.tool, last)
+		}
+		if res.CC != c.want {
+			t.Errorf("%s: connections ran %q, want %q", c.tool, res.CC, c.want)
+		}
+		if err := tl.Teardown(ctx); err != nil {
+			t.Fatalf("%s teardown: %v", c.tool, err)
+		}
+	}
+}
+
+func upLab(t *testing.T, bin string) *lab.Lab {
+	t.Helper()
+	topo, err := topology.Parse([]byte(twoClusters))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := topo.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan.Rename(testenv.UniqueName("tt"))
+	opts := lab.Options{Binary: bin, StateDir: t.TempDir()}
+	l, err := lab.Up(context.Background(), plan, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := lab.Down(context.Background(), plan.Name, opts); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+		out, _ := exec.Command("ip", "netns", "list").Output()
+		if strings.Contains(string(out), "st-"+plan.Name+"-") {
+			t.Errorf("namespaces of lab %s left:\n%s", plan.Name, out)
+		}
+	})
+	return l
+}
+
+// echoThrough sends 1 MB echo requests from the client node to target and
+// fails t unless every response is the request, byte for byte.
+func echoThrough(t *testing.T, l *lab.Lab, bin, client, target string) {
+	t.Helper()
+	cmd, err := l.Command(context.Background(), client, bin, "load", "seq", "--url", "http://"+target+"/",
+		"--requests", "5", "--payload", "1000000", "--verify-echo", "--response-timeout", "10s", "--csv", "-", "--quiet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("load seq through %s: %v", target, err)
+	}
+	samples, err := load.ReadCSV(strings.NewReader(string(out)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(samples) != 5 {
+		t.Fatalf("%d samples, want 5", len(samples))
+	}
+	for _, s := range samples {
+		if !s.OK() {
+			t.Errorf("request %d failed: %+v", s.Seq, s)
+		}
+	}
+}
+
+func readJSONFile(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+var counters = regexp.MustCompile(`(?m)^\s+(RX|TX|link/|altname).*\n`)
+
+// snapshot describes every namespace of the lab: devices, addresses,
+// routes, firewall and processes.
+func snapshot(t *testing.T, l *lab.Lab) string {
+	t.Helper()
+	var b strings.Builder
+	for _, n := range l.Plan.Nodes {
+		fmt.Fprintf(&b, "== %s\n", n.ID)
+		for _, argv := range [][]string{
+			{"ip", "-n", n.Netns, "-br", "link"},
+			{"ip", "-n", n.Netns, "-br", "addr"},
+			{"ip", "-n", n.Netns, "route"},
+			{"ip", "netns", "exec", n.Netns, "nft", "list", "ruleset"},
+			{"ip", "netns", "pids", n.Netns},
+		} {
+			out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+			if err != nil && argv[0] == "ip" && argv[1] == "-n" {
+				t.Fatalf("%s: %v: %s", strings.Join(argv, " "), err, out)
+			}
+			b.WriteString(counters.ReplaceAllString(string(out), ""))
+		}
+	}
+	return b.String()
+}
