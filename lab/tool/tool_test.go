@@ -93,7 +93,7 @@ func TestTools(t *testing.T) {
 			}
 			echoThrough(t, l, bin, client.ID, targets["echo"])
 			// strait's version is its executable's, here the test binary's.
-			if v := tl.Version(ctx); name != "strait" && v == "" || strings.Contains(v, "unknown") || strings.Contains(v, "not found") {
+			if v := tl.Version(ctx); name != "strait" && (v == "" || strings.Contains(v, "unknown") || strings.Contains(v, "not found")) {
 				t.Errorf("version %q", v)
 			}
 			if err := tl.Teardown(ctx); err != nil {
