@@ -33,6 +33,9 @@ type ClientConfig struct {
 	// client reads no further frames while it runs. Nil means the caller
 	// only publishes (and reads Catalog).
 	OnUpdate func(Update)
+	// OnConnect, if set, is called (from Run's goroutine) each time a
+	// session with a broker starts, with the broker's ID.
+	OnConnect func(broker string)
 	// DialTimeout bounds one connection attempt including the TLS
 	// handshake (default 500ms), so a dead broker costs little of the
 	// failover budget.
@@ -253,7 +256,7 @@ func (c *Client) dial(ctx context.Context, addr string) (*session, error) {
 		raw.Close()
 		return nil, fmt.Errorf("handshake with %s: %w", addr, err)
 	}
-	s := &session{conn: tc, br: bufio.NewReaderSize(tc, 64<<10), acks: make(chan *message, 16), done: make(chan struct{})}
+	s := &session{conn: tc, br: bufio.NewReaderSize(tc, 64<<10), acks: make(chan *message, 64), done: make(chan struct{})}
 	s.w = &frameWriter{bw: bufio.NewWriterSize(tc, 64<<10), c: tc}
 	c.mu.Lock()
 	since := uint64(0)
@@ -303,6 +306,9 @@ func (c *Client) serve(ctx context.Context, s *session) (err error) {
 	c.sess = s
 	c.notifyLocked()
 	c.mu.Unlock()
+	if c.cfg.OnConnect != nil {
+		c.cfg.OnConnect(s.broker)
+	}
 	stop := context.AfterFunc(ctx, func() { s.conn.Close() })
 	defer func() {
 		stop()
@@ -592,10 +598,15 @@ func (c *Client) plan(ctx context.Context, want map[string]Export, gws []Gateway
 					m.Gateways = &g
 					gwChanged = false
 				}
-				n := min(len(put), MaxExportsPerFrame)
-				m.Put, put = put[:n], put[n:]
-				n = min(len(del), MaxExportsPerFrame)
-				m.Del, del = del[:n], del[n:]
+				size := 0
+				for len(put) > 0 && len(m.Put) < MaxExportsPerFrame && size < publishChunk {
+					size += len(mustJSON(put[0]))
+					m.Put, put = append(m.Put, put[0]), put[1:]
+				}
+				for len(del) > 0 && len(m.Del) < MaxExportsPerFrame && size < publishChunk {
+					size += len(del[0]) + 3
+					m.Del, del = append(m.Del, del[0]), del[1:]
+				}
 				frames = append(frames, m)
 			}
 			return s, frames, base, rev, nil
@@ -637,30 +648,37 @@ func gatewaysEqual(a, b []Gateway) bool {
 	return true
 }
 
-// send writes the frames one at a time, each based on the revision the
-// previous one was acknowledged at.
+// send pipelines the frames: the first is based on base, the others on
+// the one before (cont), and waits for every ack.
 func (c *Client) send(ctx context.Context, s *session, frames []*message, base uint64) (uint64, error) {
-	for _, m := range frames {
+	for i, m := range frames {
 		m.Seq = c.seq.Add(1)
-		m.Base = base
+		if i == 0 {
+			m.Base = base
+		} else {
+			m.Cont = true
+		}
 		if err := s.w.send(m); err != nil {
 			s.conn.Close()
 			return 0, err
 		}
+	}
+	var rev uint64
+	for _, m := range frames {
 		select {
 		case a := <-s.acks:
 			if a.Seq != m.Seq {
 				s.conn.Close()
 				return 0, fmt.Errorf("ack for seq %d, want %d", a.Seq, m.Seq)
 			}
-			base = a.Rev
+			rev = a.Rev
 		case <-s.done:
 			return 0, s.err
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		}
 	}
-	return base, nil
+	return rev, nil
 }
 
 // waitRev waits until the mirror reached rev.

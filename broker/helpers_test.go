@@ -126,16 +126,14 @@ func exportsN(prefix string, n int) []Export {
 
 // hasExport reports whether cluster's view holds export key of owner.
 func hasExport(c *Client, owner, key string) bool {
-	cat, ok := c.Catalog()
-	if !ok || cat.Clusters[owner] == nil {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	x := c.m.clusters[owner]
+	if !c.synced || x == nil {
 		return false
 	}
-	for _, e := range cat.Clusters[owner].Exports {
-		if e.Key() == key {
-			return true
-		}
-	}
-	return false
+	_, ok := x.exports[key]
+	return ok
 }
 
 func freePort(t testing.TB) int {

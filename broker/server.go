@@ -33,6 +33,7 @@ type Server struct {
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
+	hub   *hub
 
 	// Counters, for tests and the bench.
 	Rejected  atomic.Uint64 // connections closed for a protocol or identity error
@@ -80,7 +81,8 @@ func NewWithStore(cfg Config, id *fabric.Identity, st Store) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", cfg.listen(), err)
 	}
-	return &Server{cfg: cfg, log: log.With("broker", cfg.ID), id: id, store: st, ln: ln, conns: map[net.Conn]struct{}{}}, nil
+	return &Server{cfg: cfg, log: log.With("broker", cfg.ID), id: id, store: st, ln: ln, conns: map[net.Conn]struct{}{},
+		hub: newHub(hubWindow)}, nil
 }
 
 // Addr returns the address the broker listens on.
@@ -117,6 +119,12 @@ func (s *Server) Run(ctx context.Context) error {
 	defer stop()
 	s.log.Info("broker listening", "addr", s.ln.Addr().String(), "advertise", s.advertise())
 	s.spawn(func() { s.placementLoop(ctx) })
+	s.spawn(func() {
+		if err := s.hub.run(ctx, s.store); err != nil {
+			// Connections then read the store themselves.
+			s.log.Warn("delta hub stopped", "err", err)
+		}
+	})
 	s.spawn(func() {
 		<-ctx.Done()
 		s.ln.Close()
@@ -173,6 +181,17 @@ type frameWriter struct {
 	mu sync.Mutex
 	bw *bufio.Writer
 	c  net.Conn
+}
+
+// sendRaw writes already encoded frames.
+func (w *frameWriter) sendRaw(data []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	if _, err := w.bw.Write(data); err != nil {
+		return err
+	}
+	return w.bw.Flush()
 }
 
 func (w *frameWriter) send(m *message) error {
@@ -258,7 +277,8 @@ func (s *Server) serveConn(ctx context.Context, raw net.Conn) {
 		}
 	}()
 	defer sendWG.Wait()
-	defer tc.Close() // unblocks the stream's writes
+	defer tc.Close()   // unblocks the stream's writes
+	var lastRev uint64 // of this connection's last publish, for cont
 	for {
 		m, err := readFrame(br)
 		if err != nil {
@@ -271,7 +291,15 @@ func (s *Server) serveConn(ctx context.Context, raw net.Conn) {
 			reject(protoErr(CodeMalformed, "%s frame from an agent: only publish after hello", m.T))
 			return
 		}
+		if m.Cont {
+			if lastRev == 0 {
+				reject(protoErr(CodeMalformed, "publish seq %d: cont without an earlier publish on this connection", m.Seq))
+				return
+			}
+			m.Base = lastRev
+		}
 		rev, err := s.publish(cctx, cluster, m)
+		lastRev = rev
 		if err != nil {
 			reject(err)
 			return
@@ -312,36 +340,67 @@ func (s *Server) publish(ctx context.Context, cluster string, m *message) (uint6
 	return rev, err
 }
 
+// hubWindow is how many bytes of recent delta frames the hub keeps.
+const hubWindow = 64 << 20
+
 // stream sends the catalog to one agent: deltas after since, or a
-// snapshot first when since is 0 or compacted away.
+// snapshot first when since is 0 or compacted away. Deltas come from the
+// hub while the agent keeps up, from the store otherwise.
 func (s *Server) stream(ctx context.Context, w *frameWriter, since uint64) error {
+	snapshot := since == 0
 	for {
-		if since > 0 {
-			err := s.store.Watch(ctx, since, func(rev uint64, evs []Entry) error {
-				since = rev
-				return sendEntries(w, msgDelta, rev, evs)
-			})
-			if !errors.Is(err, ErrCompacted) {
+		if snapshot {
+			entries, rev, err := s.store.Snapshot(ctx)
+			if err != nil {
 				return err
 			}
-		}
-		entries, rev, err := s.store.Snapshot(ctx)
-		if err != nil {
-			return err
-		}
-		sort.Slice(entries, func(i, j int) bool { return entries[i].Key < entries[j].Key })
-		if err := sendEntries(w, msgSnapshot, rev, entries); err != nil {
-			return err
-		}
-		since = rev
-		if since == 0 {
-			// An empty store: watch from the beginning.
-			err := s.store.Watch(ctx, 0, func(rev uint64, evs []Entry) error {
-				since = rev
-				return sendEntries(w, msgDelta, rev, evs)
-			})
-			if !errors.Is(err, ErrCompacted) {
+			sort.Slice(entries, func(i, j int) bool { return entries[i].Key < entries[j].Key })
+			if err := sendEntries(w, msgSnapshot, rev, entries); err != nil {
 				return err
+			}
+			since, snapshot = rev, false
+		}
+		var err error
+		var inWindow bool
+		if since, inWindow, err = s.hub.follow(ctx, w, since); err != nil {
+			return err
+		}
+		if inWindow {
+			continue
+		}
+		// Outside the hub's window: read the store until caught up with
+		// the hub, then switch back.
+		wctx, cancel := context.WithCancel(ctx)
+		err = s.store.Watch(wctx, since, func(rev uint64, evs []Entry) error {
+			since = rev
+			if err := sendEntries(w, msgDelta, rev, evs); err != nil {
+				return err
+			}
+			if _, _, ok := s.hub.after(since); ok {
+				cancel()
+			}
+			return nil
+		})
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, ErrCompacted):
+			snapshot = true
+		case err != nil && !errors.Is(err, context.Canceled):
+			return err
+		case err == nil:
+			return nil
+		}
+		if !snapshot {
+			// Not yet in the hub's window (it may not have started):
+			// avoid spinning between the two.
+			if _, _, ok := s.hub.after(since); !ok {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(10 * time.Millisecond):
+				}
 			}
 		}
 	}

@@ -99,14 +99,24 @@ func (s *BoltStore) Commit(ctx context.Context, cond Cond, puts []Entry, dels []
 // called inside it to record or forget ephemeral keys.
 func (s *BoltStore) commit(cond Cond, puts []Entry, dels []string, ephemeral func(*bolt.Tx) error) (uint64, error) {
 	var rev uint64
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	// Batch coalesces concurrent commits (several agents publishing at
+	// once) into one transaction and one fsync; each function still runs
+	// its condition check and gets its own revision. A function that fails
+	// is rerun alone, so a conflict never fails the others.
+	update := s.db.Batch
+	if ephemeral != nil {
+		update = s.db.Update
+	}
+	err := update(func(tx *bolt.Tx) error {
+		rev = 0
 		kv, meta := tx.Bucket(bucketKV), tx.Bucket(bucketMeta)
 		if cond.Key != "" {
 			if u64(kvRev(kv.Get([]byte(cond.Key)))) != cond.ModRev {
 				return ErrConflict
 			}
 		}
-		rev = u64(meta.Get(keyRev)) + 1
+		next := u64(meta.Get(keyRev)) + 1
+		rev = next
 		events := make([]Entry, 0, len(puts)+len(dels))
 		for _, k := range dels {
 			if kv.Get([]byte(k)) == nil {

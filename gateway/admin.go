@@ -25,6 +25,8 @@ import (
 //	POST   /v1/apply      body: YAML resources   → ApplyResult
 //	POST   /v1/delete     body: YAML resources   → ApplyResult (deletes by kind, namespace, name)
 //	GET    /v1/resources[?kind=K]                → YAML resources
+//	GET    /v1/resources?format=json[&kind=K]    → JSON array of resources (cheap for
+//	                                               agents polling thousands of exports)
 //	GET    /v1/status                            → Status
 const maxAdminBody = 8 << 20
 
@@ -137,6 +139,20 @@ func (g *Gateway) handleGet(w http.ResponseWriter, r *http.Request) {
 	var kinds []catalog.Kind
 	if k := r.URL.Query().Get("kind"); k != "" {
 		kinds = append(kinds, catalog.Kind(k))
+	}
+	if r.URL.Query().Get("format") == "json" {
+		list := g.store.Set().List(kinds...)
+		out := make([]json.RawMessage, len(list))
+		for i, res := range list {
+			b, err := catalog.EncodeJSON(res)
+			if err != nil {
+				writeError(w, http.StatusInternalServerError, err)
+				return
+			}
+			out[i] = b
+		}
+		writeJSON(w, http.StatusOK, out)
+		return
 	}
 	var buf bytes.Buffer
 	if err := catalog.Encode(&buf, g.store.Set().List(kinds...)); err != nil {
@@ -271,6 +287,28 @@ func (c *AdminClient) Get(kind string) ([]byte, error) {
 		path += "?kind=" + kind
 	}
 	return b, c.do("GET", path, nil, &b)
+}
+
+// List returns the gateway's resources, all or of one kind, decoded and
+// validated (the JSON form of Get, for programs).
+func (c *AdminClient) List(kind string) ([]catalog.Resource, error) {
+	var raw []json.RawMessage
+	path := "/v1/resources?format=json"
+	if kind != "" {
+		path += "&kind=" + kind
+	}
+	if err := c.do("GET", path, nil, &raw); err != nil {
+		return nil, err
+	}
+	out := make([]catalog.Resource, len(raw))
+	for i, b := range raw {
+		r, err := catalog.DecodeJSON(b)
+		if err != nil {
+			return nil, fmt.Errorf("gateway resource %d: %w", i, err)
+		}
+		out[i] = r
+	}
+	return out, nil
 }
 
 // Status returns the gateway's status.
