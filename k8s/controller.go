@@ -14,7 +14,9 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -39,6 +41,8 @@ type Controller struct {
 	closed bool
 }
 
+var setLoggerOnce sync.Once
+
 // theKey is the one work item: every change means "recompute the cluster".
 var theKey = reconcile.Request{}
 
@@ -53,6 +57,9 @@ func New(cfg Config) (*Controller, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	prefix, _ := cfg.clustersetIPs()
+	// controller-runtime's packages log through a global logger; without
+	// one they print a warning with a stack trace.
+	setLoggerOnce.Do(func() { ctrllog.SetLogger(logr.FromSlogHandler(log.Handler())) })
 	mgr, err := ctrl.NewManager(cfg.REST, ctrl.Options{
 		Scheme:                  api.NewScheme(),
 		Logger:                  logr.FromSlogHandler(log.Handler()),
@@ -72,6 +79,9 @@ func New(cfg Config) (*Controller, error) {
 		return []reconcile.Request{theKey}
 	})
 	b := ctrl.NewControllerManagedBy(mgr).Named("strait").
+		// Tests run several controllers in one process; the name only
+		// labels metrics, which strait does not serve from here.
+		WithOptions(controller.Options{SkipNameValidation: ptr(true)}).
 		Watches(&mcs.ServiceExport{}, all).
 		Watches(&mcs.ServiceImport{}, all).
 		Watches(&corev1.Service{}, all).

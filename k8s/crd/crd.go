@@ -15,6 +15,7 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	mcscrd "sigs.k8s.io/mcs-api/config/crd"
 	"sigs.k8s.io/yaml"
 
@@ -43,7 +44,12 @@ func Manifests() ([]Manifest, error) {
 		{"AccessPolicy", "accesspolicies", catalog.AccessPolicySpec{}, "AccessPolicy allows or denies connections from sources to exports; lower priority first, default deny."},
 	} {
 		c := straitCRD(k.kind, k.plural, k.doc, schemaOf(reflect.TypeOf(k.spec), k.kind+".spec"))
-		b, err := yaml.Marshal(c)
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(c)
+		if err != nil {
+			return nil, fmt.Errorf("crd %s: %w", k.kind, err)
+		}
+		delete(u, "status") // written by the API server
+		b, err := yaml.Marshal(u)
 		if err != nil {
 			return nil, fmt.Errorf("crd %s: %w", k.kind, err)
 		}
@@ -93,7 +99,7 @@ var constraints = map[string]func(*apiextensionsv1.JSONSchemaProps){
 	},
 	"AccessPolicy.spec.action": enum(catalog.Allow, catalog.Deny),
 	"AccessPolicy.spec.from.workloadSelector.matchExpressions[].operator": enum(catalog.OpIn, catalog.OpNotIn, catalog.OpExists, catalog.OpDoesNotExist),
-	"AccessPolicy.spec.to.exportSelector.matchExpressions[].operator":    enum(catalog.OpIn, catalog.OpNotIn, catalog.OpExists, catalog.OpDoesNotExist),
+	"AccessPolicy.spec.to.exportSelector.matchExpressions[].operator":     enum(catalog.OpIn, catalog.OpNotIn, catalog.OpExists, catalog.OpDoesNotExist),
 }
 
 func enum[T ~string](vs ...T) func(*apiextensionsv1.JSONSchemaProps) {
