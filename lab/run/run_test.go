@@ -107,6 +107,13 @@ func TestRunWritesEveryRequest(t *testing.T) {
 	if !bytes.Contains(stdout, []byte("IQR mean")) {
 		t.Error("no table on stdout")
 	}
+	// lcl runs last (slowest first) and emulates nothing; the run's
+	// backend is still the one edg10 used.
+	var md run.Metadata
+	readJSON(t, filepath.Join(dir, "metadata.json"), &md)
+	if md.Emulation == "none" || md.Emulation == "" {
+		t.Errorf("metadata emulation backend %q, want the one edg10 used", md.Emulation)
+	}
 }
 
 // TestKilledRunIsCleanedUp kills `strait lab run` with SIGKILL in the middle
@@ -345,7 +352,7 @@ func TestSeed000Reduced(t *testing.T) {
 	}
 	var md run.Metadata
 	readJSON(t, filepath.Join(dir, "metadata.json"), &md)
-	if md.KPIs["echo"] != 1000 || md.KPIs["static"] != 100 || md.Repetitions != 2 || md.Tools["strait"] == "" || md.TCPCC["b/client"] == "" || md.Emulation == "" || len(md.EmulatorSeeds) != 2 && md.Emulation == "userspace" {
+	if md.KPIs["echo"] != 1000 || md.KPIs["static"] != 100 || md.Repetitions != 2 || md.Tools["strait"] == "" || md.TCPCC["b/client"] == "" || md.Emulation == "" || md.Emulation == "none" || len(md.EmulatorSeeds) != 2 && md.Emulation == "userspace" {
 		t.Errorf("metadata incomplete: %+v", md)
 	}
 }

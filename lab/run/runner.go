@@ -310,7 +310,12 @@ func (r *runner) unit(ctx context.Context, u unit) (err error) {
 	if l.EmulatorSeed != 0 {
 		r.seeds[u.id()] = l.EmulatorSeed
 	}
-	r.backend = l.Backend
+	// Units without impairment (lcl, local) build no emulated links and
+	// report "none"; parallel units finish in any order, so a backend that
+	// emulates is never overwritten by one that did not.
+	if r.backend == "" || r.backend == "none" {
+		r.backend = l.Backend
+	}
 	r.ccs = map[string]string{}
 	for _, n := range plan.Nodes {
 		r.ccs[n.ID] = n.CongestionControl
