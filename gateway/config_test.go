@@ -48,7 +48,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"keepalive below the probe interval", goodConfig + "probe-interval: 300ms\nkeepalive-timeout: 200ms\n", "keepalive-timeout 200ms: must exceed the probe interval 300ms"},
 		{"probe interval negative", goodConfig + "probe-interval: -1ms\n", "probe-interval -1ms: must be 0 (default 10ms) up to 10s"},
 		{"probe interval tiny", goodConfig + "probe-interval: 10us\n", "probe-interval 10µs: must be at least 100us"},
-		{"probe misses", goodConfig + "probe-misses: -2\n", "probe-misses -2: must be 0 (default 3) to 1000"},
+		{"probe misses", goodConfig + "probe-misses: -2\n", "probe-misses -2: must be 0 (default 10) to 1000"},
 		{"health address", goodConfig + "health: nowhere\n", "health \"nowhere\": want host:port"},
 		{"keepalive not a duration", goodConfig + "keepalive-timeout: soon\n", "line 3: cannot unmarshal !!str `soon` into time.Duration"},
 		{"unknown field", goodConfig + "lisen: :4443\n", "field lisen not found"},

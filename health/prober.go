@@ -112,11 +112,21 @@ func (p *Prober) Run(ctx context.Context) error {
 	tick := time.NewTicker(p.cfg.Interval)
 	defer tick.Stop()
 	buf := make([]byte, ProbeLen)
+	prev := started
 	for seq := uint64(1); ; seq++ {
 		now := time.Now()
+		// A round that starts late means this process was not running: the
+		// replies may sit unread in the sockets, so silence proves nothing
+		// this round. Refusals (ICMP port unreachable) still count.
+		late := now.Sub(prev) > 2*p.cfg.Interval
+		prev = now
 		for i, t := range ts {
 			last := t.lastRecv.Load()
-			up := last != 0 && now.Sub(time.Unix(0, last)) < window && !t.refused.Load()
+			silent := last == 0 || now.Sub(time.Unix(0, last)) >= window
+			if late && state[i] == 1 {
+				silent = false
+			}
+			up := !silent && !t.refused.Load()
 			known := up || t.refused.Load() || now.Sub(started) >= window
 			want := 2
 			if up {

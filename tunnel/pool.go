@@ -102,7 +102,8 @@ type Pool struct {
 	view  atomic.Pointer[ring.Table]
 	kick  chan struct{} // a session came up or ended: recheck health now
 
-	healthMu sync.Mutex // serializes checkHealth and guards the slots' bookkeeping
+	healthMu  sync.Mutex // serializes checkHealth and guards the slots' bookkeeping
+	lastCheck time.Time  // of the last checkHealth, under healthMu
 
 	firstRound chan struct{} // closed when every slot tried once, or one is live
 	roundOnce  sync.Once

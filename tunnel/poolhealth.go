@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -78,7 +79,14 @@ func (p *Pool) checkHealth(now time.Time) {
 	p.healthMu.Lock()
 	defer p.healthMu.Unlock()
 	window := p.cfg.ProbeInterval * time.Duration(p.cfg.ProbeMisses)
+	// A check that runs late means this process was not running: frames
+	// may wait unread in the sockets, so silence proves nothing now.
+	late := p.cfg.ProbeInterval > 0 && !p.lastCheck.IsZero() && now.Sub(p.lastCheck) > 2*p.cfg.ProbeInterval
+	if now.After(p.lastCheck) {
+		p.lastCheck = now
+	}
 	alive := make([]bool, len(p.gws))
+	hasSession := make([]bool, len(p.gws))
 	heard := make([]bool, len(p.gws))
 	newSession := make([]bool, len(p.gws))
 	for _, sl := range p.slots {
@@ -101,9 +109,16 @@ func (p *Pool) checkHealth(now time.Time) {
 			// Forget what was heard before the failed open.
 			heard[gi] = false
 		}
-		if p.cfg.ProbeInterval == 0 || now.Sub(sl.lastRecv) < window {
+		hasSession[gi] = true
+		if p.cfg.ProbeInterval == 0 || late || now.Sub(sl.lastRecv) < window {
 			alive[gi] = true
 		}
+	}
+	// Silence from every gateway at once is more likely this side's own
+	// stall (or the path they share) than all of them dying together; with
+	// none left the table would route nowhere, so keep them all.
+	if !slices.Contains(alive, true) {
+		copy(alive, hasSession)
 	}
 	changed := false
 	for i, r := range p.gws {
@@ -125,7 +140,16 @@ func (p *Pool) checkHealth(now time.Time) {
 		if !up {
 			r.downs.Add(1)
 		}
-		p.log.Info("peer gateway health", "peer", p.cfg.Peer, "addr", r.addr, "live", up)
+		why := "answering"
+		switch {
+		case !hasSession[i]:
+			why = "no session"
+		case !alive[i]:
+			why = "silent"
+		case !up:
+			why = "open failed"
+		}
+		p.log.Info("peer gateway health", "peer", p.cfg.Peer, "addr", r.addr, "live", up, "why", why)
 	}
 	if changed {
 		p.setView()

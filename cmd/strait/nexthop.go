@@ -15,6 +15,7 @@ func init() {
 	var (
 		cfg     nexthop.Config
 		route   string
+		src     string
 		members []string
 	)
 	watch := &cobra.Command{
@@ -32,6 +33,11 @@ traffic.`,
 			var err error
 			if cfg.Route, err = netip.ParsePrefix(route); err != nil {
 				return fmt.Errorf("--route %q: want a prefix such as 10.96.0.50/32", route)
+			}
+			if src != "" {
+				if cfg.Src, err = netip.ParseAddr(src); err != nil {
+					return fmt.Errorf("--src %q: not an IP address", src)
+				}
 			}
 			for _, m := range members {
 				parts := strings.Split(m, ",")
@@ -54,12 +60,13 @@ traffic.`,
 	}
 	f := watch.Flags()
 	f.StringVar(&route, "route", "", "destination prefix the group serves")
+	f.StringVar(&src, "src", "", "source address for the route (the client node's own address)")
 	f.StringArrayVar(&members, "member", nil, "VIA,DEV,HEALTH of one gateway (repeat)")
 	f.IntVar(&cfg.ID, "id", 100, "nexthop group ID (members get ID+1, ID+2, …)")
 	f.IntVar(&cfg.Buckets, "buckets", 128, "resilient group size")
 	f.DurationVar(&cfg.IdleTimer, "idle-timer", 0, "idle time before a bucket may move to a returning gateway (default 1s)")
 	f.DurationVar(&cfg.Interval, "interval", 0, "health probe interval (default 5ms)")
-	f.IntVar(&cfg.Misses, "misses", 0, "missed probes that make a gateway dead (default 3)")
+	f.IntVar(&cfg.Misses, "misses", 0, "missed probes that make a gateway dead (default 200: 1s at 5ms)")
 
 	var listen string
 	respond := &cobra.Command{

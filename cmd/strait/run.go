@@ -13,6 +13,7 @@ import (
 	"github.com/strait-net/strait/lab"
 	"github.com/strait-net/strait/lab/emulation"
 	"github.com/strait-net/strait/lab/linkcheck"
+	"github.com/strait-net/strait/lab/multigw"
 	"github.com/strait-net/strait/lab/run"
 	"github.com/strait-net/strait/lab/scenario"
 	"github.com/strait-net/strait/lab/topology"
@@ -26,11 +27,14 @@ func init() {
 		Short: "Run an experiment file (or a built-in experiment by name) and write its results",
 		Long: "Run an experiment: for every scenario and repetition, build a fresh lab, start the\n" +
 			"workloads, drive the load through every tool, record every request, tear down.\n" +
-			"Built-in experiments: " + strings.Join(run.Builtins(), ", ") + ".",
+			"Built-in experiments: " + strings.Join(append(run.Builtins(), multigw.Builtins()...), ", ") + ".",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opts.Parallel < 0 {
 				return fmt.Errorf("--parallel %d: must not be negative", opts.Parallel)
+			}
+			if multigw.IsBuiltin(args[0]) || multigw.IsFile(args[0]) {
+				return runMultiGateway(cmd, args[0], opts.OutDir)
 			}
 			e, err := run.LoadExperiment(args[0])
 			if err != nil {

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -43,6 +44,10 @@ type Member struct {
 type Config struct {
 	// Route is the destination the group serves, e.g. a service VIP /32.
 	Route netip.Prefix
+	// Src is the client's source address for the route (in the lab, the
+	// node's own address). Without it the kernel picks the address of the
+	// first member's link, which the other gateways have no route back to.
+	Src netip.Addr
 	// ID is the group's nexthop ID; members get ID+1, ID+2, …. Default 100.
 	ID int
 	// Members are the gateways, at least one.
@@ -52,7 +57,11 @@ type Config struct {
 	// IdleTimer is how long a bucket must be idle before it may move to a
 	// returning gateway. Default 1s.
 	IdleTimer time.Duration
-	// Interval and Misses tune the health probes (defaults 5ms and 3).
+	// Interval and Misses tune the health probes (defaults 5ms and 200, i.e. 1s of silence). A
+	// killed gateway is seen at the next probe, whose ICMP port unreachable
+	// needs no misses; silence is for a frozen or vanished node, and a
+	// wrong verdict reroutes the gateway's established connections, so it
+	// must survive a busy host's scheduling delays.
 	Interval time.Duration
 	Misses   int
 	Logger   *slog.Logger
@@ -107,6 +116,9 @@ func New(cfg Config) (*Watcher, error) {
 	if cfg.IdleTimer == 0 {
 		cfg.IdleTimer = time.Second
 	}
+	if cfg.Misses == 0 {
+		cfg.Misses = 200
+	}
 	w := &Watcher{cfg: cfg, log: cfg.Logger, live: make([]bool, len(cfg.Members))}
 	if w.log == nil {
 		w.log = slog.Default()
@@ -117,8 +129,14 @@ func New(cfg Config) (*Watcher, error) {
 	return w, nil
 }
 
-// Setup creates the members, the group with all of them, and the route.
+// Setup hashes multipath routes on ports too, then creates the members,
+// the group with all of them, and the route. Without the L4 hash policy the
+// kernel hashes only the addresses, and every connection from a client to
+// the VIP lands in the same bucket, on one gateway.
 func (w *Watcher) Setup(ctx context.Context) error {
+	if err := os.WriteFile("/proc/sys/net/ipv4/fib_multipath_hash_policy", []byte("1\n"), 0o644); err != nil {
+		return fmt.Errorf("nexthop: hash flows on ports: %w", err)
+	}
 	for i, m := range w.cfg.Members {
 		if err := ip(ctx, "nexthop", "replace", "id", strconv.Itoa(w.cfg.ID+1+i), "via", m.Via.String(), "dev", m.Dev); err != nil {
 			return err
@@ -127,7 +145,11 @@ func (w *Watcher) Setup(ctx context.Context) error {
 	if err := w.install(ctx); err != nil {
 		return err
 	}
-	return ip(ctx, "route", "replace", w.cfg.Route.String(), "nhid", strconv.Itoa(w.cfg.ID))
+	args := []string{"route", "replace", w.cfg.Route.String(), "nhid", strconv.Itoa(w.cfg.ID)}
+	if w.cfg.Src.IsValid() {
+		args = append(args, "src", w.cfg.Src.String())
+	}
+	return ip(ctx, args...)
 }
 
 // install writes the group with the live members; with none live it keeps

@@ -91,7 +91,7 @@ clusters:
 		responders[i] = start(gw.Netns, bin, "lab", "health-respond", "--listen", members[i].Health)
 	}
 	client, _ := l.Plan.Node("b/client")
-	argv := []string{bin, "lab", "nexthop-watch", "--route", "10.96.0.50/32", "--id", "100", "--buckets", "64", "--interval", "5ms"}
+	argv := []string{bin, "lab", "nexthop-watch", "--route", "10.96.0.50/32", "--src", client.Addr.String(), "--id", "100", "--buckets", "64", "--interval", "5ms"}
 	for _, m := range members {
 		argv = append(argv, "--member", fmt.Sprintf("%s,%s,%s", m.Via, m.Dev, m.Health))
 	}

@@ -181,7 +181,7 @@ spec: {priority: 1000, action: allow}
 		if err != nil {
 			return nil, err
 		}
-		argv := []string{env.Binary, "lab", "nexthop-watch", "--route", ImportVIP.String() + "/32"}
+		argv := []string{env.Binary, "lab", "nexthop-watch", "--route", ImportVIP.String() + "/32", "--src", env.Client.Addr.String()}
 		for _, m := range members {
 			argv = append(argv, "--member", fmt.Sprintf("%s,%s,%s", m.Via, m.Dev, m.Health))
 		}

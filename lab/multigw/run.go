@@ -1,0 +1,559 @@
+package multigw
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/strait-net/strait/gateway"
+	"github.com/strait-net/strait/lab"
+	"github.com/strait-net/strait/lab/tool"
+	"github.com/strait-net/strait/lab/topology"
+	"github.com/strait-net/strait/load"
+)
+
+// Options are the runner's settings.
+type Options struct {
+	Binary string    // the strait executable run on the lab's nodes
+	OutDir string    // run directories go here
+	Out    io.Writer // progress and tables
+	Logger *slog.Logger
+}
+
+const (
+	probePort  = 7000
+	streamPort = 5201
+	// loadBin is the width of a row in the per-gateway load table.
+	loadBin = 250 * time.Millisecond
+)
+
+// Run runs every unit of e and writes results under a new run directory,
+// which it returns.
+func Run(ctx context.Context, e *Experiment, name string, opts Options) (string, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Out == nil {
+		opts.Out = io.Discard
+	}
+	dir := filepath.Join(opts.OutDir, fmt.Sprintf("%s-%s", filepath.Base(strings.TrimSuffix(name, ".yaml")), time.Now().UTC().Format("20060102-150405")))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	if b, err := json.MarshalIndent(e, "", "  "); err == nil {
+		_ = os.WriteFile(filepath.Join(dir, "experiment.json"), b, 0o644)
+	}
+	var results []any
+	var errs []error
+	for _, n := range e.Gateways {
+		r, err := runUnit(ctx, e, n, filepath.Join(dir, fmt.Sprintf("gw%d", n)), opts)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%d gateways: %w", n, err))
+		}
+		if r != nil {
+			results = append(results, r)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if e.Kind == KindAggregate {
+		printAggregate(opts.Out, e, results)
+	}
+	b, _ := json.MarshalIndent(results, "", "  ")
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
+		errs = append(errs, err)
+	}
+	fmt.Fprintf(opts.Out, "results in %s\n", dir)
+	return dir, errors.Join(errs...)
+}
+
+// unit is one lab with n gateways per cluster and strait set up in it.
+type unit struct {
+	lab    *lab.Lab
+	ctl    tool.GatewayController
+	target string
+	client *topology.PlanNode
+	dir    string
+	opts   Options
+}
+
+func runUnit(ctx context.Context, e *Experiment, n int, dir string, opts Options) (any, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	plan, err := e.Topology(fmt.Sprintf("mg%05x", rand.N(1<<20)), n).Plan()
+	if err != nil {
+		return nil, err
+	}
+	lopts := lab.Options{Binary: opts.Binary, Logger: opts.Logger}
+	l, err := lab.Up(ctx, plan, lopts)
+	if err != nil {
+		return nil, fmt.Errorf("lab up: %w", err)
+	}
+	defer func() {
+		if err := lab.Down(context.WithoutCancel(ctx), plan.Name, lopts); err != nil {
+			opts.Logger.Warn("lab down", "lab", plan.Name, "err", err)
+		}
+	}()
+	server, _ := plan.Node("a/server")
+	client, _ := plan.Node("b/client")
+	svc := tool.Service{Name: "probe", Port: probePort}
+	argv := []string{opts.Binary, "load", "probe-server", "--listen", net.JoinHostPort(server.Addr.String(), strconv.Itoa(probePort))}
+	if e.Kind == KindAggregate {
+		svc = tool.Service{Name: "stream", Port: streamPort}
+		argv = []string{opts.Binary, "load", "stream-server", "--listen", net.JoinHostPort(server.Addr.String(), strconv.Itoa(streamPort))}
+	}
+	srv, err := startLogged(ctx, l, server.ID, filepath.Join(dir, "server.log"), argv...)
+	if err != nil {
+		return nil, err
+	}
+	defer stopProc(srv)
+	if err := waitListening(ctx, l, client.ID, net.JoinHostPort(server.Addr.String(), strconv.Itoa(svc.Port))); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	tl, err := tool.New("strait")
+	if err != nil {
+		return nil, err
+	}
+	toolDir := filepath.Join(dir, "tool")
+	if err := os.MkdirAll(toolDir, 0o755); err != nil {
+		return nil, err
+	}
+	targets, err := tl.Setup(ctx, tool.Env{Lab: l, Server: server, Client: client, Services: []tool.Service{svc},
+		Dir: toolDir, Binary: opts.Binary, Logger: opts.Logger})
+	defer func() { _ = tl.Teardown(context.WithoutCancel(ctx)) }()
+	if err != nil {
+		return nil, fmt.Errorf("strait setup: %w", err)
+	}
+	u := &unit{lab: l, ctl: tl.(tool.GatewayController), target: targets[svc.Name], client: client, dir: dir, opts: opts}
+	if e.Kind == KindAggregate {
+		return u.aggregate(ctx, e, n)
+	}
+	var phases []*FailoverResult
+	var errs []error
+	for _, v := range e.Victims {
+		r, err := u.failover(ctx, e, v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("victim %s: %w", v, err))
+		}
+		if r != nil {
+			phases = append(phases, r)
+			r.print(opts.Out)
+		}
+	}
+	return phases, errors.Join(errs...)
+}
+
+// AggregateResult is one gateway count of an aggregate experiment.
+type AggregateResult struct {
+	Gateways   int     `json:"gateways"`
+	UplinkMbps float64 `json:"uplink_mbit_s"`
+	Mbps       float64 `json:"mbit_s"`
+	Goal       float64 `json:"goal_mbit_s"` // 0.9 × N × R
+	Ratio      float64 `json:"ratio_to_n_r"`
+	Retrans    int64   `json:"retransmits"`
+}
+
+func (u *unit) aggregate(ctx context.Context, e *Experiment, n int) (*AggregateResult, error) {
+	jsonFile := filepath.Join(u.dir, "stream.json")
+	out, err := u.runOn(ctx, u.client.ID, u.opts.Binary, "load", "stream", "--server", u.target,
+		"--parallel", strconv.Itoa(e.Stream.Parallel), "--duration", e.Stream.Duration.String(), "--json", jsonFile)
+	if err != nil {
+		return nil, fmt.Errorf("load stream: %w: %s", err, out)
+	}
+	b, err := os.ReadFile(jsonFile)
+	if err != nil {
+		return nil, err
+	}
+	var res load.StreamResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		return nil, fmt.Errorf("%s: %w", jsonFile, err)
+	}
+	r := &AggregateResult{Gateways: n, Mbps: res.Gbps * 1000, Retrans: res.Retransmits}
+	if e.Uplink != nil {
+		if p, err := e.Uplink.Params(); err == nil && p.Rate > 0 {
+			r.UplinkMbps = float64(p.Rate) * 8 / 1e6
+		}
+	}
+	if r.UplinkMbps > 0 {
+		r.Goal = 0.9 * float64(n) * r.UplinkMbps
+		r.Ratio = r.Mbps / (float64(n) * r.UplinkMbps)
+	}
+	fmt.Fprintf(u.opts.Out, "aggregate: %d gateways per cluster: %.1f Mbit/s (N×R = %.0f, ratio %.3f)\n", n, r.Mbps, float64(n)*r.UplinkMbps, r.Ratio)
+	return r, nil
+}
+
+func printAggregate(w io.Writer, e *Experiment, results []any) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "gateways\tuplink R (Mbit/s)\taggregate (Mbit/s)\tN×R\tratio\tgoal ≥0.9\tretransmits\t")
+	for _, x := range results {
+		r, ok := x.(*AggregateResult)
+		if !ok {
+			continue
+		}
+		met := "no"
+		if r.Ratio >= 0.9 {
+			met = "yes"
+		}
+		fmt.Fprintf(tw, "%d\t%.0f\t%.1f\t%.0f\t%.3f\t%s\t%d\t\n", r.Gateways, r.UplinkMbps, r.Mbps, float64(r.Gateways)*r.UplinkMbps, r.Ratio, met, r.Retrans)
+	}
+	tw.Flush()
+}
+
+// FailoverResult is one victim's phase of a failover experiment.
+type FailoverResult struct {
+	Victim string `json:"victim"`
+	Rate   int    `json:"rate"`
+	// New connections: probes lost after the kill (until the restart) and
+	// after the restart, and the recovery time lost ÷ rate.
+	NewLostKill       int       `json:"new_lost_after_kill"`
+	NewLostRestart    int       `json:"new_lost_after_restart"`
+	NewRecoveryKillMs float64   `json:"new_recovery_after_kill_ms"`
+	NewRecoveryRestMs float64   `json:"new_recovery_after_restart_ms"`
+	NewSent           int       `json:"new_sent"`
+	StreamSent        int       `json:"stream_sent"`
+	BrokenConns       int       `json:"stream_conns_broken"`
+	Conns             int       `json:"stream_conns"`
+	LostOnBroken      int       `json:"stream_lost_on_broken_conns"`
+	LostOnSurvivors   int       `json:"stream_lost_on_surviving_conns"`
+	StreamRecoveryMs  float64   `json:"stream_recovery_ms"`
+	KillOffsetMs      float64   `json:"kill_ms"`
+	RestartOffsetMs   float64   `json:"restart_ms"`
+	GatewayLoad       []LoadRow `json:"gateway_load"`
+	Gateways          []string  `json:"gateways"`
+}
+
+// LoadRow is one time bin of new streams per second per gateway.
+type LoadRow struct {
+	at     time.Time
+	AtMs   float64   `json:"at_ms"`
+	PerSec []float64 `json:"streams_per_s"`
+}
+
+func (u *unit) failover(ctx context.Context, e *Experiment, victim string) (*FailoverResult, error) {
+	pdir := filepath.Join(u.dir, strings.ReplaceAll(victim, "/", "-"))
+	if err := os.MkdirAll(pdir, 0o755); err != nil {
+		return nil, err
+	}
+	p := e.Probe
+	sampler := u.sample(ctx)
+	start := time.Now()
+	csvFile := filepath.Join(pdir, "probes.csv")
+	type done struct {
+		out []byte
+		err error
+	}
+	probeDone := make(chan done, 1)
+	go func() {
+		out, err := u.runOn(ctx, u.client.ID, u.opts.Binary, "load", "probe", "--addr", u.target, "--rate", strconv.Itoa(p.Rate),
+			"--streams", strconv.Itoa(p.Streams), "--duration", p.Duration.String(), "--csv", csvFile)
+		probeDone <- done{out, err}
+	}()
+	var killAt, restartAt time.Time
+	var evErr error
+	if sleepCtx(ctx, time.Until(start.Add(p.KillAt))) {
+		killAt = time.Now()
+		evErr = u.ctl.Kill(victim)
+	}
+	if evErr == nil && sleepCtx(ctx, time.Until(start.Add(p.RestartAt))) {
+		restartAt = time.Now()
+		evErr = u.ctl.Restart(ctx, victim)
+	}
+	d := <-probeDone
+	loads, names := sampler()
+	_ = os.WriteFile(filepath.Join(pdir, "probe.out"), d.out, 0o644)
+	if d.err != nil {
+		return nil, fmt.Errorf("load probe: %w: %s", d.err, d.out)
+	}
+	if evErr != nil {
+		return nil, evErr
+	}
+	samples, err := readProbeCSV(csvFile)
+	if err != nil {
+		return nil, err
+	}
+	r := &FailoverResult{Victim: victim, Rate: p.Rate, Gateways: names,
+		KillOffsetMs: ms(killAt.Sub(start)), RestartOffsetMs: ms(restartAt.Sub(start))}
+	per := 1000 / float64(p.Rate)
+	broken := map[string]bool{}
+	conns := map[string]bool{}
+	connOf := func(s load.ProbeSample) string { id, _, _ := strings.Cut(s.Conn, ":"); return id }
+	for _, s := range samples {
+		if s.Mode == load.ProbeStream {
+			conns[connOf(s)] = true
+			if strings.Contains(s.Err, "connection") {
+				broken[connOf(s)] = true
+			}
+		}
+	}
+	for _, s := range samples {
+		switch s.Mode {
+		case load.ProbeNew:
+			r.NewSent++
+			if !s.Lost() {
+				continue
+			}
+			if s.Sent.Before(restartAt) {
+				r.NewLostKill++
+			} else {
+				r.NewLostRestart++
+			}
+		case load.ProbeStream:
+			r.StreamSent++
+			if !s.Lost() {
+				continue
+			}
+			if broken[connOf(s)] {
+				r.LostOnBroken++
+			} else {
+				r.LostOnSurvivors++
+			}
+		}
+	}
+	r.Conns, r.BrokenConns = len(conns), len(broken)
+	half := func(x float64) float64 { return math.Round(x*2) / 2 }
+	r.NewRecoveryKillMs = half(float64(r.NewLostKill) * per)
+	r.NewRecoveryRestMs = half(float64(r.NewLostRestart) * per)
+	r.StreamRecoveryMs = half(float64(r.LostOnBroken+r.LostOnSurvivors) * per)
+	for _, row := range loads {
+		row.AtMs = ms(row.at.Sub(start))
+		r.GatewayLoad = append(r.GatewayLoad, row)
+	}
+	b, _ := json.MarshalIndent(r, "", "  ")
+	_ = os.WriteFile(filepath.Join(pdir, "result.json"), b, 0o644)
+	return r, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func (r *FailoverResult) print(w io.Writer) {
+	fmt.Fprintf(w, "\nfailover: kill -9 %s at %.0f ms, restart at %.0f ms; probes %d/s per mode\n", r.Victim, r.KillOffsetMs, r.RestartOffsetMs, r.Rate)
+	fmt.Fprintf(w, "  new connections: %d sent; lost after kill %d → recovery %.1f ms; lost after restart %d → %.1f ms\n",
+		r.NewSent, r.NewLostKill, r.NewRecoveryKillMs, r.NewLostRestart, r.NewRecoveryRestMs)
+	fmt.Fprintf(w, "  established streams: %d sent over %d connections; %d broke (through %s): %d lost on them; lost on surviving connections: %d\n",
+		r.StreamSent, r.Conns, r.BrokenConns, r.Victim, r.LostOnBroken, r.LostOnSurvivors)
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "  t (ms)\t")
+	for _, g := range r.Gateways {
+		fmt.Fprintf(tw, "%s\t", g)
+	}
+	fmt.Fprintln(tw, "  new streams/s per gateway")
+	for _, row := range r.GatewayLoad {
+		fmt.Fprintf(tw, "  %.0f\t", row.AtMs)
+		for _, v := range row.PerSec {
+			fmt.Fprintf(tw, "%.0f\t", v)
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+}
+
+// sample polls every importing gateway's admin status until the returned
+// function is called, which returns new streams per second per gateway per
+// loadBin. An exporting gateway's load is the streams the importing
+// gateways opened on it; an importing gateway's is the streams it opened.
+func (u *unit) sample(ctx context.Context) func() ([]LoadRow, []string) {
+	var importers, exporters []string
+	for _, id := range u.ctl.Gateways() {
+		if strings.HasPrefix(id, "b/") {
+			importers = append(importers, id)
+		} else {
+			exporters = append(exporters, id)
+		}
+	}
+	slices.Sort(importers)
+	slices.Sort(exporters)
+	names := append(slices.Clone(exporters), importers...)
+	addrOf := map[string]string{} // WAN address → exporter node ID
+	for _, id := range exporters {
+		n, _ := u.lab.Plan.Node(id)
+		addrOf[net.JoinHostPort(n.Addr.String(), "4443")] = id
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	var mu sync.Mutex
+	type point struct {
+		at     time.Time
+		counts map[string]uint64 // cumulative per importer → per exporter
+	}
+	var points []point
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		clients := map[string]*gateway.AdminClient{}
+		for _, id := range importers {
+			clients[id] = gateway.NewAdminClient(u.ctl.AdminSocket(id))
+		}
+		for sctx.Err() == nil {
+			pt := point{at: time.Now(), counts: map[string]uint64{}}
+			for _, id := range importers {
+				st, err := clients[id].Status()
+				if err != nil {
+					continue
+				}
+				for _, p := range st.Peers {
+					for _, g := range p.Gateways {
+						pt.counts[id+">"+addrOf[g.Addr]] = g.Streams
+					}
+				}
+			}
+			mu.Lock()
+			points = append(points, pt)
+			mu.Unlock()
+			sleepCtx(sctx, loadBin)
+		}
+	}()
+	return func() ([]LoadRow, []string) {
+		cancel()
+		wg.Wait()
+		var rows []LoadRow
+		for i := 1; i < len(points); i++ {
+			a, b := points[i-1], points[i]
+			dt := b.at.Sub(a.at).Seconds()
+			row := LoadRow{at: b.at, PerSec: make([]float64, len(names))}
+			for k, v := range b.counts {
+				prev, ok := a.counts[k]
+				if !ok || v < prev {
+					prev = 0 // a restarted importer counts from zero
+					if !ok {
+						continue
+					}
+				}
+				imp, exp, _ := strings.Cut(k, ">")
+				inc := float64(v-prev) / dt
+				row.PerSec[slices.Index(names, exp)] += inc
+				row.PerSec[slices.Index(names, imp)] += inc
+			}
+			rows = append(rows, row)
+		}
+		return rows, names
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (u *unit) runOn(ctx context.Context, node string, argv ...string) ([]byte, error) {
+	cmd, err := u.lab.Command(ctx, node, argv...)
+	if err != nil {
+		return nil, err
+	}
+	return cmd.CombinedOutput()
+}
+
+type proc struct {
+	cmd  interface{ Wait() error }
+	kill func()
+	done chan struct{}
+}
+
+func startLogged(ctx context.Context, l *lab.Lab, node, logFile string, argv ...string) (*proc, error) {
+	f, err := os.Create(logFile)
+	if err != nil {
+		return nil, err
+	}
+	cmd, err := l.Command(context.WithoutCancel(ctx), node, argv...)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	p := &proc{done: make(chan struct{}), kill: func() { _ = cmd.Process.Signal(os.Interrupt) }}
+	go func() {
+		_ = cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func stopProc(p *proc) {
+	p.kill()
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// waitListening waits until a TCP connect from node to addr succeeds.
+func waitListening(ctx context.Context, l *lab.Lab, node, addr string) error {
+	host, port, _ := net.SplitHostPort(addr)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		cmd, err := l.Command(ctx, node, "bash", "-c", fmt.Sprintf("exec 3<>/dev/tcp/%s/%s", host, port))
+		if err != nil {
+			return err
+		}
+		if cmd.Run() == nil {
+			return nil
+		}
+		if !sleepCtx(ctx, 50*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	return fmt.Errorf("%s not listening after 10s", addr)
+}
+
+// readProbeCSV reads what `strait load probe --csv` wrote.
+func readProbeCSV(path string) ([]load.ProbeSample, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(rows) == 0 || strings.Join(rows[0], ",") != "mode,seq,conn,send_unix_us,recv_unix_us,rtt_us,lost,error" {
+		return nil, fmt.Errorf("%s: not a probe CSV (header %v)", path, rows)
+	}
+	var out []load.ProbeSample
+	for i, r := range rows[1:] {
+		seq, err1 := strconv.ParseUint(r[1], 10, 64)
+		sent, err2 := strconv.ParseInt(r[3], 10, 64)
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, fmt.Errorf("%s: row %d: %w", path, i+2, err)
+		}
+		s := load.ProbeSample{Mode: r[0], Seq: seq, Conn: r[2], Sent: time.UnixMicro(sent), Err: r[7]}
+		if r[4] != "" {
+			recv, err := strconv.ParseInt(r[4], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%s: row %d: recv_unix_us: %w", path, i+2, err)
+			}
+			s.Recv = time.UnixMicro(recv)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
