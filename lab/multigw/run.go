@@ -188,7 +188,7 @@ func (u *unit) aggregate(ctx context.Context, e *Experiment, n int) (*AggregateR
 	r := &AggregateResult{Gateways: n, Mbps: res.Gbps * 1000, Retrans: res.Retransmits}
 	if e.Uplink != nil {
 		if p, err := e.Uplink.Params(); err == nil && p.Rate > 0 {
-			r.UplinkMbps = float64(p.Rate) * 8 / 1e6
+			r.UplinkMbps = float64(p.Rate) / 1e6 // Params.Rate is in bits per second
 		}
 	}
 	if r.UplinkMbps > 0 {
