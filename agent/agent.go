@@ -245,11 +245,13 @@ func (a *Agent) publishLoop(ctx context.Context) error {
 	var lastMod time.Time
 	var lastSize int64
 	published := false
+	traced := map[string]bool{} // exports whose publish start is in the trace
 	for {
 		st, changed, err := a.readState(&lastRev, &lastMod, &lastSize)
 		if err != nil {
 			a.log.Warn("reading exports", "err", err)
 		} else if changed || !published {
+			a.tracePublish(st, traced)
 			if _, err := a.client.Publish(ctx, st); err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -265,6 +267,25 @@ func (a *Agent) publishLoop(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+}
+
+// tracePublish records when each export was first handed to the broker
+// client, so experiments can tell the broker layer's share of the latency
+// from the export source's.
+func (a *Agent) tracePublish(st broker.ClusterState, traced map[string]bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.trace == nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	for _, e := range st.Exports {
+		if !traced[e.Key()] {
+			traced[e.Key()] = true
+			fmt.Fprintf(a.trace, "%d pub %s\n", now, e.Key())
+		}
+	}
+	a.trace.Flush()
 }
 
 // readState reads the exports and gateways if the source changed since

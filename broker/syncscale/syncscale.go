@@ -99,6 +99,10 @@ type Result struct {
 	P50, P99, Max time.Duration
 	// Everywhere: latency until the last other cluster has it (one sample per service).
 	EverywhereP50, EverywhereP99, EverywhereMax time.Duration
+	// BrokerP50/P99/Max: per receiver, from the exporting agent handing the
+	// export to its broker client until the receiving agent has it: the
+	// broker layer's share, without the export source (gateway API, poll).
+	BrokerP50, BrokerP99, BrokerMax time.Duration
 	// CreateSpan is from the first creation request to the last creation
 	// call's return; AllEverywhere from the first request until every
 	// export is in every other cluster.
@@ -390,16 +394,17 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	// Wait until every agent has every other cluster's exports.
 	want := cfg.Services
 	seen := make([]map[string]time.Time, len(clusters)) // receiver → "cluster ns/name" → first seen
+	pub := make([]map[string]time.Time, len(clusters))  // exporter → "ns/name" → handed to the broker client
 	readers := make([]*traceReader, len(clusters))
 	for i := range clusters {
-		seen[i] = map[string]time.Time{}
+		seen[i], pub[i] = map[string]time.Time{}, map[string]time.Time{}
 		readers[i] = &traceReader{path: traces[i]}
 	}
 	deadline := time.Now().Add(cfg.Timeout)
 	for {
 		complete := true
 		for i := range clusters {
-			if err := readers[i].read(seen[i]); err != nil {
+			if err := readers[i].read(seen[i], pub[i]); err != nil {
 				return res, err
 			}
 			if len(seen[i]) < want-len(created[i]) {
@@ -435,7 +440,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	}
 
 	// Latencies.
-	var lat, every []time.Duration
+	var lat, every, brk []time.Duration
 	var last time.Time
 	for i := range clusters {
 		for key, at := range created[i] {
@@ -450,6 +455,9 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 				}
 				d := s.Sub(at)
 				lat = append(lat, d)
+				if p, ok := pub[i][key]; ok {
+					brk = append(brk, s.Sub(p))
+				}
 				worst = max(worst, d)
 				if s.After(last) {
 					last = s
@@ -463,6 +471,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	}
 	res.P50, res.P99, res.Max = quantile(lat, 0.5), quantile(lat, 0.99), quantile(lat, 1)
 	res.EverywhereP50, res.EverywhereP99, res.EverywhereMax = quantile(every, 0.5), quantile(every, 0.99), quantile(every, 1)
+	res.BrokerP50, res.BrokerP99, res.BrokerMax = quantile(brk, 0.5), quantile(brk, 0.99), quantile(brk, 1)
 	res.AllEverywhere = last.Sub(t0)
 
 	// Stall: for each agent of the killed broker, kill → its next session.
@@ -660,8 +669,9 @@ type traceReader struct {
 	rest string
 }
 
-// read adds the "put" lines since the last call to seen (first time wins).
-func (r *traceReader) read(seen map[string]time.Time) error {
+// read adds the "put" lines since the last call to seen and the "pub"
+// lines to pub (first time wins).
+func (r *traceReader) read(seen, pub map[string]time.Time) error {
 	f, err := os.Open(r.path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -683,11 +693,16 @@ func (r *traceReader) read(seen map[string]time.Time) error {
 	r.rest = lines[len(lines)-1]
 	for _, l := range lines[:len(lines)-1] {
 		f := strings.Fields(l)
-		if len(f) == 4 && f[1] == "put" {
-			ns, _ := strconv.ParseInt(f[0], 10, 64)
+		ns, _ := strconv.ParseInt(f[0], 10, 64)
+		switch {
+		case len(f) == 4 && f[1] == "put":
 			k := f[2] + " " + f[3]
 			if _, ok := seen[k]; !ok {
 				seen[k] = time.Unix(0, ns)
+			}
+		case len(f) == 3 && f[1] == "pub" && pub != nil:
+			if _, ok := pub[f[2]]; !ok {
+				pub[f[2]] = time.Unix(0, ns)
 			}
 		}
 	}
@@ -756,8 +771,9 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 
 // WriteTable prints results as one table.
 func WriteTable(w io.Writer, rs []Result) {
-	fmt.Fprintf(w, "%-8s %-5s %-9s %8s %8s %8s %8s %8s %8s %9s %9s %8s %9s %9s %9s %8s %8s %s\n",
-		"brokers", "store", "services", "p50", "p99", "max", "evP50", "evP99", "evMax", "create", "all-every", "brkCPU", "brkPeak", "etcdCPU", "etcdPeak", "wireMB", "stall", "killed")
+	fmt.Fprintf(w, "%-8s %-5s %-9s %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %9s %8s %9s %9s %9s %8s %8s %s\n",
+		"brokers", "store", "services", "p50", "p99", "max", "evP50", "evP99", "evMax", "layerP50", "layerP99", "layerMax",
+		"create", "all-every", "brkCPU", "brkPeak", "etcdCPU", "etcdPeak", "wireMB", "stall", "killed")
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.0fms", float64(d)/1e6) }
 	for _, r := range rs {
 		killed := "-"
@@ -766,8 +782,9 @@ func WriteTable(w io.Writer, rs []Result) {
 			killed = fmt.Sprintf("%s(%d agents, max lat after kill %s)", r.Killed, r.KilledAgents, ms(r.MaxAround))
 			stall = ms(r.Stall)
 		}
-		fmt.Fprintf(w, "%-8d %-5s %-9d %8s %8s %8s %8s %8s %8s %9s %9s %7.2fs %8.0fMB %8.2fs %8.0fMB %8.1f %8s %s\n",
+		fmt.Fprintf(w, "%-8d %-5s %-9d %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %9s %7.2fs %8.0fMB %8.2fs %8.0fMB %8.1f %8s %s\n",
 			r.Brokers, r.Store, r.Services, ms(r.P50), ms(r.P99), ms(r.Max), ms(r.EverywhereP50), ms(r.EverywhereP99), ms(r.EverywhereMax),
+			ms(r.BrokerP50), ms(r.BrokerP99), ms(r.BrokerMax),
 			ms(r.CreateSpan), ms(r.AllEverywhere), r.BrokerCPU, float64(r.BrokerPeakRSS)/1e6, r.EtcdCPU, float64(r.EtcdPeakRSS)/1e6,
 			float64(r.WireIn+r.WireOut)/1e6, stall, killed)
 	}
