@@ -68,6 +68,9 @@ func New(cfg Config) (*Controller, error) {
 		LeaderElection:          cfg.LeaderElection,
 		LeaderElectionID:        "strait-controller",
 		LeaderElectionNamespace: cfg.LeaderElectionNamespace,
+		// Hand over at once on a clean stop instead of after the lease
+		// runs out; Run returns only after the manager stopped anyway.
+		LeaderElectionReleaseOnCancel: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("controller: manager: %w", err)
