@@ -63,6 +63,7 @@ func Run(ctx context.Context, e *Experiment, name string, opts Options) (string,
 	for _, n := range e.Gateways {
 		r, err := runUnit(ctx, e, n, filepath.Join(dir, fmt.Sprintf("gw%d", n)), opts)
 		if err != nil {
+			fmt.Fprintf(opts.Out, "%d gateways: %v\n", n, err)
 			errs = append(errs, fmt.Errorf("%d gateways: %w", n, err))
 		}
 		if r != nil {
@@ -127,6 +128,17 @@ func runUnit(ctx context.Context, e *Experiment, n int, dir string, opts Options
 	if err := waitListening(ctx, l, client.ID, net.JoinHostPort(server.Addr.String(), strconv.Itoa(svc.Port))); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
+	var direct float64
+	if e.Kind == KindAggregate {
+		// The same load by plain routing first: the client's routes to the
+		// server hash on addresses only, so direct traffic takes one b
+		// uplink and one a uplink — what one path of this lab carries on
+		// this host now, the baseline for N paths.
+		addr := net.JoinHostPort(server.Addr.String(), strconv.Itoa(streamPort))
+		if direct, err = streamMbps(ctx, l, client.ID, addr, e, filepath.Join(dir, "direct.json"), opts.Binary); err != nil {
+			return nil, fmt.Errorf("direct: %w", err)
+		}
+	}
 	tl, err := tool.New("strait")
 	if err != nil {
 		return nil, err
@@ -143,7 +155,11 @@ func runUnit(ctx context.Context, e *Experiment, n int, dir string, opts Options
 	}
 	u := &unit{lab: l, ctl: tl.(tool.GatewayController), target: targets[svc.Name], client: client, dir: dir, opts: opts}
 	if e.Kind == KindAggregate {
-		return u.aggregate(ctx, e, n)
+		r, err := u.aggregate(ctx, e, n, direct)
+		if r == nil {
+			return nil, err // not a typed nil in an interface
+		}
+		return r, err
 	}
 	var phases []*FailoverResult
 	var errs []error
@@ -167,25 +183,18 @@ type AggregateResult struct {
 	Mbps       float64 `json:"mbit_s"`
 	Goal       float64 `json:"goal_mbit_s"` // 0.9 × N × R
 	Ratio      float64 `json:"ratio_to_n_r"`
-	Retrans    int64   `json:"retransmits"`
+	// DirectMbps is plain routing over one path of the same lab, measured
+	// just before; RatioDirect is Mbps ÷ (N × DirectMbps).
+	DirectMbps  float64 `json:"direct_one_path_mbit_s"`
+	RatioDirect float64 `json:"ratio_to_n_direct"`
 }
 
-func (u *unit) aggregate(ctx context.Context, e *Experiment, n int) (*AggregateResult, error) {
-	jsonFile := filepath.Join(u.dir, "stream.json")
-	out, err := u.runOn(ctx, u.client.ID, u.opts.Binary, "load", "stream", "--server", u.target,
-		"--parallel", strconv.Itoa(e.Stream.Parallel), "--duration", e.Stream.Duration.String(), "--json", jsonFile)
-	if err != nil {
-		return nil, fmt.Errorf("load stream: %w: %s", err, out)
-	}
-	b, err := os.ReadFile(jsonFile)
+func (u *unit) aggregate(ctx context.Context, e *Experiment, n int, direct float64) (*AggregateResult, error) {
+	mbps, err := streamMbps(ctx, u.lab, u.client.ID, u.target, e, filepath.Join(u.dir, "stream.json"), u.opts.Binary)
 	if err != nil {
 		return nil, err
 	}
-	var res load.StreamResult
-	if err := json.Unmarshal(b, &res); err != nil {
-		return nil, fmt.Errorf("%s: %w", jsonFile, err)
-	}
-	r := &AggregateResult{Gateways: n, Mbps: res.Gbps * 1000, Retrans: res.Retransmits}
+	r := &AggregateResult{Gateways: n, Mbps: mbps, DirectMbps: direct}
 	if e.Uplink != nil {
 		if p, err := e.Uplink.Params(); err == nil && p.Rate > 0 {
 			r.UplinkMbps = float64(p.Rate) / 1e6 // Params.Rate is in bits per second
@@ -195,23 +204,48 @@ func (u *unit) aggregate(ctx context.Context, e *Experiment, n int) (*AggregateR
 		r.Goal = 0.9 * float64(n) * r.UplinkMbps
 		r.Ratio = r.Mbps / (float64(n) * r.UplinkMbps)
 	}
-	fmt.Fprintf(u.opts.Out, "aggregate: %d gateways per cluster: %.1f Mbit/s (N×R = %.0f, ratio %.3f)\n", n, r.Mbps, float64(n)*r.UplinkMbps, r.Ratio)
+	if direct > 0 {
+		r.RatioDirect = r.Mbps / (float64(n) * direct)
+	}
+	fmt.Fprintf(u.opts.Out, "aggregate: %d gateways per cluster: strait %.1f Mbit/s, direct one path %.1f Mbit/s, N×R = %.0f\n", n, r.Mbps, direct, float64(n)*r.UplinkMbps)
 	return r, nil
+}
+
+// streamMbps runs `strait load stream` from node to addr and returns its
+// throughput.
+func streamMbps(ctx context.Context, l *lab.Lab, node, addr string, e *Experiment, jsonFile, bin string) (float64, error) {
+	cmd, err := l.Command(ctx, node, bin, "load", "stream", "--server", addr,
+		"--parallel", strconv.Itoa(e.Stream.Parallel), "--duration", e.Stream.Duration.String(), "--json", jsonFile)
+	if err != nil {
+		return 0, err
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("load stream: %w: %s", err, out)
+	}
+	b, err := os.ReadFile(jsonFile)
+	if err != nil {
+		return 0, err
+	}
+	var res load.StreamResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		return 0, fmt.Errorf("%s: %w", jsonFile, err)
+	}
+	return res.Gbps * 1000, nil
 }
 
 func printAggregate(w io.Writer, e *Experiment, results []any) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "gateways\tuplink R (Mbit/s)\taggregate (Mbit/s)\tN×R\tratio\tgoal ≥0.9\tretransmits\t")
+	fmt.Fprintln(tw, "gateways\tuplink R (Mbit/s)\tstrait (Mbit/s)\tN×R\tstrait/(N×R)\tgoal ≥0.9\tdirect 1 path (Mbit/s)\tstrait/(N×direct)\t")
 	for _, x := range results {
 		r, ok := x.(*AggregateResult)
-		if !ok {
+		if !ok || r == nil {
 			continue
 		}
 		met := "no"
 		if r.Ratio >= 0.9 {
 			met = "yes"
 		}
-		fmt.Fprintf(tw, "%d\t%.0f\t%.1f\t%.0f\t%.3f\t%s\t%d\t\n", r.Gateways, r.UplinkMbps, r.Mbps, float64(r.Gateways)*r.UplinkMbps, r.Ratio, met, r.Retrans)
+		fmt.Fprintf(tw, "%d\t%.0f\t%.1f\t%.0f\t%.3f\t%s\t%.1f\t%.3f\t\n", r.Gateways, r.UplinkMbps, r.Mbps, float64(r.Gateways)*r.UplinkMbps, r.Ratio, met, r.DirectMbps, r.RatioDirect)
 	}
 	tw.Flush()
 }
