@@ -131,7 +131,9 @@ func (v *assignView) compute() (assignment, error) {
 	if len(m.Clusters) == 0 {
 		return out, nil
 	}
-	cfg := placement.Config{Seed: 1}
+	// A generous slack: moving an agent costs a reconnect, and a broker
+	// half again as loaded as the best mapping is still far from full.
+	cfg := placement.Config{Seed: 1, Slack: 0.5}
 	var a placement.Assignment
 	if len(v.stored.Clusters) > 0 {
 		r, _, err := placement.Remap(placement.Assignment(v.stored.Clusters), m, cfg)

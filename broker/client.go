@@ -156,9 +156,15 @@ func (c *Client) Run(ctx context.Context) error {
 		backoff = 50 * time.Millisecond
 		err = c.serve(ctx, s)
 		if ctx.Err() == nil {
-			if errors.Is(err, errMove) {
+			var pe *ProtocolError
+			switch {
+			case errors.Is(err, errMove):
 				c.log.Info("moving to the assigned broker", "from", s.broker)
-			} else {
+			case errors.As(err, &pe):
+				// The broker is fine; our request was refused (a stale
+				// base after a failover race): reconnect and replan.
+				c.log.Info("broker refused a request", "broker", s.broker, "err", err)
+			default:
 				c.log.Info("broker connection lost", "broker", s.broker, "err", err)
 				c.markSuspect(s.broker)
 			}
@@ -216,6 +222,10 @@ func (c *Client) allSuspect() bool {
 // session is one connection to a broker.
 type session struct {
 	broker string
+	// ownRev is the revision of this cluster's entries when the session
+	// started: publishing waits until the stream delivered it, so the base
+	// it sends includes publishes cut off on an earlier session.
+	ownRev uint64
 	conn   net.Conn
 	br     *bufio.Reader
 	w      *frameWriter
@@ -292,7 +302,7 @@ func (c *Client) dial(ctx context.Context, addr string) (*session, error) {
 		tc.Close()
 		return nil, fmt.Errorf("broker %s: %s frame before welcome", addr, m.T)
 	}
-	s.broker = m.Broker
+	s.broker, s.ownRev = m.Broker, m.Own
 	c.connects.Add(1)
 	return s, nil
 }
@@ -567,7 +577,7 @@ func (c *Client) plan(ctx context.Context, want map[string]Export, gws []Gateway
 			c.mu.Unlock()
 			return nil, nil, 0, 0, errors.New("broker client closed")
 		}
-		if c.sess != nil && c.synced {
+		if c.sess != nil && c.synced && c.ownRevLocked() >= c.sess.ownRev {
 			s := c.sess
 			own := c.m.clusters[c.cfg.Cluster]
 			if own == nil {
@@ -619,6 +629,13 @@ func (c *Client) plan(ctx context.Context, want map[string]Export, gws []Gateway
 		case <-wait:
 		}
 	}
+}
+
+func (c *Client) ownRevLocked() uint64 {
+	if own := c.m.clusters[c.cfg.Cluster]; own != nil {
+		return own.metaRev
+	}
+	return 0
 }
 
 func normExport(e Export) Export {

@@ -260,7 +260,12 @@ func (s *Server) serveConn(ctx context.Context, raw net.Conn) {
 		reject(protoErr(CodeFuture, "resume from revision %d: the catalog is at %d (a replayed or foreign revision)", hello.Since, cur))
 		return
 	}
-	if err := w.send(&message{T: msgWelcome, Broker: s.cfg.ID, Cluster: cluster, Rev: cur}); err != nil {
+	own, _, err := s.store.Get(ctx, metaKey(cluster))
+	if err != nil {
+		reject(err)
+		return
+	}
+	if err := w.send(&message{T: msgWelcome, Broker: s.cfg.ID, Cluster: cluster, Rev: cur, Own: own.ModRev}); err != nil {
 		return
 	}
 	log.Debug("agent connected", "since", hello.Since)

@@ -21,6 +21,7 @@ import (
 //     previous one, and returns the last; watchers may then see a prefix.
 //   - Snapshot returns every entry and the revision they are at; Revision
 //     only the revision.
+//   - Get returns one entry, ok false if absent.
 //   - An empty Cond.Key makes a Commit unconditional.
 //   - Watch calls fn with the events after revision after, in revision
 //     order, all events of one revision in one call, until ctx is done or
@@ -35,6 +36,7 @@ type Store interface {
 	Commit(ctx context.Context, cond Cond, puts []Entry, dels []string) (rev uint64, err error)
 	Snapshot(ctx context.Context) (entries []Entry, rev uint64, err error)
 	Revision(ctx context.Context) (uint64, error)
+	Get(ctx context.Context, key string) (e Entry, ok bool, err error)
 	Watch(ctx context.Context, after uint64, fn func(rev uint64, events []Entry) error) error
 	Ephemeral(ctx context.Context, key string, value []byte) (stop func(), err error)
 	Close() error

@@ -210,6 +210,19 @@ func (s *BoltStore) Revision(ctx context.Context) (uint64, error) {
 	return rev, err
 }
 
+// Get implements Store.
+func (s *BoltStore) Get(ctx context.Context, key string) (Entry, bool, error) {
+	var e Entry
+	var ok bool
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketKV).Get([]byte(key)); len(v) >= 8 {
+			e, ok = Entry{Key: key, Value: bytes.Clone(v[8:]), ModRev: u64(v[:8])}, true
+		}
+		return nil
+	})
+	return e, ok, err
+}
+
 // Watch implements Store.
 func (s *BoltStore) Watch(ctx context.Context, after uint64, fn func(uint64, []Entry) error) error {
 	for {

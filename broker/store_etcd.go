@@ -160,6 +160,19 @@ func (s *EtcdStore) Revision(ctx context.Context) (uint64, error) {
 	return uint64(resp.Header.Revision), nil
 }
 
+// Get implements Store.
+func (s *EtcdStore) Get(ctx context.Context, key string) (Entry, bool, error) {
+	resp, err := s.cli.Get(ctx, s.prefix+key)
+	if err != nil {
+		return Entry{}, false, fmt.Errorf("etcd get %s: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Entry{}, false, nil
+	}
+	kv := resp.Kvs[0]
+	return Entry{Key: key, Value: kv.Value, ModRev: uint64(kv.ModRevision)}, true, nil
+}
+
 // Watch implements Store. etcd revisions count every write to etcd, not
 // only this prefix, so revisions a watcher sees may have gaps.
 func (s *EtcdStore) Watch(ctx context.Context, after uint64, fn func(uint64, []Entry) error) error {

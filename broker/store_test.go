@@ -100,6 +100,13 @@ func TestStoreContract(t *testing.T) {
 			t.Fatalf("meta ModRev %d, want %d (the condition key's revision is the last part's)", got["c/a/meta"].ModRev, r2)
 		}
 
+		if e, ok, err := st.Get(ctx, "c/a/meta"); err != nil || !ok || e.ModRev != r2 || string(e.Value) != `{}` {
+			t.Fatalf("get meta: %+v %v %v, want ModRev %d", e, ok, err, r2)
+		}
+		if _, ok, err := st.Get(ctx, "c/a/e/x"); err != nil || ok {
+			t.Fatalf("get deleted: ok %v, %v", ok, err)
+		}
+
 		// Watch from r1 replays everything after it, in order, every
 		// revision's events in one call, and then live changes.
 		wctx, cancel := context.WithCancel(ctx)

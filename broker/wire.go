@@ -19,7 +19,7 @@ import (
 //
 //	client → broker   hello    {v, since}          once, first
 //	                  publish  {seq, cluster, base | cont, gateways?, put, del}
-//	broker → client   welcome  {broker, cluster, rev, resume}
+//	broker → client   welcome  {broker, cluster, rev, own}
 //	                  snapshot {entries, more, rev}  when resuming is impossible
 //	                  delta    {rev, entries}        in revision order
 //	                  ack      {seq, rev}            one per publish
@@ -79,7 +79,7 @@ type message struct {
 	Broker  string      `json:"broker,omitempty"`
 	Cluster string      `json:"cluster,omitempty"`
 	Rev     uint64      `json:"rev,omitempty"`
-	Resume  bool        `json:"resume,omitempty"`
+	Own     uint64      `json:"own,omitempty"` // welcome: revision of the cluster's own entries
 	Entries []wireEntry `json:"entries,omitempty"`
 	More    bool        `json:"more,omitempty"`
 	Code    string      `json:"code,omitempty"`

@@ -99,8 +99,15 @@ func init() {
 				if st == "bolt" && r.brokers > 1 {
 					st = "etcd"
 				}
+				runDir := ""
+				if dir != "" {
+					runDir = filepath.Join(dir, fmt.Sprintf("brokers%d-kill%v", r.brokers, r.kill))
+					if err := os.MkdirAll(runDir, 0o755); err != nil {
+						return err
+					}
+				}
 				res, err := syncscale.Run(cmd.Context(), syncscale.Config{
-					Binary: self, Etcd: etcdBin, Dir: dir, Clusters: clusters, Services: services, Brokers: r.brokers,
+					Binary: self, Etcd: etcdBin, Dir: runDir, Clusters: clusters, Services: services, Brokers: r.brokers,
 					Store: st, Batch: batch, Kill: r.kill, Poll: poll, Timeout: timeout, Logger: logger(),
 				})
 				if err != nil {
