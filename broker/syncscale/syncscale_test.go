@@ -1,0 +1,75 @@
+package syncscale
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/strait-net/strait/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// TestSyncScaleSmall runs the experiment end to end at a tiny scale, two
+// brokers over a real etcd with one killed: every export must reach every
+// other cluster and every figure must come from a measurement.
+func TestSyncScaleSmall(t *testing.T) {
+	out, err := exec.Command("../../scripts/k8s-tools.sh").Output()
+	if err != nil {
+		t.Fatalf("scripts/k8s-tools.sh: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Config{
+		Binary: testenv.StraitBinary(t), Etcd: filepath.Join(strings.TrimSpace(string(out)), "etcd"), Dir: t.TempDir(),
+		Clusters: 3, Services: 60, Brokers: 2, Batch: 5, Kill: true, Timeout: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	WriteTable(&b, []Result{res})
+	t.Log("\n" + b.String())
+	switch {
+	case res.Store != "etcd":
+		t.Errorf("store %q, want etcd for two brokers", res.Store)
+	case res.P50 <= 0 || res.Max < res.P99 || res.P99 < res.P50:
+		t.Errorf("latencies p50 %v p99 %v max %v are not ordered measurements", res.P50, res.P99, res.Max)
+	case res.AllEverywhere < res.EverywhereMax:
+		t.Errorf("all everywhere after %v, before the slowest export (%v)", res.AllEverywhere, res.EverywhereMax)
+	case res.BrokerCPU <= 0 || res.BrokerPeakRSS == 0 || res.EtcdPeakRSS == 0:
+		t.Errorf("broker CPU %v, peak %d, etcd peak %d: not measured", res.BrokerCPU, res.BrokerPeakRSS, res.EtcdPeakRSS)
+	case res.WireIn == 0 || res.WireOut == 0:
+		t.Errorf("wire bytes in %d out %d: not counted", res.WireIn, res.WireOut)
+	case res.Killed == "" || res.Stall <= 0:
+		t.Errorf("killed %q, stall %v: the kill was not measured", res.Killed, res.Stall)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := Config{Binary: "x", Clusters: 6, Services: 100, Brokers: 1}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		want string
+		edit func(*Config)
+	}{
+		{"binary", func(c *Config) { c.Binary = "" }},
+		{"clusters", func(c *Config) { c.Clusters = 1 }},
+		{"services", func(c *Config) { c.Services = 3 }},
+		{"bolt serves one broker", func(c *Config) { c.Brokers, c.Store = 2, "bolt" }},
+		{"etcd binary", func(c *Config) { c.Brokers = 3 }},
+		{"kill", func(c *Config) { c.Kill = true }},
+		{"store", func(c *Config) { c.Store = "redis" }},
+	} {
+		c := ok
+		tc.edit(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v, want an error naming %q", err, tc.want)
+		}
+	}
+}
