@@ -246,11 +246,16 @@ func (a *Agent) publishLoop(ctx context.Context) error {
 	var lastSize int64
 	published := false
 	traced := map[string]bool{} // exports whose publish start is in the trace
+	lastErr := ""
 	for {
 		st, changed, err := a.readState(&lastRev, &lastMod, &lastSize)
 		if err != nil {
-			a.log.Warn("reading exports", "err", err)
+			if err.Error() != lastErr { // once per distinct problem, not every poll
+				a.log.Warn("reading exports", "err", err)
+				lastErr = err.Error()
+			}
 		} else if changed || !published {
+			lastErr = ""
 			a.tracePublish(st, traced)
 			if _, err := a.client.Publish(ctx, st); err != nil {
 				if ctx.Err() != nil {

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/strait-net/strait/catalog"
 )
 
 // ClientConfig configures a Client.
@@ -644,12 +646,16 @@ func normExport(e Export) Export {
 	}
 	if len(e.Ports) == 0 {
 		e.Ports = nil
+		return e
 	}
-	for i := range e.Ports {
-		if e.Ports[i].Protocol == "" {
-			e.Ports[i].Protocol = "TCP"
+	ports := make([]catalog.ServicePort, len(e.Ports)) // never edit the caller's
+	for i, p := range e.Ports {
+		if p.Protocol == "" {
+			p.Protocol = catalog.TCP
 		}
+		ports[i] = p
 	}
+	e.Ports = ports
 	return e
 }
 
