@@ -111,6 +111,9 @@ type Result struct {
 	// run; BrokerPeakRSS the largest peak RSS of one broker. Etcd's are
 	// reported apart (zero for bolt).
 	BrokerCPU, EtcdCPU         float64
+	// AgentCPU and GatewayCPU are the same for all agents and gateways
+	// together: where the rest of the machine's time went.
+	AgentCPU, GatewayCPU float64
 	BrokerPeakRSS, EtcdPeakRSS uint64
 	// WireBytes is what agents sent and received on their broker
 	// connections, TLS included.
@@ -241,6 +244,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 
 	// Gateways and agents.
 	admins := make([]*gateway.AdminClient, len(clusters))
+	gateways := make([]*proc, len(clusters))
 	traces := make([]string, len(clusters))
 	agents := make([]*proc, len(clusters))
 	for i, c := range clusters {
@@ -251,7 +255,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 			c, pkiDir, wan, sock, filepath.Join(dir, c+"-state.json")), 0o600); err != nil {
 			return res, err
 		}
-		if _, err := start(c+"-gateway", cfg.Binary, "gateway", "--config", gconf); err != nil {
+		if gateways[i], err = start(c+"-gateway", cfg.Binary, "gateway", "--config", gconf); err != nil {
 			return res, err
 		}
 		admins[i] = gateway.NewAdminClient(sock)
@@ -292,7 +296,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	log.Info("agents connected", "brokers", conns)
 
 	cpu0 := map[*proc]float64{}
-	for _, p := range append(procsOf(brokers), etcdProc) {
+	for _, p := range append(append(append(procsOf(brokers), etcdProc), agents...), gateways...) {
 		if p != nil {
 			cpu0[p] = cpuSeconds(p.cmd.Process.Pid)
 		}
@@ -423,11 +427,21 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	isAgent, isGateway := map[*proc]bool{}, map[*proc]bool{}
+	for i := range agents {
+		isAgent[agents[i]], isGateway[gateways[i]] = true, true
+	}
 	for p, c0 := range cpu0 {
-		if p == etcdProc {
-			res.EtcdCPU = cpuSeconds(p.cmd.Process.Pid) - c0
-		} else if p.cmd.ProcessState == nil {
-			res.BrokerCPU += cpuSeconds(p.cmd.Process.Pid) - c0
+		d := cpuSeconds(p.cmd.Process.Pid) - c0
+		switch {
+		case p == etcdProc:
+			res.EtcdCPU = d
+		case isAgent[p]:
+			res.AgentCPU += d
+		case isGateway[p]:
+			res.GatewayCPU += d
+		case p.cmd.ProcessState == nil:
+			res.BrokerCPU += d
 		}
 	}
 	peak.sample()
@@ -771,9 +785,9 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 
 // WriteTable prints results as one table.
 func WriteTable(w io.Writer, rs []Result) {
-	fmt.Fprintf(w, "%-8s %-5s %-9s %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %9s %8s %9s %9s %9s %8s %8s %s\n",
+	fmt.Fprintf(w, "%-8s %-5s %-9s %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %9s %8s %9s %9s %9s %8s %8s %8s %8s %s\n",
 		"brokers", "store", "services", "p50", "p99", "max", "evP50", "evP99", "evMax", "layerP50", "layerP99", "layerMax",
-		"create", "all-every", "brkCPU", "brkPeak", "etcdCPU", "etcdPeak", "wireMB", "stall", "killed")
+		"create", "all-every", "brkCPU", "brkPeak", "etcdCPU", "etcdPeak", "agentCPU", "gwCPU", "wireMB", "stall", "killed")
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.0fms", float64(d)/1e6) }
 	for _, r := range rs {
 		killed := "-"
@@ -782,10 +796,10 @@ func WriteTable(w io.Writer, rs []Result) {
 			killed = fmt.Sprintf("%s(%d agents, max lat after kill %s)", r.Killed, r.KilledAgents, ms(r.MaxAround))
 			stall = ms(r.Stall)
 		}
-		fmt.Fprintf(w, "%-8d %-5s %-9d %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %9s %7.2fs %8.0fMB %8.2fs %8.0fMB %8.1f %8s %s\n",
+		fmt.Fprintf(w, "%-8d %-5s %-9d %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %9s %7.2fs %8.0fMB %8.2fs %8.0fMB %7.2fs %7.2fs %8.1f %8s %s\n",
 			r.Brokers, r.Store, r.Services, ms(r.P50), ms(r.P99), ms(r.Max), ms(r.EverywhereP50), ms(r.EverywhereP99), ms(r.EverywhereMax),
 			ms(r.BrokerP50), ms(r.BrokerP99), ms(r.BrokerMax),
 			ms(r.CreateSpan), ms(r.AllEverywhere), r.BrokerCPU, float64(r.BrokerPeakRSS)/1e6, r.EtcdCPU, float64(r.EtcdPeakRSS)/1e6,
-			float64(r.WireIn+r.WireOut)/1e6, stall, killed)
+			r.AgentCPU, r.GatewayCPU, float64(r.WireIn+r.WireOut)/1e6, stall, killed)
 	}
 }
