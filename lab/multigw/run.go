@@ -256,7 +256,12 @@ type FailoverResult struct {
 	Rate   int    `json:"rate"`
 	// New connections: probes lost after the kill (until the restart) and
 	// after the restart, and the recovery time lost ÷ rate.
-	NewLostKill       int       `json:"new_lost_after_kill"`
+	NewLostKill int `json:"new_lost_after_kill"`
+	// NewLostBefore is the loss before the kill, scaled to the length of
+	// the kill → restart window: what an overloaded host loses anyway.
+	// NewExcessKillMs is NewLostKill minus it, as recovery time.
+	NewLostBefore     float64   `json:"new_lost_before_kill_scaled"`
+	NewExcessKillMs   float64   `json:"new_excess_recovery_after_kill_ms"`
 	NewLostRestart    int       `json:"new_lost_after_restart"`
 	NewRecoveryKillMs float64   `json:"new_recovery_after_kill_ms"`
 	NewRecoveryRestMs float64   `json:"new_recovery_after_restart_ms"`
@@ -343,7 +348,9 @@ func (u *unit) failover(ctx context.Context, e *Experiment, victim string) (*Fai
 			if !s.Lost() {
 				continue
 			}
-			if s.Sent.Before(restartAt) {
+			if s.Sent.Before(killAt) {
+				r.NewLostBefore++
+			} else if s.Sent.Before(restartAt) {
 				r.NewLostKill++
 			} else {
 				r.NewLostRestart++
@@ -362,7 +369,11 @@ func (u *unit) failover(ctx context.Context, e *Experiment, victim string) (*Fai
 	}
 	r.Conns, r.BrokenConns = len(conns), len(broken)
 	half := func(x float64) float64 { return math.Round(x*2) / 2 }
+	if first := firstSent(samples); killAt.After(first) {
+		r.NewLostBefore *= float64(restartAt.Sub(killAt)) / float64(killAt.Sub(first))
+	}
 	r.NewRecoveryKillMs = half(float64(r.NewLostKill) * per)
+	r.NewExcessKillMs = half(max(0, float64(r.NewLostKill)-r.NewLostBefore) * per)
 	r.NewRecoveryRestMs = half(float64(r.NewLostRestart) * per)
 	r.StreamRecoveryMs = half(float64(r.LostOnBroken+r.LostOnSurvivors) * per)
 	for _, row := range loads {
@@ -374,12 +385,22 @@ func (u *unit) failover(ctx context.Context, e *Experiment, victim string) (*Fai
 	return r, nil
 }
 
+func firstSent(samples []load.ProbeSample) time.Time {
+	var t time.Time
+	for _, s := range samples {
+		if t.IsZero() || s.Sent.Before(t) {
+			t = s.Sent
+		}
+	}
+	return t
+}
+
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func (r *FailoverResult) print(w io.Writer) {
 	fmt.Fprintf(w, "\nfailover: kill -9 %s at %.0f ms, restart at %.0f ms; probes %d/s per mode\n", r.Victim, r.KillOffsetMs, r.RestartOffsetMs, r.Rate)
-	fmt.Fprintf(w, "  new connections: %d sent; lost after kill %d → recovery %.1f ms; lost after restart %d → %.1f ms\n",
-		r.NewSent, r.NewLostKill, r.NewRecoveryKillMs, r.NewLostRestart, r.NewRecoveryRestMs)
+	fmt.Fprintf(w, "  new connections: %d sent; lost after kill %d → recovery %.1f ms (%.1f ms above the %.0f lost in as long before the kill); lost after restart %d → %.1f ms\n",
+		r.NewSent, r.NewLostKill, r.NewRecoveryKillMs, r.NewExcessKillMs, r.NewLostBefore, r.NewLostRestart, r.NewRecoveryRestMs)
 	fmt.Fprintf(w, "  established streams: %d sent over %d connections; %d broke (through %s): %d lost on them; lost on surviving connections: %d\n",
 		r.StreamSent, r.Conns, r.BrokenConns, r.Victim, r.LostOnBroken, r.LostOnSurvivors)
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.AlignRight)

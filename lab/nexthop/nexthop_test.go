@@ -112,7 +112,7 @@ clusters:
 	waitGroup := func(want string) map[int]int {
 		t.Helper()
 		var last string
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 			show, b := group()
 			last = show
 			if strings.Contains(show, "group "+want+" ") && len(b) == 64 {
