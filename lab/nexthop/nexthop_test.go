@@ -129,7 +129,7 @@ clusters:
 	_ = responders[1].Process.Signal(syscall.SIGKILL)
 	killed := time.Now()
 	after := waitGroup("101/103")
-	t.Logf("group without gw2 %v after kill -9 (probe every 5ms, 3 misses or ICMP unreachable)", time.Since(killed).Round(time.Millisecond))
+	t.Logf("group without gw2 %v after kill -9 (probe every 5ms; a killed responder answers with ICMP port unreachable)", time.Since(killed).Round(time.Millisecond))
 	for i, nh := range before {
 		switch {
 		case nh == 102 && after[i] == 102:
