@@ -177,6 +177,8 @@ func TestAgentsThroughBrokerOutage(t *testing.T) {
 	echoAddr := freeAddr(t)
 	testenv.Start(t, bin, "app", "echo", "--listen", echoAddr)
 	admins := map[string]*gateway.AdminClient{}
+	agentConf := map[string]string{}
+	agentCmd := map[string]*exec.Cmd{}
 	for i, c := range []string{"a", "b"} {
 		sock := filepath.Join(dir, c+".sock")
 		wan := freeAddr(t)
@@ -189,7 +191,7 @@ func TestAgentsThroughBrokerOutage(t *testing.T) {
 		}
 		aconf := write(t, filepath.Join(dir, c+"-agent.yaml"), fmt.Sprintf("cluster: %s\nidentity: {dir: %s}\nbrokers: [%s]\ngateway: %s\ngateways: [%s]\nimport-prefix: 127.%d.%d.0/24\npoll: 20ms\n",
 			c, dir, brokerAddr, sock, wan, 100+i, os.Getpid()%200))
-		testenv.Start(t, bin, "agent", "--config", aconf)
+		agentConf[c], agentCmd[c] = aconf, testenv.Start(t, bin, "agent", "--config", aconf)
 	}
 	export := func(name string) {
 		t.Helper()
@@ -232,4 +234,16 @@ func TestAgentsThroughBrokerOutage(t *testing.T) {
 	}
 	late := imports(t, admins["b"])["default/late"]
 	eventually(t, "echo through the late import", func() bool { return echo(net.JoinHostPort(late.Spec.IPs[0], "8080")) == nil })
+
+	// A restarted agent keeps every import's address.
+	_ = agentCmd["b"].Process.Signal(syscall.SIGKILL)
+	_, _ = agentCmd["b"].Process.Wait()
+	testenv.Start(t, bin, "agent", "--config", agentConf["b"])
+	export("third")
+	eventually(t, "b imports an export after its agent restarted", func() bool { return imports(t, admins["b"])["default/third"] != nil })
+	after := imports(t, admins["b"])
+	if after["default/echo"].Spec.IPs[0] != first.Spec.IPs[0] || after["default/late"].Spec.IPs[0] != late.Spec.IPs[0] {
+		t.Fatalf("addresses after the agent restarted: echo %v late %v, want %s and %s",
+			after["default/echo"].Spec.IPs, after["default/late"].Spec.IPs, first.Spec.IPs[0], late.Spec.IPs[0])
+	}
 }
