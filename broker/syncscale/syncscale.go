@@ -110,10 +110,10 @@ type Result struct {
 	// BrokerCPU is user+system seconds of all broker processes during the
 	// run; BrokerPeakRSS the largest peak RSS of one broker. Etcd's are
 	// reported apart (zero for bolt).
-	BrokerCPU, EtcdCPU         float64
+	BrokerCPU, EtcdCPU float64
 	// AgentCPU and GatewayCPU are the same for all agents and gateways
 	// together: where the rest of the machine's time went.
-	AgentCPU, GatewayCPU float64
+	AgentCPU, GatewayCPU       float64
 	BrokerPeakRSS, EtcdPeakRSS uint64
 	// WireBytes is what agents sent and received on their broker
 	// connections, TLS included.
