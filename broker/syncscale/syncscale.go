@@ -115,7 +115,7 @@ type Result struct {
 	// together: where the rest of the machine's time went.
 	AgentCPU, GatewayCPU       float64
 	BrokerPeakRSS, EtcdPeakRSS uint64
-	// WireBytes is what agents sent and received on their broker
+	// WireIn and WireOut are what agents received and sent on their broker
 	// connections, TLS included.
 	WireIn, WireOut uint64
 	// Killed is the killed broker; Stall the longest time an agent of it
