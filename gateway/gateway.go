@@ -132,11 +132,14 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	g.log.Info("gateway listening", "wan", g.wan.Addr().String(), "admin", g.cfg.admin())
 	errc := make(chan error, 5)
-	g.spawn(func() { errc <- ignoreClosed(g.acceptSessions(ctx)) })
 	g.spawn(func() { errc <- ignoreClosed(g.id.Run(ctx)) })
 	if err := g.reconcile(); err != nil {
 		g.log.Warn("resources not fully applied", "err", err)
 	}
+	// Sessions are accepted only now, with the exports in place: a
+	// restarted gateway's first streams would otherwise be refused as
+	// unknown exports. Peers that dialed meanwhile wait in the backlog.
+	g.spawn(func() { errc <- ignoreClosed(g.acceptSessions(ctx)) })
 	if _, err := g.serveAdmin(ctx); err != nil {
 		cancel()
 		g.shutdown()

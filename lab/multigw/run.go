@@ -38,6 +38,9 @@ type Options struct {
 const (
 	probePort  = 7000
 	streamPort = 5201
+	// excessWindow is how long after a kill the failover's own losses are
+	// counted against the loss rate before it.
+	excessWindow = 500 * time.Millisecond
 	// loadBin is the width of a row in the per-gateway load table.
 	loadBin = 250 * time.Millisecond
 )
@@ -260,8 +263,13 @@ type FailoverResult struct {
 	// NewLostBefore is the loss before the kill, scaled to the length of
 	// the kill → restart window: what an overloaded host loses anyway.
 	// NewExcessKillMs is NewLostKill minus it, as recovery time.
-	NewLostBefore     float64   `json:"new_lost_before_kill_scaled"`
-	NewExcessKillMs   float64   `json:"new_excess_recovery_after_kill_ms"`
+	NewLostBefore   float64 `json:"new_lost_before_kill_scaled"`
+	NewExcessKillMs float64 `json:"new_excess_recovery_after_kill_ms"`
+	// NewLost500 is what was lost in the 500 ms after the kill, and
+	// NewExcess500Ms the same above the loss rate before the kill: the
+	// failover's own cost when the host drops some connections anyway.
+	NewLost500        int       `json:"new_lost_500ms_after_kill"`
+	NewExcess500Ms    float64   `json:"new_excess_recovery_500ms_after_kill_ms"`
 	NewLostRestart    int       `json:"new_lost_after_restart"`
 	NewRecoveryKillMs float64   `json:"new_recovery_after_kill_ms"`
 	NewRecoveryRestMs float64   `json:"new_recovery_after_restart_ms"`
@@ -348,6 +356,9 @@ func (u *unit) failover(ctx context.Context, e *Experiment, victim string) (*Fai
 			if !s.Lost() {
 				continue
 			}
+			if !s.Sent.Before(killAt) && s.Sent.Before(killAt.Add(excessWindow)) {
+				r.NewLost500++
+			}
 			if s.Sent.Before(killAt) {
 				r.NewLostBefore++
 			} else if s.Sent.Before(restartAt) {
@@ -370,7 +381,9 @@ func (u *unit) failover(ctx context.Context, e *Experiment, victim string) (*Fai
 	r.Conns, r.BrokenConns = len(conns), len(broken)
 	half := func(x float64) float64 { return math.Round(x*2) / 2 }
 	if first := firstSent(samples); killAt.After(first) {
-		r.NewLostBefore *= float64(restartAt.Sub(killAt)) / float64(killAt.Sub(first))
+		before := r.NewLostBefore / float64(killAt.Sub(first))
+		r.NewLostBefore = before * float64(restartAt.Sub(killAt))
+		r.NewExcess500Ms = half(max(0, float64(r.NewLost500)-before*float64(excessWindow)) * per)
 	}
 	r.NewRecoveryKillMs = half(float64(r.NewLostKill) * per)
 	r.NewExcessKillMs = half(max(0, float64(r.NewLostKill)-r.NewLostBefore) * per)
@@ -401,6 +414,7 @@ func (r *FailoverResult) print(w io.Writer) {
 	fmt.Fprintf(w, "\nfailover: kill -9 %s at %.0f ms, restart at %.0f ms; probes %d/s per mode\n", r.Victim, r.KillOffsetMs, r.RestartOffsetMs, r.Rate)
 	fmt.Fprintf(w, "  new connections: %d sent; lost after kill %d → recovery %.1f ms (%.1f ms above the %.0f lost in as long before the kill); lost after restart %d → %.1f ms\n",
 		r.NewSent, r.NewLostKill, r.NewRecoveryKillMs, r.NewExcessKillMs, r.NewLostBefore, r.NewLostRestart, r.NewRecoveryRestMs)
+	fmt.Fprintf(w, "  new connections in the 500 ms after the kill: %d lost → %.1f ms above the loss rate before the kill\n", r.NewLost500, r.NewExcess500Ms)
 	fmt.Fprintf(w, "  established streams: %d sent over %d connections; %d broke (through %s): %d lost on them; lost on surviving connections: %d\n",
 		r.StreamSent, r.Conns, r.BrokenConns, r.Victim, r.LostOnBroken, r.LostOnSurvivors)
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.AlignRight)
