@@ -553,3 +553,5 @@ func TestImportIncludesLocalExport(t *testing.T) {
 		t.Errorf("hub still has a's exports %v", got)
 	}
 }
+
+func keyOf(ns, name string) types.NamespacedName { return types.NamespacedName{Namespace: ns, Name: name} }
