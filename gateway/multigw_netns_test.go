@@ -39,7 +39,7 @@ wan:
 `
 
 const (
-	portWho  = 8090 // import "who": each exporting gateway's target names it
+	portWho   = 8090 // import "who": each exporting gateway's target names it
 	portEchoM = 8091 // import "echo": one echo server behind all three
 )
 
