@@ -239,16 +239,18 @@ func (a *Agent) onUpdate(u broker.Update) {
 // publishLoop publishes the cluster's state whenever its source changes
 // (and once at start); Publish itself waits out broker outages.
 func (a *Agent) publishLoop(ctx context.Context) error {
+	if a.admin != nil {
+		return a.followGateway(ctx)
+	}
 	t := time.NewTicker(a.cfg.poll())
 	defer t.Stop()
-	var lastRev uint64
 	var lastMod time.Time
 	var lastSize int64
 	published := false
 	traced := map[string]bool{} // exports whose publish start is in the trace
 	lastErr := ""
 	for {
-		st, changed, err := a.readState(&lastRev, &lastMod, &lastSize)
+		st, changed, err := a.readFile(&lastMod, &lastSize)
 		if err != nil {
 			if err.Error() != lastErr { // once per distinct problem, not every poll
 				a.log.Warn("reading exports", "err", err)
@@ -274,6 +276,133 @@ func (a *Agent) publishLoop(ctx context.Context) error {
 	}
 }
 
+// healthEvery is how often the agent asks its gateway for its status (its
+// WAN address and whether it answers at all) while nothing changes.
+const healthEvery = time.Second
+
+// followGateway follows the gateway's exports by deltas (the admin API's
+// watch: only what changed since the last revision, long-polled) and
+// publishes after every change, so the cost of a change does not grow
+// with the number of exports the gateway holds. Changes that arrive while
+// a publish is in flight are coalesced into the next one.
+//
+// Health: a gateway is published healthy while its admin API answers. The
+// gateway opens its WAN listener, reconciles its resources and accepts
+// peer sessions before it serves the admin socket, so an answer means it
+// is up and forwarding; after a failed call its addresses are published
+// unhealthy (remote agents then prefer other gateways of the cluster, or
+// keep them when none is healthy) until it answers again.
+func (a *Agent) followGateway(ctx context.Context) error {
+	exports := map[string]broker.Export{}
+	traced := map[string]bool{}
+	var since uint64
+	var wan string
+	healthy, synced, dirty := false, false, true
+	var lastStatus time.Time
+	lastErr := ""
+	fail := func(what string, err error) {
+		if err.Error() != lastErr { // once per distinct problem, not every poll
+			a.log.Warn(what, "err", err)
+			lastErr = err.Error()
+		}
+		if healthy {
+			healthy, dirty = false, true
+		}
+	}
+	for ctx.Err() == nil {
+		if time.Since(lastStatus) >= healthEvery || wan == "" {
+			s, err := a.admin.Status()
+			if err != nil {
+				fail("gateway status", err)
+			} else {
+				lastStatus = time.Now()
+				if s.WAN != wan || !healthy {
+					wan, healthy, dirty = s.WAN, true, true
+				}
+			}
+		}
+		if healthy {
+			wait := healthEvery
+			if dirty && synced {
+				wait = 0 // publish what is pending first
+			}
+			w, err := a.admin.Watch(ctx, string(catalog.KindServiceExport), since, wait)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				fail("watching exports", err)
+			} else {
+				lastErr = ""
+				if w.Reset {
+					clear(exports)
+				}
+				for _, r := range w.Changed {
+					if se, ok := r.(*catalog.ServiceExport); ok {
+						e := broker.ExportOf(se)
+						exports[e.Key()] = e
+					}
+				}
+				for _, k := range w.Deleted {
+					ns := k.Namespace
+					if ns == "" {
+						ns = "default"
+					}
+					delete(exports, ns+"/"+k.Name)
+				}
+				if w.Reset || len(w.Changed) > 0 || len(w.Deleted) > 0 {
+					dirty = true
+				}
+				since, synced = w.Revision, true
+			}
+		}
+		if dirty && synced && wan != "" {
+			st, err := a.clusterState(exports, wan, healthy)
+			if err != nil {
+				fail("gateway address", err)
+			} else {
+				a.tracePublish(st, traced)
+				if _, err := a.client.Publish(ctx, st); err != nil {
+					if ctx.Err() != nil {
+						return nil
+					}
+					a.log.Warn("publish", "err", err)
+				} else {
+					dirty = false
+				}
+			}
+		}
+		if !healthy || (dirty && synced) {
+			select { // do not spin on a gateway or broker that fails at once
+			case <-ctx.Done():
+			case <-time.After(a.cfg.poll()):
+			}
+		}
+	}
+	return nil
+}
+
+// clusterState is what the agent publishes for the exports it follows.
+func (a *Agent) clusterState(exports map[string]broker.Export, wan string, healthy bool) (broker.ClusterState, error) {
+	var st broker.ClusterState
+	gws := a.cfg.Gateways
+	if len(gws) == 0 {
+		host, _, err := net.SplitHostPort(wan)
+		if ip, perr := netip.ParseAddr(host); err != nil || perr == nil && ip.IsUnspecified() {
+			return st, fmt.Errorf("gateway listens on %q, which peers cannot dial: set gateways in the agent config", wan)
+		}
+		gws = []string{wan}
+	}
+	st.Exports = make([]broker.Export, 0, len(exports))
+	for _, e := range exports {
+		st.Exports = append(st.Exports, e)
+	}
+	for _, g := range gws {
+		st.Gateways = append(st.Gateways, broker.Gateway{Addr: g, Healthy: healthy})
+	}
+	return st, nil
+}
+
 // tracePublish records when each export was first handed to the broker
 // client, so experiments can tell the broker layer's share of the latency
 // from the export source's.
@@ -293,58 +422,36 @@ func (a *Agent) tracePublish(st broker.ClusterState, traced map[string]bool) {
 	a.trace.Flush()
 }
 
-// readState reads the exports and gateways if the source changed since
-// the stamps given (which it updates).
-func (a *Agent) readState(lastRev *uint64, lastMod *time.Time, lastSize *int64) (broker.ClusterState, bool, error) {
+// readFile reads the exports file if it changed since the stamps given
+// (which it updates).
+func (a *Agent) readFile(lastMod *time.Time, lastSize *int64) (broker.ClusterState, bool, error) {
 	var st broker.ClusterState
-	var rs []catalog.Resource
-	gws := a.cfg.Gateways
-	if a.admin != nil {
-		s, err := a.admin.Status()
-		if err != nil {
-			return st, false, err
-		}
-		if s.Revision == *lastRev && *lastRev != 0 {
-			return st, false, nil
-		}
-		if rs, err = a.admin.List(string(catalog.KindServiceExport)); err != nil {
-			return st, false, err
-		}
-		*lastRev = s.Revision
-		if len(gws) == 0 {
-			host, _, err := net.SplitHostPort(s.WAN)
-			if ip, perr := netip.ParseAddr(host); err != nil || perr == nil && ip.IsUnspecified() {
-				return st, false, fmt.Errorf("gateway listens on %q, which peers cannot dial: set gateways in the agent config", s.WAN)
-			}
-			gws = []string{s.WAN}
-		}
-	} else {
-		fi, err := os.Stat(a.cfg.Exports)
-		if err != nil {
-			return st, false, err
-		}
-		if fi.ModTime().Equal(*lastMod) && fi.Size() == *lastSize {
-			return st, false, nil
-		}
-		data, err := os.ReadFile(a.cfg.Exports)
-		if err != nil {
-			return st, false, err
-		}
-		if rs, err = catalog.Parse(bytes.NewReader(data)); err != nil {
-			return st, false, fmt.Errorf("%s: %w", a.cfg.Exports, err)
-		}
-		*lastMod, *lastSize = fi.ModTime(), fi.Size()
+	fi, err := os.Stat(a.cfg.Exports)
+	if err != nil {
+		return st, false, err
 	}
+	if fi.ModTime().Equal(*lastMod) && fi.Size() == *lastSize {
+		return st, false, nil
+	}
+	data, err := os.ReadFile(a.cfg.Exports)
+	if err != nil {
+		return st, false, err
+	}
+	rs, err := catalog.Parse(bytes.NewReader(data))
+	if err != nil {
+		return st, false, fmt.Errorf("%s: %w", a.cfg.Exports, err)
+	}
+	*lastMod, *lastSize = fi.ModTime(), fi.Size()
 	for _, r := range rs {
-		if se, ok := r.(*catalog.ServiceExport); ok {
-			st.Exports = append(st.Exports, broker.ExportOf(se))
-		} else if a.admin == nil {
+		se, ok := r.(*catalog.ServiceExport)
+		if !ok {
 			return st, false, fmt.Errorf("%s: %s: only ServiceExport belongs in an exports file", a.cfg.Exports, r.Key())
 		}
+		st.Exports = append(st.Exports, broker.ExportOf(se))
 	}
-	for _, g := range gws {
-		// The agent reaches its gateway (or has no gateway to check):
-		// healthy. Peers' own probes decide per session.
+	for _, g := range a.cfg.Gateways {
+		// No gateway to ask: the configured addresses are published
+		// healthy, and peers' own probes decide per session.
 		st.Gateways = append(st.Gateways, broker.Gateway{Addr: g, Healthy: true})
 	}
 	return st, true, nil

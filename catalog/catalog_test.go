@@ -403,3 +403,65 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestStoreChanges: a watcher gets only what changed after its revision,
+// deletions included, wakes on the next change, and gets a reset when the
+// store cannot tell (restarted, or a revision of another store).
+func TestStoreChanges(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	st, err := OpenStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := func(name string) *ServiceExport {
+		return &ServiceExport{Metadata: ObjectMeta{Name: name, Namespace: "ns"}, Spec: ServiceExportSpec{Target: "127.0.0.1:9"}}
+	}
+	names := func(rs []Resource) (out []string) {
+		for _, r := range rs {
+			out = append(out, r.Meta().Name)
+		}
+		return out
+	}
+	if _, err := st.Apply(exp("a"), exp("b"), &Peer{Metadata: ObjectMeta{Name: "west"}, Spec: PeerSpec{Gateways: []string{"a:1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	set := st.Set()
+	ch, del, rev0, reset := set.Changes(0, KindServiceExport)
+	if !reflect.DeepEqual(names(ch), []string{"a", "b"}) || del != nil || reset || rev0 != 3 {
+		t.Fatalf("Changes(0) = %v %v rev %d reset %v", names(ch), del, rev0, reset)
+	}
+	wake := set.Wait(rev0)
+	select {
+	case <-wake:
+		t.Fatal("Wait fired before a change")
+	default:
+	}
+	if _, err := st.Apply(exp("c")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Delete(Key{KindServiceExport, "ns", "a"}); err != nil {
+		t.Fatal(err)
+	}
+	<-wake
+	ch, del, rev, reset := set.Changes(rev0, KindServiceExport)
+	if !reflect.DeepEqual(names(ch), []string{"c"}) || !reflect.DeepEqual(del, []Key{{KindServiceExport, "ns", "a"}}) || reset || rev != rev0+2 {
+		t.Fatalf("Changes(%d) = %v %v rev %d reset %v", rev0, names(ch), del, rev, reset)
+	}
+	if ch, del, _, _ := set.Changes(rev); len(ch) != 0 || len(del) != 0 {
+		t.Fatalf("Changes at the current revision = %v %v", ch, del)
+	}
+	if _, _, _, reset := set.Changes(rev + 5); !reset {
+		t.Fatal("a revision from the future is not a reset")
+	}
+	// Restarted: the same revision means nothing changed; an older one is a reset.
+	st2, err := OpenStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch, del, r, reset := st2.Set().Changes(rev); len(ch) != 0 || del != nil || reset || r != rev {
+		t.Fatalf("after restart, Changes(%d) = %v %v rev %d reset %v", rev, ch, del, r, reset)
+	}
+	if ch, _, _, reset := st2.Set().Changes(rev0, KindServiceExport); !reset || !reflect.DeepEqual(names(ch), []string{"b", "c"}) {
+		t.Fatalf("after restart, Changes(%d) = %v reset %v; want a reset with everything", rev0, names(ch), reset)
+	}
+}

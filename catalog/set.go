@@ -20,12 +20,24 @@ type Set struct {
 	mu    sync.RWMutex
 	rev   uint64
 	items map[Key]entry
+	// tombs remembers deletions (key → revision) so Changes can report
+	// them; floor is the revision up to which deletions may be forgotten
+	// (pruned, or made before the set was loaded).
+	tombs map[Key]uint64
+	floor uint64
+	// wake is closed and replaced on every change (Wait).
+	wake chan struct{}
 }
 
 type entry struct {
 	res  Resource
 	json []byte // canonical encoding: change detection without reflection
+	rev  uint64 // revision of the last change to this resource
 }
+
+// maxTombs bounds the remembered deletions beyond the set's size; past it
+// they are forgotten and a watcher from before gets a reset.
+const maxTombs = 4096
 
 // Revision returns the revision: the number of changes since the set was
 // empty (or the revision it was loaded with, plus changes since).
@@ -58,7 +70,7 @@ func prepare(r Resource) (entry, error) {
 	if err != nil {
 		return entry{}, fmt.Errorf("%s: %w", c.Key(), err)
 	}
-	return entry{c, data}, nil
+	return entry{res: c, json: data}, nil
 }
 
 func (s *Set) applyLocked(e entry) bool {
@@ -69,8 +81,11 @@ func (s *Set) applyLocked(e entry) bool {
 	if s.items == nil {
 		s.items = map[Key]entry{}
 	}
-	s.items[k] = e
 	s.rev++
+	e.rev = s.rev
+	s.items[k] = e
+	delete(s.tombs, k)
+	s.notifyLocked()
 	return true
 }
 
@@ -78,12 +93,91 @@ func (s *Set) applyLocked(e entry) bool {
 func (s *Set) Delete(k Key) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.deleteLocked(k)
+}
+
+func (s *Set) deleteLocked(k Key) bool {
 	if _, ok := s.items[k]; !ok {
 		return false
 	}
 	delete(s.items, k)
 	s.rev++
+	if s.tombs == nil {
+		s.tombs = map[Key]uint64{}
+	}
+	s.tombs[k] = s.rev
+	if len(s.tombs) > maxTombs+len(s.items) {
+		s.tombs, s.floor = nil, s.rev
+	}
+	s.notifyLocked()
 	return true
+}
+
+func (s *Set) notifyLocked() {
+	if s.wake != nil {
+		close(s.wake)
+		s.wake = nil
+	}
+}
+
+// Wait returns a channel that is closed once the set's revision is past
+// rev (at once if it already is).
+func (s *Set) Wait(rev uint64) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rev > rev {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	if s.wake == nil {
+		s.wake = make(chan struct{})
+	}
+	return s.wake
+}
+
+// Changes returns what changed after revision since, as of revision rev:
+// copies of the resources of the given kinds (all if none) created or
+// replaced since then, ordered as List orders them, and the keys of those
+// deleted. If the set cannot tell (since is older than the deletions it
+// remembers, or newer than its revision: a watcher of another set),
+// reset is true and changed holds every resource of those kinds: the
+// caller drops whatever it holds that is not in it.
+func (s *Set) Changes(since uint64, kinds ...Kind) (changed []Resource, deleted []Key, rev uint64, reset bool) {
+	s.mu.RLock()
+	rev = s.rev
+	reset = since < s.floor || since > s.rev
+	var keep []entry
+	for k, e := range s.items {
+		if (reset || e.rev > since) && (len(kinds) == 0 || contains(kinds, k.Kind)) {
+			keep = append(keep, e)
+		}
+	}
+	if !reset {
+		for k, r := range s.tombs {
+			if r > since && (len(kinds) == 0 || contains(kinds, k.Kind)) {
+				deleted = append(deleted, k)
+			}
+		}
+	}
+	s.mu.RUnlock()
+	sort.Slice(keep, func(i, j int) bool { return keep[i].res.Key().less(keep[j].res.Key()) })
+	sort.Slice(deleted, func(i, j int) bool { return deleted[i].less(deleted[j]) })
+	changed = make([]Resource, len(keep))
+	for i, e := range keep {
+		changed[i] = e.clone()
+	}
+	return changed, deleted, rev, reset
+}
+
+// clone decodes the entry's canonical encoding: half the work of Clone.
+func (e entry) clone() Resource {
+	c := newOf(e.res.Kind())
+	if err := json.Unmarshal(e.json, c); err != nil {
+		panic(fmt.Sprintf("catalog: clone %s: %v", e.res.Key(), err)) // it was encoded from this type
+	}
+	*c.typeMeta() = *e.res.typeMeta()
+	return c
 }
 
 // Get returns a copy of the resource with key k.
@@ -94,7 +188,7 @@ func (s *Set) Get(k Key) (Resource, bool) {
 	if !ok {
 		return nil, false
 	}
-	return Clone(e.res), true
+	return e.clone(), true
 }
 
 // List returns copies of the resources of the given kinds (all kinds if
@@ -111,7 +205,7 @@ func (s *Set) List(kinds ...Kind) []Resource {
 	sort.Slice(keep, func(i, j int) bool { return keep[i].res.Key().less(keep[j].res.Key()) })
 	out := make([]Resource, len(keep))
 	for i, e := range keep {
-		out[i] = Clone(e.res)
+		out[i] = e.clone()
 	}
 	return out
 }
@@ -182,7 +276,13 @@ func OpenStore(path string) (*Store, error) {
 		}
 		st.set.applyLocked(e)
 	}
-	st.set.rev = snap.Revision
+	// Deletions before the restart are not remembered: a watcher from
+	// before gets a reset, one at this revision nothing.
+	st.set.rev, st.set.floor = snap.Revision, snap.Revision
+	for k, e := range st.set.items {
+		e.rev = 0
+		st.set.items[k] = e
+	}
 	return st, nil
 }
 
@@ -224,9 +324,7 @@ func (st *Store) Delete(keys ...Key) (deleted int, err error) {
 	return st.update(func(s *Set) int {
 		n := 0
 		for _, k := range keys {
-			if _, ok := s.items[k]; ok {
-				delete(s.items, k)
-				s.rev++
+			if s.deleteLocked(k) {
 				n++
 			}
 		}
@@ -238,9 +336,12 @@ func (st *Store) Delete(keys ...Key) (deleted int, err error) {
 // reports changes, and only then makes it current. st.mu must be held.
 func (st *Store) update(change func(*Set) int) (int, error) {
 	st.set.mu.RLock()
-	next := Set{rev: st.set.rev, items: make(map[Key]entry, len(st.set.items))}
+	next := Set{rev: st.set.rev, floor: st.set.floor, items: make(map[Key]entry, len(st.set.items)), tombs: make(map[Key]uint64, len(st.set.tombs))}
 	for k, e := range st.set.items {
 		next.items[k] = e // entries are never modified in place
+	}
+	for k, r := range st.set.tombs {
+		next.tombs[k] = r
 	}
 	st.set.mu.RUnlock()
 	n := change(&next)
@@ -251,7 +352,8 @@ func (st *Store) update(change func(*Set) int) (int, error) {
 		return 0, err
 	}
 	st.set.mu.Lock()
-	st.set.rev, st.set.items = next.rev, next.items
+	st.set.rev, st.set.items, st.set.tombs, st.set.floor = next.rev, next.items, next.tombs, next.floor
+	st.set.notifyLocked()
 	st.set.mu.Unlock()
 	return n, nil
 }
@@ -262,15 +364,27 @@ func (st *Store) write(s *Set) error {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].less(keys[j]) })
-	snap := snapshot{Revision: s.rev, Resources: make([]json.RawMessage, len(keys))}
+	// The snapshot's JSON written by hand from the canonical encodings,
+	// one resource a line: re-encoding (or indenting) thousands of them
+	// on every apply cost more than the write.
+	size := 64
+	for _, k := range keys {
+		size += len(s.items[k].json) + 6
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	fmt.Fprintf(buf, "{\n  \"revision\": %d,\n  \"resources\": [", s.rev)
 	for i, k := range keys {
-		snap.Resources[i] = s.items[k].json
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		buf.WriteString("\n    ")
+		buf.Write(s.items[k].json)
 	}
-	data, err := json.MarshalIndent(snap, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode store: %w", err)
+	if len(keys) > 0 {
+		buf.WriteString("\n  ")
 	}
-	return WriteFileAtomic(st.path, append(data, '\n'), 0o600)
+	buf.WriteString("]\n}\n")
+	return WriteFileAtomic(st.path, buf.Bytes(), 0o600)
 }
 
 // WriteFileAtomic replaces path with data so that readers and a crash see

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,8 +28,33 @@ import (
 //	GET    /v1/resources[?kind=K]                → YAML resources
 //	GET    /v1/resources?format=json[&kind=K]    → JSON array of resources (cheap for
 //	                                               agents polling thousands of exports)
+//	GET    /v1/watch?since=R[&kind=K][&wait=D]   → Changes after revision R (JSON); with
+//	                                               wait (a Go duration, at most 20s) it
+//	                                               long-polls until something changed
 //	GET    /v1/status                            → Status
 const maxAdminBody = 8 << 20
+
+// maxWatchWait bounds a watch's long poll.
+const maxWatchWait = 20 * time.Second // below AdminClient's request timeout
+
+// Changes is what a watch returns: the resources created or replaced after
+// the revision asked for and the keys deleted since, as of Revision. Reset
+// means the gateway could not tell what changed (its deletion history
+// begins later, or it was restarted with another state): Changed then
+// holds every resource and the watcher drops whatever else it holds.
+type Changes struct {
+	Revision uint64            `json:"revision"`
+	Reset    bool              `json:"reset,omitempty"`
+	Changed  []json.RawMessage `json:"changed"`
+	Deleted  []DeletedKey      `json:"deleted,omitempty"`
+}
+
+// DeletedKey names a deleted resource.
+type DeletedKey struct {
+	Kind      string `json:"kind"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+}
 
 // ApplyResult tells what an apply or delete changed.
 type ApplyResult struct {
@@ -91,6 +117,7 @@ func (g *Gateway) serveAdmin(ctx context.Context) (*http.Server, error) {
 	mux.HandleFunc("POST /v1/apply", g.handleChange(false))
 	mux.HandleFunc("POST /v1/delete", g.handleChange(true))
 	mux.HandleFunc("GET /v1/resources", g.handleGet)
+	mux.HandleFunc("GET /v1/watch", g.handleWatch)
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, g.status())
 	})
@@ -163,6 +190,52 @@ func (g *Gateway) handleGet(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(buf.Bytes())
 }
 
+// handleWatch answers with the changes after a revision, waiting for one
+// if asked to: agents follow thousands of exports by deltas instead of
+// listing them all on every change.
+func (g *Gateway) handleWatch(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	since, err := strconv.ParseUint(q.Get("since"), 10, 64)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("since: %q is not a revision (a non-negative integer)", q.Get("since")))
+		return
+	}
+	var wait time.Duration
+	if v := q.Get("wait"); v != "" {
+		if wait, err = time.ParseDuration(v); err != nil || wait < 0 || wait > maxWatchWait {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("wait: %q is not a duration between 0 and %s", v, maxWatchWait))
+			return
+		}
+	}
+	var kinds []catalog.Kind
+	if k := q.Get("kind"); k != "" {
+		kinds = append(kinds, catalog.Kind(k))
+	}
+	set := g.store.Set()
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-set.Wait(since):
+		case <-t.C:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	changed, deleted, rev, reset := set.Changes(since, kinds...)
+	out := Changes{Revision: rev, Reset: reset, Changed: make([]json.RawMessage, len(changed))}
+	for i, res := range changed {
+		if out.Changed[i], err = catalog.EncodeJSON(res); err != nil {
+			writeError(w, http.StatusInternalServerError, err)
+			return
+		}
+	}
+	for _, k := range deleted {
+		out.Deleted = append(out.Deleted, DeletedKey{Kind: string(k.Kind), Namespace: k.Namespace, Name: k.Name})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
 func (g *Gateway) status() Status {
 	st := Status{Cluster: g.cfg.Cluster, Revision: g.store.Set().Revision(), Peers: g.peerStatus()}
 	if g.wan != nil {
@@ -229,7 +302,11 @@ func NewAdminClient(path string) *AdminClient {
 }
 
 func (c *AdminClient) do(method, path string, body io.Reader, out any) error {
-	req, err := http.NewRequest(method, "http://gateway"+path, body)
+	return c.doCtx(context.Background(), method, path, body, out)
+}
+
+func (c *AdminClient) doCtx(ctx context.Context, method, path string, body io.Reader, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, "http://gateway"+path, body)
 	if err != nil {
 		return err
 	}
@@ -309,6 +386,43 @@ func (c *AdminClient) List(kind string) ([]catalog.Resource, error) {
 		out[i] = r
 	}
 	return out, nil
+}
+
+// Watch returns the changes after revision since, of one kind or all
+// (kind ""), waiting up to wait for one (0: answer at once). Changed
+// resources are decoded and validated.
+func (c *AdminClient) Watch(ctx context.Context, kind string, since uint64, wait time.Duration) (WatchResult, error) {
+	var raw Changes
+	path := "/v1/watch?since=" + strconv.FormatUint(since, 10)
+	if kind != "" {
+		path += "&kind=" + kind
+	}
+	if wait > 0 {
+		path += "&wait=" + wait.String()
+	}
+	if err := c.doCtx(ctx, "GET", path, nil, &raw); err != nil {
+		return WatchResult{}, err
+	}
+	res := WatchResult{Revision: raw.Revision, Reset: raw.Reset, Changed: make([]catalog.Resource, len(raw.Changed))}
+	for i, b := range raw.Changed {
+		r, err := catalog.DecodeJSON(b)
+		if err != nil {
+			return WatchResult{}, fmt.Errorf("gateway watch: resource %d: %w", i, err)
+		}
+		res.Changed[i] = r
+	}
+	for _, k := range raw.Deleted {
+		res.Deleted = append(res.Deleted, catalog.Key{Kind: catalog.Kind(k.Kind), Namespace: k.Namespace, Name: k.Name})
+	}
+	return res, nil
+}
+
+// WatchResult is Changes decoded.
+type WatchResult struct {
+	Revision uint64
+	Reset    bool
+	Changed  []catalog.Resource
+	Deleted  []catalog.Key
 }
 
 // Status returns the gateway's status.
