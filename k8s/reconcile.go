@@ -247,8 +247,8 @@ func (c *Controller) reconcileImports(ctx context.Context, merged map[ServiceKey
 			errs = append(errs, err)
 		}
 	}
-	var slices_ discoveryv1.EndpointSliceList
-	if err := c.client.List(ctx, &slices_, managed); err != nil {
+	var owned discoveryv1.EndpointSliceList
+	if err := c.client.List(ctx, &owned, managed); err != nil {
 		return errors.Join(append(errs, fmt.Errorf("list endpointslices: %w", err))...)
 	}
 	if synced {
@@ -263,8 +263,8 @@ func (c *Controller) reconcileImports(ctx context.Context, merged map[ServiceKey
 	// Slices of imports that are gone or of clusters that stopped
 	// exporting. Deleted explicitly: the owner reference alone relies on a
 	// garbage collector, which not every API server runs.
-	for i := range slices_.Items {
-		es := &slices_.Items[i]
+	for i := range owned.Items {
+		es := &owned.Items[i]
 		k := ServiceKey{es.Namespace, es.Labels[mcs.LabelServiceName]}
 		s := merged[k]
 		keep := s != nil && want[k] && slices.Contains(s.Clusters, es.Labels[mcs.LabelSourceCluster]) && es.Labels[mcs.LabelSourceCluster] != c.cfg.Cluster
