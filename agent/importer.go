@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -173,11 +172,7 @@ func (im *importer) reconcile() error {
 		}
 	}
 	if len(apply) > 0 {
-		var buf bytes.Buffer
-		if err := catalog.Encode(&buf, apply); err != nil {
-			return err
-		}
-		res, err := a.admin.Apply(buf.Bytes())
+		res, err := a.admin.ApplyResources(apply)
 		if err != nil {
 			return fmt.Errorf("apply %d resources: %w", len(apply), err)
 		}
@@ -194,11 +189,7 @@ func (im *importer) reconcile() error {
 		}
 	}
 	if len(del) > 0 {
-		var buf bytes.Buffer
-		if err := catalog.Encode(&buf, del); err != nil {
-			return err
-		}
-		if _, err := a.admin.Delete(buf.Bytes()); err != nil {
+		if _, err := a.admin.DeleteResources(del); err != nil {
 			return fmt.Errorf("delete %d resources: %w", len(del), err)
 		}
 		for _, r := range del {

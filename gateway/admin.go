@@ -23,7 +23,9 @@ import (
 // socket's file permissions are the authentication, as for the Docker and
 // containerd sockets.
 //
-//	POST   /v1/apply      body: YAML resources   → ApplyResult
+//	POST   /v1/apply      body: YAML resources   → ApplyResult (or, with Content-Type
+//	                                               application/json, a JSON array of
+//	                                               resources: cheaper to parse)
 //	POST   /v1/delete     body: YAML resources   → ApplyResult (deletes by kind, namespace, name)
 //	GET    /v1/resources[?kind=K]                → YAML resources
 //	GET    /v1/resources?format=json[&kind=K]    → JSON array of resources (cheap for
@@ -133,7 +135,13 @@ func (g *Gateway) serveAdmin(ctx context.Context) (*http.Server, error) {
 
 func (g *Gateway) handleChange(del bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		rs, err := catalog.Parse(io.LimitReader(r.Body, maxAdminBody))
+		var rs []catalog.Resource
+		var err error
+		if r.Header.Get("Content-Type") == "application/json" {
+			rs, err = decodeResources(io.LimitReader(r.Body, maxAdminBody))
+		} else {
+			rs, err = catalog.Parse(io.LimitReader(r.Body, maxAdminBody))
+		}
 		if err != nil {
 			writeError(w, http.StatusBadRequest, err)
 			return
@@ -160,6 +168,24 @@ func (g *Gateway) handleChange(del bool) http.HandlerFunc {
 		}
 		writeJSON(w, http.StatusOK, res)
 	}
+}
+
+// decodeResources reads a JSON array of resources, each decoded and
+// validated as catalog.DecodeJSON does.
+func decodeResources(r io.Reader) ([]catalog.Resource, error) {
+	var raw []json.RawMessage
+	if err := json.NewDecoder(r).Decode(&raw); err != nil {
+		return nil, fmt.Errorf("decode resources: want a JSON array of resources: %w", err)
+	}
+	out := make([]catalog.Resource, len(raw))
+	for i, b := range raw {
+		res, err := catalog.DecodeJSON(b)
+		if err != nil {
+			return nil, fmt.Errorf("resource %d: %w", i, err)
+		}
+		out[i] = res
+	}
+	return out, nil
 }
 
 func (g *Gateway) handleGet(w http.ResponseWriter, r *http.Request) {
@@ -305,10 +331,13 @@ func (c *AdminClient) do(method, path string, body io.Reader, out any) error {
 	return c.doCtx(context.Background(), method, path, body, out)
 }
 
-func (c *AdminClient) doCtx(ctx context.Context, method, path string, body io.Reader, out any) error {
+func (c *AdminClient) doCtx(ctx context.Context, method, path string, body io.Reader, out any, contentType ...string) error {
 	req, err := http.NewRequestWithContext(ctx, method, "http://gateway"+path, body)
 	if err != nil {
 		return err
+	}
+	if len(contentType) > 0 {
+		req.Header.Set("Content-Type", contentType[0])
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -348,6 +377,44 @@ func unwrapURL(err error) error {
 func (c *AdminClient) Apply(yaml []byte) (ApplyResult, error) {
 	var r ApplyResult
 	return r, c.do("POST", "/v1/apply", bytes.NewReader(yaml), &r)
+}
+
+// ApplyResources sends resources to be created or replaced, encoded as
+// JSON (what programs applying thousands should use).
+func (c *AdminClient) ApplyResources(rs []catalog.Resource) (ApplyResult, error) {
+	body, err := encodeResources(rs)
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	var r ApplyResult
+	return r, c.doCtx(context.Background(), "POST", "/v1/apply", body, &r, "application/json")
+}
+
+// DeleteResources removes the resources named, sending them as JSON.
+func (c *AdminClient) DeleteResources(rs []catalog.Resource) (ApplyResult, error) {
+	body, err := encodeResources(rs)
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	var r ApplyResult
+	return r, c.doCtx(context.Background(), "POST", "/v1/delete", body, &r, "application/json")
+}
+
+func encodeResources(rs []catalog.Resource) (io.Reader, error) {
+	var buf bytes.Buffer
+	buf.WriteByte('[')
+	for i, r := range rs {
+		b, err := catalog.EncodeJSON(r)
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		buf.Write(b)
+	}
+	buf.WriteByte(']')
+	return &buf, nil
 }
 
 // Delete removes the resources the YAML names.

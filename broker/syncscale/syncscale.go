@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/strait-net/strait/catalog"
 	"github.com/strait-net/strait/fabric"
 	"github.com/strait-net/strait/gateway"
 )
@@ -326,14 +327,15 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 			defer wg.Done()
 			for off := 0; off < n; off += cfg.Batch {
 				m := min(cfg.Batch, n-off)
-				var b strings.Builder
+				rs := make([]catalog.Resource, m)
 				names := make([]string, m)
 				for j := range m {
 					names[j] = fmt.Sprintf("s%d-%d", i+1, off+j)
-					fmt.Fprintf(&b, "---\napiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata: {name: %s, namespace: bench}\nspec: {target: \"127.0.0.1:9\", ports: [{port: 8080}]}\n", names[j])
+					rs[j] = &catalog.ServiceExport{Metadata: catalog.ObjectMeta{Name: names[j], Namespace: "bench"},
+						Spec: catalog.ServiceExportSpec{Target: "127.0.0.1:9", Ports: []catalog.ServicePort{{Port: 8080}}}}
 				}
 				at := time.Now()
-				if _, err := admins[i].Apply([]byte(b.String())); err != nil {
+				if _, err := admins[i].ApplyResources(rs); err != nil {
 					mu.Lock()
 					createErr = err
 					mu.Unlock()

@@ -1,0 +1,99 @@
+package gateway_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/strait-net/strait/catalog"
+	"github.com/strait-net/strait/fabric"
+	"github.com/strait-net/strait/gateway"
+)
+
+// TestAdminWatch: JSON apply and delete, and a watcher that gets only what
+// changed since its revision, waits for the next change, and is refused
+// bad parameters with the parameter named.
+func TestAdminWatch(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := fabric.InitDir(dir, "watch", 24*time.Hour, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fabric.IssueFiles(dir, dir, "a", 12*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "a.sock")
+	g, err := gateway.New(gateway.Config{Cluster: "a", Identity: gateway.IdentityFiles{Dir: dir}, Listen: "127.0.0.1:0",
+		Admin: sock, State: filepath.Join(dir, "state.json"), Preconnect: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	ad := gateway.NewAdminClient(sock)
+	for i := 0; ; i++ {
+		if _, err := ad.Status(); err == nil {
+			break
+		} else if i == 200 {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	exp := func(name string) catalog.Resource {
+		return &catalog.ServiceExport{Metadata: catalog.ObjectMeta{Name: name, Namespace: "ns"},
+			Spec: catalog.ServiceExportSpec{Target: "127.0.0.1:9", Ports: []catalog.ServicePort{{Port: 80}}}}
+	}
+	if res, err := ad.ApplyResources([]catalog.Resource{exp("a"), exp("b")}); err != nil || res.Changed != 2 {
+		t.Fatalf("ApplyResources = %+v, %v", res, err)
+	}
+	w, err := ad.Watch(ctx, "ServiceExport", 0, 0)
+	if err != nil || len(w.Changed) != 2 || w.Reset || w.Revision != 2 {
+		t.Fatalf("Watch(0) = %+v, %v", w, err)
+	}
+	// A long poll returns with the next change, and only it.
+	got := make(chan gateway.WatchResult, 1)
+	go func() {
+		w, err := ad.Watch(ctx, "ServiceExport", 2, 10*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- w
+	}()
+	if _, err := ad.DeleteResources([]catalog.Resource{exp("a")}); err != nil {
+		t.Fatal(err)
+	}
+	w = <-got
+	if len(w.Changed) != 0 || len(w.Deleted) != 1 || w.Deleted[0].Name != "a" || w.Revision != 3 {
+		t.Fatalf("Watch(2) after a delete = %+v", w)
+	}
+	hc := http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	defer hc.CloseIdleConnections()
+	for _, bad := range []struct{ query, want string }{
+		{"since=x", "since:"}, {"since=1&wait=1h", "wait:"}, {"since=1&wait=-1s", "wait:"},
+	} {
+		resp, err := hc.Get("http://gateway/v1/watch?" + bad.query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), bad.want) {
+			t.Errorf("watch?%s = %d %s, want 400 naming %q", bad.query, resp.StatusCode, body, bad.want)
+		}
+	}
+	if _, err := ad.Apply([]byte("not: [yaml")); err == nil {
+		t.Fatal("bad YAML accepted")
+	}
+	if _, err := ad.ApplyResources([]catalog.Resource{&catalog.Peer{Metadata: catalog.ObjectMeta{Name: "Bad Name"}}}); err == nil || !strings.Contains(err.Error(), "metadata.name") {
+		t.Fatalf("invalid resource: %v", err)
+	}
+}
