@@ -201,11 +201,17 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return err
 	}
 	// A failed rewrite (ip could not run on a busy machine) is retried
-	// until it succeeds; the prober reports each change only once.
+	// until it succeeds; the prober reports each change only once. The
+	// retry loop ends with Run, also when the prober fails before ctx is
+	// done.
+	ctx, cancel := context.WithCancel(ctx)
 	retry := time.NewTicker(100 * time.Millisecond)
 	defer retry.Stop()
 	done := make(chan struct{})
-	defer func() { <-done }()
+	defer func() {
+		cancel()
+		<-done
+	}()
 	go func() {
 		defer close(done)
 		for {
