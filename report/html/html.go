@@ -23,7 +23,7 @@ import (
 var pageText string
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
-	"size": formatSize,
+	"size": report.FormatSize,
 	"ms":   fmtMS,
 	"ci":   fmtCI,
 	"ratio": func(v float64) string {
@@ -365,8 +365,8 @@ func (m *model) plot() error {
 		w.BoxPlots = make([]figure, len(w.Payloads))
 		for i, p := range w.Payloads {
 			w.BoxPlots[i] = figure{
-				ID:      fmt.Sprintf("box-%s-%s", w.Name, formatSize(p)),
-				Caption: fmt.Sprintf("Response time of %s with payload %s per scenario and tool. Boxes: quartiles and median (type 7); whiskers: farthest values within 1.5 IQR; points: outliers.", w.Name, formatSize(p)),
+				ID:      fmt.Sprintf("box-%s-%s", w.Name, report.FormatSize(p)),
+				Caption: fmt.Sprintf("Response time of %s with payload %s per scenario and tool. Boxes: quartiles and median (type 7); whiskers: farthest values within 1.5 IQR; points: outliers.", w.Name, report.FormatSize(p)),
 			}
 			jobs = append(jobs, job{&w.BoxPlots[i], func() ([]byte, error) { return m.boxPlot(w.Name, p) }})
 		}

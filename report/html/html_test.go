@@ -174,26 +174,26 @@ func TestWriteSeed000Matrix(t *testing.T) {
 	}
 	for _, w := range seed000Workloads {
 		for _, pl := range seed000Payloads[w] {
-			fig := p.byID(fmt.Sprintf("box-%s-%s", w, formatSize(pl)))
+			fig := p.byID(fmt.Sprintf("box-%s-%s", w, report.FormatSize(pl)))
 			if fig == nil {
-				t.Errorf("no box plot for %s %s", w, formatSize(pl))
+				t.Errorf("no box plot for %s %s", w, report.FormatSize(pl))
 				continue
 			}
 			svgs := elements(fig, "svg")
 			if len(svgs) != 1 || attr(svgs[0], "viewbox") == "" {
-				t.Errorf("box plot %s %s: %d svg elements with viewBox %q", w, formatSize(pl), len(svgs), attr(svgs[0], "viewbox"))
+				t.Errorf("box plot %s %s: %d svg elements with viewBox %q", w, report.FormatSize(pl), len(svgs), attr(svgs[0], "viewbox"))
 			}
 			// Every scenario is a tick label; the legend names both tools
 			// and the KPI; the axis says its unit.
 			txt := text(fig)
 			for _, want := range append(slices.Clone(seed000Scenarios), "direct", "strait", "response time (ms)") {
 				if !strings.Contains(txt, want) {
-					t.Errorf("box plot %s %s: no text %q", w, formatSize(pl), want)
+					t.Errorf("box plot %s %s: no text %q", w, report.FormatSize(pl), want)
 				}
 			}
 			kpi := map[string]string{"echo": "KPI 1000 ms", "recv": "KPI 1000 ms", "static": "KPI 100 ms"}[w]
 			if !strings.Contains(txt, kpi) {
-				t.Errorf("box plot %s %s: no %q in the legend", w, formatSize(pl), kpi)
+				t.Errorf("box plot %s %s: no %q in the legend", w, report.FormatSize(pl), kpi)
 			}
 		}
 	}
@@ -547,8 +547,8 @@ func TestWriteRealRun(t *testing.T) {
 		if tab == nil || !strings.Contains(text(tab), strconv.FormatFloat(s.IQRMeanMS, 'f', 3, 64)) {
 			t.Errorf("%s: IQR mean %.3f of %s/%s/%s/%d not in Table 3", dir, s.IQRMeanMS, s.Scenario, s.Tool, s.Workload, s.Payload)
 		}
-		if p.byID(fmt.Sprintf("box-%s-%s", s.Workload, formatSize(s.Payload))) == nil {
-			t.Errorf("%s: no box plot for %s %s", dir, s.Workload, formatSize(s.Payload))
+		if p.byID(fmt.Sprintf("box-%s-%s", s.Workload, report.FormatSize(s.Payload))) == nil {
+			t.Errorf("%s: no box plot for %s %s", dir, s.Workload, report.FormatSize(s.Payload))
 		}
 	}
 	t.Logf("rendered %s: %d cells", dir, len(summary))

@@ -86,7 +86,7 @@ func newPlot() *plot.Plot {
 // 000's Figs 3, 4, 6, 7, 9 for one workload and payload.
 func (m *model) boxPlot(workload string, payload int) ([]byte, error) {
 	p := newPlot()
-	p.Title.Text = fmt.Sprintf("%s, payload %s: response time per scenario", workload, formatSize(payload))
+	p.Title.Text = fmt.Sprintf("%s, payload %s: response time per scenario", workload, report.FormatSize(payload))
 	p.X.Label.Text = "scenario"
 	p.Y.Label.Text = "response time (ms)"
 	nsc, ntool := len(m.scenarios), len(m.tools)
@@ -297,7 +297,7 @@ func (m *model) payloadPlot(workload, scenario string, payloads []int) ([]byte, 
 	}
 	var ticks []plot.Tick
 	for _, pl := range payloads {
-		ticks = append(ticks, plot.Tick{Value: float64(pl), Label: formatSize(pl)})
+		ticks = append(ticks, plot.Tick{Value: float64(pl), Label: report.FormatSize(pl)})
 	}
 	p.X.Tick.Marker = plot.ConstantTicks(ticks)
 	p.X.Min, p.X.Max = float64(payloads[0])/1.5, float64(payloads[len(payloads)-1])*1.5
@@ -322,17 +322,6 @@ func renderSVG(p *plot.Plot) ([]byte, error) {
 		b = b[i:]
 	}
 	return b, nil
-}
-
-// formatSize renders a payload the way the seeds label them (1KB = 1000 B).
-func formatSize(n int) string {
-	switch {
-	case n >= 1e6 && n%1e6 == 0:
-		return strconv.Itoa(n/1e6) + "MB"
-	case n >= 1e3 && n%1e3 == 0:
-		return strconv.Itoa(n/1e3) + "KB"
-	}
-	return strconv.Itoa(n) + "B"
 }
 
 // fmtNum prints a number with at most three decimals and no trailing

@@ -66,7 +66,7 @@ func (m *model) rateViews() []*rateView {
 	}
 	var views []*rateView
 	for _, g := range groups {
-		v := &rateView{ID: "rate-" + g.workload + "-" + formatSize(g.payload) + "-" + fmtNum(g.rate), Workload: g.workload, Payload: g.payload, Rate: g.rate}
+		v := &rateView{ID: "rate-" + g.workload + "-" + report.FormatSize(g.payload) + "-" + fmtNum(g.rate), Workload: g.workload, Payload: g.payload, Rate: g.rate}
 		if kpi, ok := m.kpi(g.workload); ok {
 			v.KPI = kpi
 		}
