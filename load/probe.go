@@ -493,11 +493,14 @@ func SummarizeProbes(samples []ProbeSample, rate int) []ProbeSummary {
 	return out
 }
 
+// probeColumns is the header of a probe CSV.
+var probeColumns = []string{"mode", "seq", "conn", "send_unix_us", "recv_unix_us", "rtt_us", "lost", "error"}
+
 // WriteProbeCSV writes one row per probe: mode, seq, conn, send and receive
 // time in unix microseconds (receive empty when lost), rtt_us, lost, error.
 func WriteProbeCSV(w io.Writer, samples []ProbeSample) error {
 	cw := csv.NewWriter(w)
-	_ = cw.Write([]string{"mode", "seq", "conn", "send_unix_us", "recv_unix_us", "rtt_us", "lost", "error"})
+	_ = cw.Write(probeColumns)
 	for _, s := range samples {
 		recv, rtt := "", ""
 		if !s.Lost() {
@@ -505,8 +508,55 @@ func WriteProbeCSV(w io.Writer, samples []ProbeSample) error {
 			rtt = strconv.FormatInt(s.Recv.Sub(s.Sent).Microseconds(), 10)
 		}
 		_ = cw.Write([]string{s.Mode, strconv.FormatUint(s.Seq, 10), s.Conn, strconv.FormatInt(s.Sent.UnixMicro(), 10),
-			recv, rtt, strconv.FormatBool(s.Lost()), s.Err})
+			recv, rtt, strconv.FormatBool(s.Lost()), csvLineBreaks(s.Err)})
 	}
 	cw.Flush()
 	return cw.Error()
+}
+
+// ReadProbeCSV reads what WriteProbeCSV wrote, for analyses that run after
+// the probing process. Times come back in UTC at microsecond resolution;
+// rtt_us and lost follow from the times and are not read.
+func ReadProbeCSV(r io.Reader) ([]ProbeSample, error) {
+	cr := csv.NewReader(r)
+	header, err := cr.Read()
+	if errors.Is(err, io.EOF) {
+		return nil, errors.New("read probe csv: no header row")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read probe csv: %w", err)
+	}
+	if !slices.Equal(header, probeColumns) {
+		return nil, fmt.Errorf("read probe csv: header %q, want %q", header, probeColumns)
+	}
+	var out []ProbeSample
+	for line := 2; ; line++ {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read probe csv: %w", err)
+		}
+		s := ProbeSample{Mode: rec[0], Conn: rec[2], Err: csvLineBreaks(rec[7])}
+		if s.Mode != ProbeNew && s.Mode != ProbeStream {
+			return nil, fmt.Errorf("read probe csv: line %d: mode %q: want %s or %s", line, s.Mode, ProbeNew, ProbeStream)
+		}
+		if s.Seq, err = strconv.ParseUint(rec[1], 10, 64); err != nil {
+			return nil, fmt.Errorf("read probe csv: line %d: seq %q: not an unsigned integer", line, rec[1])
+		}
+		sent, err := strconv.ParseInt(rec[3], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("read probe csv: line %d: send_unix_us %q: not an integer", line, rec[3])
+		}
+		s.Sent = time.UnixMicro(sent).UTC()
+		if rec[4] != "" {
+			recv, err := strconv.ParseInt(rec[4], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("read probe csv: line %d: recv_unix_us %q: not an integer or empty (lost)", line, rec[4])
+			}
+			s.Recv = time.UnixMicro(recv).UTC()
+		}
+		out = append(out, s)
+	}
 }
