@@ -2,7 +2,6 @@ package multigw
 
 import (
 	"context"
-	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -455,7 +454,6 @@ func (u *unit) sample(ctx context.Context) func() ([]LoadRow, []string) {
 		addrOf[net.JoinHostPort(n.Addr.String(), "4443")] = id
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	var mu sync.Mutex
 	type point struct {
 		at     time.Time
 		counts map[string]uint64 // cumulative per importer → per exporter
@@ -478,19 +476,21 @@ func (u *unit) sample(ctx context.Context) func() ([]LoadRow, []string) {
 				}
 				for _, p := range st.Peers {
 					for _, g := range p.Gateways {
-						pt.counts[id+">"+addrOf[g.Addr]] = g.Streams
+						// A gateway address that is no exporter of this
+						// lab has no column to count in.
+						if exp, ok := addrOf[g.Addr]; ok {
+							pt.counts[id+">"+exp] = g.Streams
+						}
 					}
 				}
 			}
-			mu.Lock()
 			points = append(points, pt)
-			mu.Unlock()
 			sleepCtx(sctx, loadBin)
 		}
 	}()
 	return func() ([]LoadRow, []string) {
 		cancel()
-		wg.Wait()
+		wg.Wait() // points is the sampler's until here
 		var rows []LoadRow
 		for i := 1; i < len(points); i++ {
 			a, b := points[i-1], points[i]
@@ -498,11 +498,11 @@ func (u *unit) sample(ctx context.Context) func() ([]LoadRow, []string) {
 			row := LoadRow{at: b.at, PerSec: make([]float64, len(names))}
 			for k, v := range b.counts {
 				prev, ok := a.counts[k]
-				if !ok || v < prev {
+				if !ok {
+					continue
+				}
+				if v < prev {
 					prev = 0 // a restarted importer counts from zero
-					if !ok {
-						continue
-					}
 				}
 				imp, exp, _ := strings.Cut(k, ">")
 				inc := float64(v-prev) / dt
@@ -600,29 +600,9 @@ func readProbeCSV(path string) ([]load.ProbeSample, error) {
 		return nil, err
 	}
 	defer f.Close()
-	rows, err := csv.NewReader(f).ReadAll()
+	samples, err := load.ReadProbeCSV(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if len(rows) == 0 || strings.Join(rows[0], ",") != "mode,seq,conn,send_unix_us,recv_unix_us,rtt_us,lost,error" {
-		return nil, fmt.Errorf("%s: not a probe CSV (header %v)", path, rows)
-	}
-	var out []load.ProbeSample
-	for i, r := range rows[1:] {
-		seq, err1 := strconv.ParseUint(r[1], 10, 64)
-		sent, err2 := strconv.ParseInt(r[3], 10, 64)
-		if err := errors.Join(err1, err2); err != nil {
-			return nil, fmt.Errorf("%s: row %d: %w", path, i+2, err)
-		}
-		s := load.ProbeSample{Mode: r[0], Seq: seq, Conn: r[2], Sent: time.UnixMicro(sent), Err: r[7]}
-		if r[4] != "" {
-			recv, err := strconv.ParseInt(r[4], 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("%s: row %d: recv_unix_us: %w", path, i+2, err)
-			}
-			s.Recv = time.UnixMicro(recv)
-		}
-		out = append(out, s)
-	}
-	return out, nil
+	return samples, nil
 }
