@@ -79,10 +79,12 @@ type target struct {
 // Run probes until ctx is done and returns after its goroutines exited.
 func (p *Prober) Run(ctx context.Context) error {
 	var ts []*target
+	var wg sync.WaitGroup
 	defer func() {
 		for _, t := range ts {
-			t.conn.Close()
+			t.conn.Close() // ends the readers
 		}
+		wg.Wait()
 	}()
 	for _, a := range p.cfg.Targets {
 		c, err := net.Dial("udp", a)
@@ -91,7 +93,6 @@ func (p *Prober) Run(ctx context.Context) error {
 		}
 		ts = append(ts, &target{addr: a, conn: c.(*net.UDPConn)})
 	}
-	var wg sync.WaitGroup
 	for _, t := range ts {
 		wg.Add(1)
 		go func() {
@@ -99,12 +100,6 @@ func (p *Prober) Run(ctx context.Context) error {
 			p.read(t)
 		}()
 	}
-	defer wg.Wait()
-	defer func() {
-		for _, t := range ts {
-			t.conn.Close() // ends the readers
-		}
-	}()
 
 	state := make([]int, len(ts)) // 0 unknown, 1 up, 2 down
 	window := time.Duration(p.cfg.Misses) * p.cfg.Interval
