@@ -84,6 +84,8 @@ func TestProberSeesDeathAndReturn(t *testing.T) {
 			select {
 			case <-changed:
 			case <-time.After(10 * time.Second):
+				mu.Lock()
+				defer mu.Unlock()
 				t.Fatalf("no change to up=%v; events %v", want, events)
 			}
 			mu.Lock()
