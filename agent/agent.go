@@ -88,7 +88,7 @@ func New(cfg Config) (*Agent, error) {
 		a.traceF, a.trace = f, bufio.NewWriterSize(f, 1<<20)
 	}
 	a.client, err = broker.NewClient(broker.ClientConfig{
-		Brokers: cfg.Brokers, TLS: id.ClientTLS(""), Cluster: cfg.Cluster,
+		Brokers: cfg.Brokers, TLS: id.BrokerClientTLS(), Cluster: cfg.Cluster,
 		OnUpdate: a.onUpdate, OnConnect: a.onConnect, Logger: a.log,
 	})
 	if err != nil {

@@ -164,7 +164,10 @@ func TestAgentsThroughBrokerOutage(t *testing.T) {
 	if _, err := fabric.InitDir(dir, "t", 24*time.Hour, false); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range []string{"broker1", "a", "b"} {
+	if _, err := fabric.IssueBrokerFiles(dir, dir, "broker1", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b"} {
 		if _, err := fabric.IssueFiles(dir, dir, id, time.Hour); err != nil {
 			t.Fatal(err)
 		}

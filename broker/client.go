@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/strait-net/strait/catalog"
+	"github.com/strait-net/strait/fabric"
 )
 
 // ClientConfig configures a Client.
@@ -24,8 +25,10 @@ type ClientConfig struct {
 	// learns the live set and its RBCM assignment from the brokers and
 	// moves between them (see assign.go).
 	Brokers []string
-	// TLS is the fabric client configuration, fabric.Identity.ClientTLS(""):
-	// brokers present clusterset certificates like gateways do.
+	// TLS is the fabric client configuration for brokers,
+	// fabric.Identity.BrokerClientTLS(): brokers present broker identities
+	// (spiffe://<clusterset>/broker/<name>). The client also refuses, after
+	// any handshake, a server whose certificate is not a broker's.
 	TLS *tls.Config
 	// Cluster is the local cluster ID; it must be the ID in the
 	// certificate TLS presents, or the broker refuses the connection.
@@ -267,6 +270,15 @@ func (c *Client) dial(ctx context.Context, addr string) (*session, error) {
 	if err := tc.HandshakeContext(dctx); err != nil {
 		raw.Close()
 		return nil, fmt.Errorf("handshake with %s: %w", addr, err)
+	}
+	// Only a broker identity may serve the catalog, whatever the TLS
+	// configuration checked: a cluster's certificate is refused here.
+	if cs := tc.ConnectionState(); len(cs.PeerCertificates) == 0 {
+		raw.Close()
+		return nil, fmt.Errorf("broker %s: %w: no certificate", addr, fabric.ErrNoIdentity)
+	} else if _, err := fabric.BrokerName(cs.PeerCertificates[0]); err != nil {
+		raw.Close()
+		return nil, fmt.Errorf("broker %s: %w", addr, err)
 	}
 	s := &session{conn: tc, br: bufio.NewReaderSize(tc, 64<<10), acks: make(chan *message, 64), done: make(chan struct{})}
 	s.w = &frameWriter{bw: bufio.NewWriterSize(tc, 64<<10), c: tc}

@@ -27,16 +27,25 @@ func pki(t testing.TB, ids ...string) string {
 		t.Fatal(err)
 	}
 	for _, id := range ids {
-		if _, err := fabric.IssueFiles(dir, dir, id, time.Hour); err != nil {
+		issue := fabric.IssueFiles
+		if isBroker(id) {
+			issue = fabric.IssueBrokerFiles
+		}
+		if _, err := issue(dir, dir, id, time.Hour); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return dir
 }
 
+// isBroker tells the tests' broker IDs (b1, broker2) from cluster IDs.
+func isBroker(id string) bool {
+	return strings.HasPrefix(id, "broker") || len(id) > 1 && id[0] == 'b' && id[1] >= '0' && id[1] <= '9'
+}
+
 func loadID(t testing.TB, dir, cluster string) *fabric.Identity {
 	t.Helper()
-	id, err := fabric.Load(fabric.Config{Dir: dir, Cluster: cluster, PollInterval: -1})
+	id, err := fabric.Load(fabric.Config{Dir: dir, Cluster: cluster, Broker: isBroker(cluster), PollInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +91,7 @@ func (r *recorder) add(u Update) {
 func startClient(t testing.TB, dir, cluster string, brokers ...string) (*Client, *recorder) {
 	t.Helper()
 	rec := &recorder{changed: make(chan struct{}, 1)}
-	c, err := NewClient(ClientConfig{Brokers: brokers, TLS: loadID(t, dir, cluster).ClientTLS(""), Cluster: cluster, OnUpdate: rec.add})
+	c, err := NewClient(ClientConfig{Brokers: brokers, TLS: loadID(t, dir, cluster).BrokerClientTLS(), Cluster: cluster, OnUpdate: rec.add})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -129,11 +129,11 @@ func TestBrokerRejectsBadInput(t *testing.T) {
 	dir := pki(t, "broker1", "a", "b")
 	p := startBrokerProc(t, dir, "broker1", "", fmt.Sprintf("{path: %s}", filepath.Join(t.TempDir(), "b.db")))
 	watcher, _ := startClient(t, dir, "b", p.addr)
-	aTLS := loadID(t, dir, "a").ClientTLS("")
+	aTLS := loadID(t, dir, "a").BrokerClientTLS()
 
 	t.Run("unknown CA", func(t *testing.T) {
 		other := pki(t, "a") // same cluster name, another clusterset CA
-		r, err := dialRaw(t, p.addr, loadID(t, other, "a").ClientTLS(""))
+		r, err := dialRaw(t, p.addr, loadID(t, other, "a").BrokerClientTLS())
 		if err == nil {
 			// TLS 1.3: the server's verdict arrives with the first read.
 			r.send(t, &message{T: msgHello, V: ProtocolVersion, Cluster: "a"})
@@ -253,7 +253,7 @@ func TestFailover(t *testing.T) {
 	var connects []string
 	var connectTimes []time.Time
 	rec := &recorder{changed: make(chan struct{}, 1)}
-	a, err := NewClient(ClientConfig{Brokers: []string{p1.addr, p2.addr}, TLS: loadID(t, dir, "a").ClientTLS(""), Cluster: "a",
+	a, err := NewClient(ClientConfig{Brokers: []string{p1.addr, p2.addr}, TLS: loadID(t, dir, "a").BrokerClientTLS(), Cluster: "a",
 		OnUpdate: rec.add, OnConnect: func(b string) {
 			mu.Lock()
 			connects, connectTimes = append(connects, b), append(connectTimes, time.Now())

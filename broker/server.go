@@ -49,7 +49,7 @@ func New(cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	id, err := fabric.Load(fabric.Config{Dir: cfg.Identity.Dir, Cluster: cfg.ID,
+	id, err := fabric.Load(fabric.Config{Dir: cfg.Identity.Dir, Cluster: cfg.ID, Broker: true,
 		CertFile: cfg.Identity.Cert, KeyFile: cfg.Identity.Key, CAFile: cfg.Identity.CA, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("identity: %w", err)

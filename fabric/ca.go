@@ -66,16 +66,34 @@ func SPIFFEID(clusterset, cluster string) string {
 	return "spiffe://" + clusterset + "/cluster/" + cluster
 }
 
-// parseSPIFFEID extracts clusterset and cluster from a gateway URI SAN.
-func parseSPIFFEID(u *url.URL) (clusterset, cluster string, ok bool) {
+// BrokerSPIFFEID returns the URI identifying a broker of a clusterset.
+func BrokerSPIFFEID(clusterset, broker string) string {
+	return "spiffe://" + clusterset + "/broker/" + broker
+}
+
+// Role is what an identity is: a cluster's gateways (and agent), or a
+// broker. A certificate has exactly one; each side of a connection checks
+// the other's, so a cluster's certificate cannot pose as a broker and a
+// broker's cannot pose as a cluster.
+type Role string
+
+// The roles, as the path segment of the SPIFFE ID.
+const (
+	RoleCluster Role = "cluster"
+	RoleBroker  Role = "broker"
+)
+
+// parseSPIFFEID extracts clusterset, role and name from a URI SAN.
+func parseSPIFFEID(u *url.URL) (clusterset string, role Role, name string, ok bool) {
 	if u.Scheme != "spiffe" || u.User != nil || u.Port() != "" || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
-		return "", "", false
+		return "", "", "", false
 	}
-	id, found := strings.CutPrefix(u.Path, "/cluster/")
-	if !found || !catalog.IsDNSLabel(u.Host) || !catalog.IsDNSLabel(id) {
-		return "", "", false
+	for _, r := range []Role{RoleCluster, RoleBroker} {
+		if id, found := strings.CutPrefix(u.Path, "/"+string(r)+"/"); found && catalog.IsDNSLabel(u.Host) && catalog.IsDNSLabel(id) {
+			return u.Host, r, id, true
+		}
 	}
-	return u.Host, id, true
+	return "", "", "", false
 }
 
 // checkName checks a clusterset name or cluster ID: both are DNS labels.
@@ -160,6 +178,24 @@ func (ca *CA) Issue(cluster string, notBefore, notAfter time.Time) (certPEM, key
 	}
 	u, _ := url.Parse(SPIFFEID(ca.Clusterset, cluster))
 	return ca.issue(cluster, []*url.URL{u}, notBefore, notAfter)
+}
+
+// IssueBroker is Issue for a broker: its URI SAN is
+// spiffe://<clusterset>/broker/<name>, which agents require of a broker
+// and gateways and brokers refuse as a cluster.
+func (ca *CA) IssueBroker(name string, notBefore, notAfter time.Time) (certPEM, keyPEMBytes []byte, err error) {
+	if err := checkName("broker", name); err != nil {
+		return nil, nil, err
+	}
+	if !notAfter.After(notBefore) {
+		return nil, nil, errors.New("lifetime: must be positive")
+	}
+	if notAfter.After(ca.Cert.NotAfter) {
+		return nil, nil, fmt.Errorf("lifetime: certificate would outlive the CA (valid until %s); shorten it to at most %s",
+			ca.Cert.NotAfter.UTC().Format(time.RFC3339), ca.Cert.NotAfter.Sub(notBefore).Truncate(time.Hour))
+	}
+	u, _ := url.Parse(BrokerSPIFFEID(ca.Clusterset, name))
+	return ca.issue(name, []*url.URL{u}, notBefore, notAfter)
 }
 
 // issue signs a gateway certificate with arbitrary URIs; tests use it to
@@ -334,7 +370,17 @@ type Issued struct {
 // reloading in between sees a mismatched pair, rejects it and keeps its
 // old certificate until the new one lands.
 func IssueFiles(caDir, outDir, cluster string, lifetime time.Duration) (Issued, error) {
-	if err := checkName("cluster", cluster); err != nil {
+	return issueFiles(caDir, outDir, cluster, RoleCluster, lifetime)
+}
+
+// IssueBrokerFiles is IssueFiles for a broker: <name>.crt carries the
+// broker identity spiffe://<clusterset>/broker/<name>.
+func IssueBrokerFiles(caDir, outDir, name string, lifetime time.Duration) (Issued, error) {
+	return issueFiles(caDir, outDir, name, RoleBroker, lifetime)
+}
+
+func issueFiles(caDir, outDir, cluster string, role Role, lifetime time.Duration) (Issued, error) {
+	if err := checkName(string(role), cluster); err != nil {
 		return Issued{}, err
 	}
 	if lifetime <= 0 {
@@ -345,7 +391,11 @@ func IssueFiles(caDir, outDir, cluster string, lifetime time.Duration) (Issued, 
 		return Issued{}, err
 	}
 	now := time.Now()
-	certPEM, kp, err := ca.Issue(cluster, now.Add(-Backdate), now.Add(lifetime))
+	issue := ca.Issue
+	if role == RoleBroker {
+		issue = ca.IssueBroker
+	}
+	certPEM, kp, err := issue(cluster, now.Add(-Backdate), now.Add(lifetime))
 	if err != nil {
 		return Issued{}, err
 	}

@@ -39,6 +39,9 @@ var (
 	// ErrBadCertificate: anything else wrong with the certificate, such as
 	// missing clientAuth/serverAuth usage or a malformed chain.
 	ErrBadCertificate = errors.New("bad certificate")
+	// ErrWrongRole: a valid member of the clusterset, but a broker where a
+	// cluster was expected or the other way round.
+	ErrWrongRole = errors.New("certificate of another role")
 )
 
 // Reason is a rejection class, short enough for a metric label.
@@ -54,17 +57,18 @@ const (
 	ReasonWrongClusterset Reason = "wrong_clusterset"
 	ReasonWrongCluster    Reason = "wrong_cluster"
 	ReasonBadCertificate  Reason = "bad_certificate"
+	ReasonWrongRole       Reason = "wrong_role"
 	ReasonOther           Reason = "other"
 )
 
-const numReasons = 7
+const numReasons = 8
 
 // Reasons lists the rejection reasons a verifying Identity counts.
 var Reasons = []Reason{ReasonNoIdentity, ReasonUnknownCA, ReasonExpired, ReasonNotYetValid,
-	ReasonWrongClusterset, ReasonWrongCluster, ReasonBadCertificate}
+	ReasonWrongClusterset, ReasonWrongCluster, ReasonBadCertificate, ReasonWrongRole}
 
 var reasonErrs = []error{ErrNoIdentity, ErrUnknownCA, ErrExpired, ErrNotYetValid,
-	ErrWrongClusterset, ErrWrongCluster, ErrBadCertificate}
+	ErrWrongClusterset, ErrWrongCluster, ErrBadCertificate, ErrWrongRole}
 
 // Classify returns the reason of a rejection error, such as the error of a
 // failed handshake, or ReasonOther.
@@ -90,6 +94,10 @@ type Config struct {
 	// Cluster is the local cluster ID. If set, the certificate must be
 	// this cluster's; with Dir it also names the files.
 	Cluster string
+	// Broker says the identity is a broker's (spiffe://<clusterset>/
+	// broker/<name>, from `strait fabric issue --broker`); Cluster is then
+	// the broker's name. Its ServerTLS accepts clusters only.
+	Broker bool
 	// CertFile, KeyFile and CAFile override Dir/<Cluster>.crt,
 	// Dir/<Cluster>.key and Dir/ca.crt.
 	CertFile, KeyFile, CAFile string
@@ -159,7 +167,7 @@ type material struct {
 	roots      *x509.CertPool
 	caDER      [][]byte
 	clusterset string
-	cluster    string
+	cluster    string // or the broker's name
 }
 
 type fileStamp struct {
@@ -289,7 +297,11 @@ func (id *Identity) read() (*material, error) {
 	}
 	// Our own certificate must pass the check peers will make; failing
 	// here says so at startup instead of in every peer's logs.
-	cluster, err := verify(m, chain, "", x509.ExtKeyUsageAny, time.Now())
+	role := RoleCluster
+	if id.cfg.Broker {
+		role = RoleBroker
+	}
+	cluster, err := verify(m, chain, role, "", x509.ExtKeyUsageAny, time.Now())
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", id.certF, err)
 	}
@@ -370,7 +382,7 @@ func (id *Identity) ServerTLS() *tls.Config {
 		// VerifyConnection and is counted as ErrNoIdentity, instead of
 		// failing inside crypto/tls with an unclassifiable error.
 		ClientAuth:       tls.RequestClientCert,
-		VerifyConnection: id.verifier("", x509.ExtKeyUsageClientAuth),
+		VerifyConnection: id.verifier(RoleCluster, "", x509.ExtKeyUsageClientAuth),
 		// No resumption: a resumed session would skip verification
 		// against a CA that may have been rotated since. Gateways keep
 		// long-lived connections, so full handshakes are rare.
@@ -392,13 +404,23 @@ func (id *Identity) ClientTLS(expectedPeer string) *tls.Config {
 		// address and identified by URI SAN); VerifyConnection does the
 		// whole verification instead.
 		InsecureSkipVerify: true,
-		VerifyConnection:   id.verifier(expectedPeer, x509.ExtKeyUsageServerAuth),
+		VerifyConnection:   id.verifier(RoleCluster, expectedPeer, x509.ExtKeyUsageServerAuth),
 	}
 }
 
-func (id *Identity) verifier(expected string, usage x509.ExtKeyUsage) func(tls.ConnectionState) error {
+// BrokerClientTLS returns a configuration for dialing a broker: as
+// ClientTLS, but the server must present a broker identity
+// (spiffe://<clusterset>/broker/<name>); a cluster's certificate is
+// refused with ErrWrongRole, so a gateway cannot pose as a broker.
+func (id *Identity) BrokerClientTLS() *tls.Config {
+	c := id.ClientTLS("")
+	c.VerifyConnection = id.verifier(RoleBroker, "", x509.ExtKeyUsageServerAuth)
+	return c
+}
+
+func (id *Identity) verifier(role Role, expected string, usage x509.ExtKeyUsage) func(tls.ConnectionState) error {
 	return func(cs tls.ConnectionState) error {
-		_, err := verify(id.cur.Load(), cs.PeerCertificates, expected, usage, time.Now())
+		_, err := verify(id.cur.Load(), cs.PeerCertificates, role, expected, usage, time.Now())
 		if err != nil {
 			id.count(err)
 		}
@@ -414,29 +436,56 @@ func (id *Identity) PeerCluster(cs tls.ConnectionState) (string, error) {
 	if len(cs.PeerCertificates) == 0 {
 		return "", fmt.Errorf("%w: peer presented no certificate", ErrNoIdentity)
 	}
-	return clusterOf(cs.PeerCertificates[0], id.cur.Load().clusterset)
+	return nameOf(cs.PeerCertificates[0], id.cur.Load().clusterset, RoleCluster)
 }
 
-// clusterOf extracts the cluster ID from a gateway certificate's URI SAN.
-func clusterOf(leaf *x509.Certificate, clusterset string) (string, error) {
-	if len(leaf.URIs) != 1 {
-		return "", fmt.Errorf("%w: certificate %q has %d URI SANs, want exactly one spiffe://<clusterset>/cluster/<id>", ErrNoIdentity, leaf.Subject.CommonName, len(leaf.URIs))
+// PeerBroker returns the broker name of the peer of a connection that
+// completed a handshake with a configuration of this Identity, or
+// ErrWrongRole if the peer is not a broker.
+func (id *Identity) PeerBroker(cs tls.ConnectionState) (string, error) {
+	if len(cs.PeerCertificates) == 0 {
+		return "", fmt.Errorf("%w: peer presented no certificate", ErrNoIdentity)
 	}
-	cs, cluster, ok := parseSPIFFEID(leaf.URIs[0])
+	return nameOf(cs.PeerCertificates[0], id.cur.Load().clusterset, RoleBroker)
+}
+
+// BrokerName returns the broker name in a certificate's URI SAN, or an
+// error wrapping ErrWrongRole (or ErrNoIdentity) if it is not a broker's.
+// It does not verify the certificate: use it on a peer that a verifying
+// configuration (BrokerClientTLS) already accepted, as a second check
+// that does not depend on how the caller built its configuration.
+func BrokerName(leaf *x509.Certificate) (string, error) {
+	if len(leaf.URIs) != 1 {
+		return "", fmt.Errorf("%w: certificate %q has %d URI SANs, want exactly one spiffe://<clusterset>/broker/<name>", ErrNoIdentity, leaf.Subject.CommonName, len(leaf.URIs))
+	}
+	cs, _, _, _ := parseSPIFFEID(leaf.URIs[0])
+	return nameOf(leaf, cs, RoleBroker)
+}
+
+// nameOf extracts the cluster ID (or broker name) from a certificate's URI
+// SAN, which must be of the role given.
+func nameOf(leaf *x509.Certificate, clusterset string, role Role) (string, error) {
+	if len(leaf.URIs) != 1 {
+		return "", fmt.Errorf("%w: certificate %q has %d URI SANs, want exactly one spiffe://<clusterset>/%s/<name>", ErrNoIdentity, leaf.Subject.CommonName, len(leaf.URIs), role)
+	}
+	cs, r, name, ok := parseSPIFFEID(leaf.URIs[0])
 	if !ok {
-		return "", fmt.Errorf("%w: URI SAN %q is not spiffe://<clusterset>/cluster/<id>", ErrNoIdentity, leaf.URIs[0])
+		return "", fmt.Errorf("%w: URI SAN %q is not spiffe://<clusterset>/%s/<name>", ErrNoIdentity, leaf.URIs[0], role)
 	}
 	if cs != clusterset {
 		return "", fmt.Errorf("%w: %s is in clusterset %q, this is %q", ErrWrongClusterset, leaf.URIs[0], cs, clusterset)
 	}
-	return cluster, nil
+	if r != role {
+		return "", fmt.Errorf("%w: %s is a %s identity, want a %s", ErrWrongRole, leaf.URIs[0], r, role)
+	}
+	return name, nil
 }
 
 // verify checks a peer's chain and returns its cluster ID. Checks go from
 // the most to the least fundamental, so the reason is the one that
 // matters: a stranger's expired certificate is "unknown CA", not
 // "expired".
-func verify(m *material, chain []*x509.Certificate, expected string, usage x509.ExtKeyUsage, now time.Time) (string, error) {
+func verify(m *material, chain []*x509.Certificate, role Role, expected string, usage x509.ExtKeyUsage, now time.Time) (string, error) {
 	if len(chain) == 0 {
 		return "", fmt.Errorf("%w: peer presented no certificate", ErrNoIdentity)
 	}
@@ -480,7 +529,7 @@ func verify(m *material, chain []*x509.Certificate, expected string, usage x509.
 			return "", fmt.Errorf("%w: %q is valid from %s", ErrNotYetValid, c.Subject.CommonName, c.NotBefore.UTC().Format(time.RFC3339))
 		}
 	}
-	cluster, err := clusterOf(leaf, m.clusterset)
+	cluster, err := nameOf(leaf, m.clusterset, role)
 	if err != nil {
 		return "", err
 	}

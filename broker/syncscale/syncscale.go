@@ -198,7 +198,12 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	for i := range clusters {
 		clusters[i] = fmt.Sprintf("c%d", i+1)
 	}
-	for _, id := range append(append([]string{}, brokerIDs...), clusters...) {
+	for _, id := range brokerIDs {
+		if _, err := fabric.IssueBrokerFiles(pkiDir, pkiDir, id, 12*time.Hour); err != nil {
+			return res, err
+		}
+	}
+	for _, id := range clusters {
 		if _, err := fabric.IssueFiles(pkiDir, pkiDir, id, 12*time.Hour); err != nil {
 			return res, err
 		}

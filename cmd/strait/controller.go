@@ -55,7 +55,7 @@ With --sync-only it only pushes gateway configuration (a gateway pod's sidecar).
 				if err != nil {
 					return fmt.Errorf("identity: %w", err)
 				}
-				cs, err := k8s.NewBrokerClusterset(broker.ClientConfig{Brokers: brokers, TLS: id.ClientTLS(""),
+				cs, err := k8s.NewBrokerClusterset(broker.ClientConfig{Brokers: brokers, TLS: id.BrokerClientTLS(),
 					Cluster: cfg.Cluster, Logger: cfg.Logger})
 				if err != nil {
 					return err

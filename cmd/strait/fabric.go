@@ -62,30 +62,38 @@ func newFabricIssueCmd() *cobra.Command {
 	var (
 		dir, out string
 		lifetime time.Duration
+		broker   bool
 	)
 	cmd := &cobra.Command{
-		Use:   "issue CLUSTER --dir DIR [--out DIR]",
-		Short: "Issue the certificate of a cluster's gateways",
-		Long: "Issue a key and certificate for the gateways of CLUSTER (a DNS label) from the CA in --dir:\n" +
-			"writes CLUSTER.crt, CLUSTER.key (mode 0600) and a copy of ca.crt to --out. Issuing again rotates\n" +
-			"the certificate; running gateways pick up the new files without dropping connections.",
+		Use:   "issue [--broker] NAME --dir DIR [--out DIR]",
+		Short: "Issue the certificate of a cluster's gateways, or of a broker",
+		Long: "Issue a key and certificate for the gateways of cluster NAME (a DNS label) from the CA in --dir:\n" +
+			"writes NAME.crt, NAME.key (mode 0600) and a copy of ca.crt to --out. Issuing again rotates\n" +
+			"the certificate; running gateways pick up the new files without dropping connections.\n" +
+			"With --broker the certificate is broker NAME's (URI SAN spiffe://<clusterset>/broker/NAME):\n" +
+			"agents accept only such a certificate from a broker, and no one accepts it as a cluster.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dir == "" {
 				return errors.New("--dir: required, the directory of `strait fabric init`")
 			}
-			iss, err := fabric.IssueFiles(dir, out, args[0], lifetime)
+			issue, what := fabric.IssueFiles, "cluster"
+			if broker {
+				issue, what = fabric.IssueBrokerFiles, "broker"
+			}
+			iss, err := issue(dir, out, args[0], lifetime)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "cluster %s: wrote %s, %s, %s (valid until %s)\n",
-				args[0], iss.Cert, iss.Key, iss.CA, iss.NotAfter.UTC().Format(time.RFC3339))
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: wrote %s, %s, %s (valid until %s)\n",
+				what, args[0], iss.Cert, iss.Key, iss.CA, iss.NotAfter.UTC().Format(time.RFC3339))
 			return nil
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&dir, "dir", "", "directory holding the clusterset CA")
 	f.StringVar(&out, "out", "", "directory to write the cluster's files to (default: --dir)")
+	f.BoolVar(&broker, "broker", false, "issue a broker's certificate (spiffe://<clusterset>/broker/NAME)")
 	f.DurationVar(&lifetime, "lifetime", fabric.DefaultCertLifetime, "how long the certificate is valid")
 	return cmd
 }

@@ -252,7 +252,7 @@ func TestTwoClusters(t *testing.T) {
 		{"fabric", "init", "--dir", fab, "--clusterset", "cs"},
 		{"fabric", "issue", "a", "--dir", fab},
 		{"fabric", "issue", "b", "--dir", fab},
-		{"fabric", "issue", "broker1", "--dir", fab},
+		{"fabric", "issue", "--broker", "broker1", "--dir", fab},
 	} {
 		run(t, bin, args...)
 	}
