@@ -557,3 +557,40 @@ func TestImportIncludesLocalExport(t *testing.T) {
 func keyOf(ns, name string) types.NamespacedName {
 	return types.NamespacedName{Namespace: ns, Name: name}
 }
+
+// A ServiceImport strait did not create is left alone, with an event
+// saying so, and the other imports go on.
+func TestForeignImportLeftAlone(t *testing.T) {
+	k := apiServer(t)
+	c := k.Client
+	ns := namespace(t, c)
+	hub := NewHub()
+	run(t, Config{Cluster: "a", REST: k.Config, Clusterset: hub.Member("a")})
+	mine := &mcs.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mine"},
+		Spec: mcs.ServiceImportSpec{Type: mcs.ClusterSetIP, IPs: []string{"10.99.0.1"}, Ports: []mcs.ServicePort{{Port: 1}}}}
+	create(t, c, mine)
+	http := []catalog.ServicePort{{Name: "http", Protocol: catalog.TCP, Port: 80}}
+	remote(t, hub, "b", []string{"192.0.2.2:4443"},
+		ClusterExport{Namespace: ns, Name: "mine", Type: mcs.ClusterSetIP, Created: time.Now(), Ports: http},
+		ClusterExport{Namespace: ns, Name: "other", Type: mcs.ClusterSetIP, Created: time.Now(), Ports: http})
+	serviceImport(t, c, ns, "other", "b")
+	event(t, c, ns, "mine", "not created by strait")
+	var got mcs.ServiceImport
+	if err := c.Get(context.Background(), keyOf(ns, "mine"), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.ResourceVersion != mine.ResourceVersion || len(got.Labels) != 0 {
+		t.Errorf("the foreign import was changed: resourceVersion %s → %s, labels %v", mine.ResourceVersion, got.ResourceVersion, got.Labels)
+	}
+	// Its removal from the clusterset does not delete it either.
+	hub.Remove("b")
+	eventually(t, "other removed", func() error {
+		if err := c.Get(context.Background(), keyOf(ns, "other"), &mcs.ServiceImport{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there (%v)", err)
+		}
+		return nil
+	})
+	if err := c.Get(context.Background(), keyOf(ns, "mine"), &got); err != nil {
+		t.Errorf("the foreign import was deleted: %v", err)
+	}
+}

@@ -240,7 +240,10 @@ func (c *Controller) reconcileImports(ctx context.Context, merged map[ServiceKey
 		want[k] = true
 		si := existing[k]
 		if si != nil && si.Labels[api.ManagedByLabel] != api.ManagedBy {
-			errs = append(errs, fmt.Errorf("serviceimport %s exists and was not created by strait: left alone", k))
+			// Someone else's object: not ours to change, and retrying
+			// cannot fix it, so a warning and no error (no requeue).
+			c.log.Warn("serviceimport exists and was not created by strait: left alone", "import", k.String())
+			c.events.Event(si, corev1.EventTypeWarning, "NotManaged", "not created by strait, left alone: the clusterset's export of "+k.String()+" is not imported here")
 			continue
 		}
 		if err := c.ensureImport(ctx, s, si, used); err != nil {
