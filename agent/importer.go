@@ -172,12 +172,17 @@ func (im *importer) reconcile() error {
 		}
 	}
 	if len(apply) > 0 {
-		res, err := a.admin.ApplyResources(apply)
-		if err != nil {
-			return fmt.Errorf("apply %d resources: %w", len(apply), err)
-		}
-		if res.Warning != "" {
-			a.log.Warn("gateway stored imports but could not realize all", "warning", res.Warning)
+		// In chunks that stay well below the admin API's body limit.
+		for off := 0; off < len(apply); off += applyChunk {
+			chunk := apply[off:min(off+applyChunk, len(apply))]
+			res, err := a.admin.ApplyResources(chunk)
+			if err != nil {
+				return fmt.Errorf("apply %d resources: %w", len(chunk), err)
+			}
+			if res.Warning != "" {
+				a.log.Warn("gateway stored imports but could not realize all", "warning", res.Warning)
+			}
+			a.traceImports(chunk)
 		}
 		for _, r := range apply {
 			switch r := r.(type) {
@@ -204,6 +209,26 @@ func (im *importer) reconcile() error {
 		}
 	}
 	return nil
+}
+
+// applyChunk is how many resources one admin call applies.
+const applyChunk = 4000
+
+// traceImports records when imports were applied to the gateway (the
+// apply call returned: stored, and listening where the gateway could).
+func (a *Agent) traceImports(rs []catalog.Resource) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.trace == nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	for _, r := range rs {
+		if imp, ok := r.(*catalog.ServiceImport); ok {
+			fmt.Fprintf(a.trace, "%d imp %s/%s\n", now, imp.Metadata.Namespace, imp.Metadata.Name)
+		}
+	}
+	a.trace.Flush()
 }
 
 func managed() map[string]string { return map[string]string{ManagedByLabel: ManagedByValue} }

@@ -55,6 +55,11 @@ type Config struct {
 	Poll time.Duration
 	// Timeout bounds the wait for all exports everywhere (default 5m).
 	Timeout time.Duration
+	// Imports makes every agent apply an import for each remote export to
+	// its gateway (import-prefix 127.<20+i>.0.0/16, so each import gets a
+	// loopback address and a listener); the run then also waits until
+	// every gateway has every remote export imported.
+	Imports bool
 	Logger  *slog.Logger
 }
 
@@ -127,6 +132,13 @@ type Result struct {
 	// MaxAround is the worst per-receiver latency of exports created in
 	// the second after the kill.
 	MaxAround time.Duration
+	// With Imports: per receiver, from creation until the receiving
+	// agent's apply of the import to its gateway returned (stored and
+	// listening); AllImported from the first creation request until every
+	// gateway has every remote export imported.
+	Imports                         bool
+	ImportP50, ImportP99, ImportMax time.Duration
+	AllImported                     time.Duration
 }
 
 type proc struct {
@@ -160,7 +172,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		}
 		defer os.RemoveAll(dir)
 	}
-	res = Result{Clusters: cfg.Clusters, Services: cfg.Services, Brokers: cfg.Brokers, Store: cfg.store()}
+	res = Result{Clusters: cfg.Clusters, Services: cfg.Services, Brokers: cfg.Brokers, Store: cfg.store(), Imports: cfg.Imports}
 
 	var procs []*proc
 	defer func() {
@@ -267,8 +279,12 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		admins[i] = gateway.NewAdminClient(sock)
 		traces[i] = filepath.Join(dir, c+".trace")
 		aconf := filepath.Join(dir, c+"-agent.yaml")
-		if err := os.WriteFile(aconf, fmt.Appendf(nil, "cluster: %s\nidentity: {dir: %s}\nbrokers: [%s]\ngateway: %s\ngateways: [%s]\npoll: %s\ntrace: %s\n",
-			c, pkiDir, strings.Join(brokerAddrs, ", "), sock, wan, cfg.Poll, traces[i]), 0o600); err != nil {
+		imports := ""
+		if cfg.Imports {
+			imports = fmt.Sprintf("import-prefix: 127.%d.0.0/16\n", 20+i)
+		}
+		if err := os.WriteFile(aconf, fmt.Appendf(nil, "cluster: %s\nidentity: {dir: %s}\nbrokers: [%s]\ngateway: %s\ngateways: [%s]\npoll: %s\ntrace: %s\n%s",
+			c, pkiDir, strings.Join(brokerAddrs, ", "), sock, wan, cfg.Poll, traces[i], imports), 0o600); err != nil {
 			return res, err
 		}
 		if err := waitAdmin(ctx, admins[i]); err != nil {
@@ -404,21 +420,22 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 
 	// Wait until every agent has every other cluster's exports.
 	want := cfg.Services
-	seen := make([]map[string]time.Time, len(clusters)) // receiver → "cluster ns/name" → first seen
-	pub := make([]map[string]time.Time, len(clusters))  // exporter → "ns/name" → handed to the broker client
+	seen := make([]map[string]time.Time, len(clusters))     // receiver → "cluster ns/name" → first seen
+	pub := make([]map[string]time.Time, len(clusters))      // exporter → "ns/name" → handed to the broker client
+	imported := make([]map[string]time.Time, len(clusters)) // receiver → "ns/name" → import applied
 	readers := make([]*traceReader, len(clusters))
 	for i := range clusters {
-		seen[i], pub[i] = map[string]time.Time{}, map[string]time.Time{}
+		seen[i], pub[i], imported[i] = map[string]time.Time{}, map[string]time.Time{}, map[string]time.Time{}
 		readers[i] = &traceReader{path: traces[i]}
 	}
 	deadline := time.Now().Add(cfg.Timeout)
 	for {
 		complete := true
 		for i := range clusters {
-			if err := readers[i].read(seen[i], pub[i]); err != nil {
+			if err := readers[i].read(seen[i], pub[i], imported[i]); err != nil {
 				return res, err
 			}
-			if len(seen[i]) < want-len(created[i]) {
+			if len(seen[i]) < want-len(created[i]) || cfg.Imports && len(imported[i]) < want-len(created[i]) {
 				complete = false
 			}
 		}
@@ -426,11 +443,11 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 			break
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			counts := make([]int, len(clusters))
+			counts, imps := make([]int, len(clusters)), make([]int, len(clusters))
 			for i := range seen {
-				counts[i] = len(seen[i])
+				counts[i], imps[i] = len(seen[i]), len(imported[i])
 			}
-			return res, fmt.Errorf("not everywhere after %s: receivers have %v of %d remote exports each", cfg.Timeout, counts, want-per)
+			return res, fmt.Errorf("not everywhere after %s: receivers have %v of %d remote exports each (imported: %v)", cfg.Timeout, counts, want-per, imps)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -461,8 +478,8 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	}
 
 	// Latencies.
-	var lat, every, brk []time.Duration
-	var last time.Time
+	var lat, every, brk, imp []time.Duration
+	var last, lastImp time.Time
 	for i := range clusters {
 		for key, at := range created[i] {
 			worst := time.Duration(0)
@@ -483,6 +500,16 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 				if s.After(last) {
 					last = s
 				}
+				if cfg.Imports {
+					ia, ok := imported[r][key]
+					if !ok {
+						return res, fmt.Errorf("%s never imported %s of %s", clusters[r], key, clusters[i])
+					}
+					imp = append(imp, ia.Sub(at))
+					if ia.After(lastImp) {
+						lastImp = ia
+					}
+				}
 				if !killAt.IsZero() && at.After(killAt) && at.Before(killAt.Add(time.Second)) {
 					res.MaxAround = max(res.MaxAround, d)
 				}
@@ -494,6 +521,10 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	res.EverywhereP50, res.EverywhereP99, res.EverywhereMax = quantile(every, 0.5), quantile(every, 0.99), quantile(every, 1)
 	res.BrokerP50, res.BrokerP99, res.BrokerMax = quantile(brk, 0.5), quantile(brk, 0.99), quantile(brk, 1)
 	res.AllEverywhere = last.Sub(t0)
+	if cfg.Imports {
+		res.ImportP50, res.ImportP99, res.ImportMax = quantile(imp, 0.5), quantile(imp, 0.99), quantile(imp, 1)
+		res.AllImported = lastImp.Sub(t0)
+	}
 
 	// Stall: for each agent of the killed broker, kill → its next session.
 	if !killAt.IsZero() {
@@ -690,9 +721,9 @@ type traceReader struct {
 	rest string
 }
 
-// read adds the "put" lines since the last call to seen and the "pub"
-// lines to pub (first time wins).
-func (r *traceReader) read(seen, pub map[string]time.Time) error {
+// read adds the "put" lines since the last call to seen, the "pub" lines
+// to pub and the "imp" lines to imp (first time wins).
+func (r *traceReader) read(seen, pub, imp map[string]time.Time) error {
 	f, err := os.Open(r.path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -724,6 +755,10 @@ func (r *traceReader) read(seen, pub map[string]time.Time) error {
 		case len(f) == 3 && f[1] == "pub" && pub != nil:
 			if _, ok := pub[f[2]]; !ok {
 				pub[f[2]] = time.Unix(0, ns)
+			}
+		case len(f) == 3 && f[1] == "imp" && imp != nil:
+			if _, ok := imp[f[2]]; !ok {
+				imp[f[2]] = time.Unix(0, ns)
 			}
 		}
 	}
@@ -792,9 +827,9 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 
 // WriteTable prints results as one table.
 func WriteTable(w io.Writer, rs []Result) {
-	fmt.Fprintf(w, "%-8s %-5s %-9s %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %9s %8s %9s %9s %9s %8s %8s %8s %8s %s\n",
+	fmt.Fprintf(w, "%-8s %-5s %-9s %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %9s %8s %8s %8s %9s %8s %9s %9s %9s %8s %8s %8s %8s %s\n",
 		"brokers", "store", "services", "p50", "p99", "max", "evP50", "evP99", "evMax", "layerP50", "layerP99", "layerMax",
-		"create", "all-every", "brkCPU", "brkPeak", "etcdCPU", "etcdPeak", "agentCPU", "gwCPU", "wireMB", "stall", "killed")
+		"create", "all-every", "impP50", "impP99", "impMax", "all-imp", "brkCPU", "brkPeak", "etcdCPU", "etcdPeak", "agentCPU", "gwCPU", "wireMB", "stall", "killed")
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.0fms", float64(d)/1e6) }
 	for _, r := range rs {
 		killed := "-"
@@ -803,10 +838,14 @@ func WriteTable(w io.Writer, rs []Result) {
 			killed = fmt.Sprintf("%s(%d agents, max lat after kill %s)", r.Killed, r.KilledAgents, ms(r.MaxAround))
 			stall = ms(r.Stall)
 		}
-		fmt.Fprintf(w, "%-8d %-5s %-9d %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %9s %7.2fs %8.0fMB %8.2fs %8.0fMB %7.2fs %7.2fs %8.1f %8s %s\n",
+		imp := [4]string{"-", "-", "-", "-"}
+		if r.Imports {
+			imp = [4]string{ms(r.ImportP50), ms(r.ImportP99), ms(r.ImportMax), ms(r.AllImported)}
+		}
+		fmt.Fprintf(w, "%-8d %-5s %-9d %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %9s %8s %8s %8s %9s %7.2fs %8.0fMB %8.2fs %8.0fMB %7.2fs %7.2fs %8.1f %8s %s\n",
 			r.Brokers, r.Store, r.Services, ms(r.P50), ms(r.P99), ms(r.Max), ms(r.EverywhereP50), ms(r.EverywhereP99), ms(r.EverywhereMax),
 			ms(r.BrokerP50), ms(r.BrokerP99), ms(r.BrokerMax),
-			ms(r.CreateSpan), ms(r.AllEverywhere), r.BrokerCPU, float64(r.BrokerPeakRSS)/1e6, r.EtcdCPU, float64(r.EtcdPeakRSS)/1e6,
+			ms(r.CreateSpan), ms(r.AllEverywhere), imp[0], imp[1], imp[2], imp[3], r.BrokerCPU, float64(r.BrokerPeakRSS)/1e6, r.EtcdCPU, float64(r.EtcdPeakRSS)/1e6,
 			r.AgentCPU, r.GatewayCPU, float64(r.WireIn+r.WireOut)/1e6, stall, killed)
 	}
 }

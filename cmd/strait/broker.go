@@ -56,6 +56,7 @@ func init() {
 		kill                      bool
 		etcdBin, dir, store       string
 		poll, timeout             time.Duration
+		imports                   bool
 	)
 	syncScale := &cobra.Command{
 		Use:   "sync-scale",
@@ -108,7 +109,7 @@ func init() {
 				}
 				res, err := syncscale.Run(cmd.Context(), syncscale.Config{
 					Binary: self, Etcd: etcdBin, Dir: runDir, Clusters: clusters, Services: services, Brokers: r.brokers,
-					Store: st, Batch: batch, Kill: r.kill, Poll: poll, Timeout: timeout, Logger: logger(),
+					Store: st, Batch: batch, Kill: r.kill, Poll: poll, Timeout: timeout, Imports: imports, Logger: logger(),
 				})
 				if err != nil {
 					return err
@@ -132,6 +133,7 @@ func init() {
 	f.IntVar(&batch, "batch", 500, "exports per admin API call")
 	f.DurationVar(&poll, "poll", 50*time.Millisecond, "agents' export poll interval")
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "give up when not everywhere after this")
+	f.BoolVar(&imports, "imports", false, "agents also apply every remote export as an import (a loopback address and listener) to their gateway; report when all are imported")
 	bench.AddCommand(syncScale)
 	brokerCmd.AddCommand(bench)
 }
