@@ -15,7 +15,10 @@ import (
 // flows move, each to the gateway ring.WithDown names, and they come back
 // when a gateway listens on its address again.
 func TestPoolRingMovesOnlyDeadFlows(t *testing.T) {
-	tr := newTLS(t, nil, nil)
+	// The pool's silence check needs pings at least every ProbeInterval
+	// (PoolConfig's contract); at the default 250 ms an idle gateway would
+	// look dead after 3 × 10 ms and lose its flows while alive.
+	tr := newTLS(t, nil, func(c *tunnel.Config) { c.KeepaliveInterval = 10 * time.Millisecond })
 	gws := []*gateway{startGateway(t, tr, "A"), startGateway(t, tr, "B"), startGateway(t, tr, "C")}
 	names := map[string]string{}
 	var addrs []string
