@@ -132,7 +132,7 @@ type slot struct {
 type remote struct {
 	addr    string
 	up      atomic.Bool
-	suspect atomic.Int32 // trusted, suspected or baselined (poolhealth.go)
+	suspect int // trusted, suspected or baselined (poolhealth.go), under the pool's healthMu
 	streams atomic.Uint64
 	downs   atomic.Uint64 // live → dead transitions
 	since   atomic.Int64  // unix nanoseconds of the last transition
@@ -362,8 +362,7 @@ func (p *Pool) OpenStream(ctx context.Context, key uint64, header []byte) (Strea
 			return nil, fmt.Errorf("open stream to %s: %w", p.cfg.Peer, err)
 		}
 		lastErr = err
-		p.gws[i].suspect.Store(suspected)
-		p.checkHealth(time.Now())
+		p.openFailed(i)
 	}
 	if lastErr != nil {
 		return nil, fmt.Errorf("open stream to %s: %w (last error: %v)", p.cfg.Peer, ErrNoSession, lastErr)

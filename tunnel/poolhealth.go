@@ -78,6 +78,21 @@ func (p *Pool) watchHealth(ctx context.Context) {
 func (p *Pool) checkHealth(now time.Time) {
 	p.healthMu.Lock()
 	defer p.healthMu.Unlock()
+	p.checkHealthLocked(now)
+}
+
+// openFailed suspects gateway i after opening a stream on it failed and
+// rechecks at once. Suspecting under healthMu keeps a check that is under
+// way from taking frames it counted before the failure as a sign of life.
+func (p *Pool) openFailed(i int) {
+	p.healthMu.Lock()
+	defer p.healthMu.Unlock()
+	p.gws[i].suspect = suspected
+	p.checkHealthLocked(time.Now())
+}
+
+// checkHealthLocked is checkHealth with healthMu held.
+func (p *Pool) checkHealthLocked(now time.Time) {
 	window := p.cfg.ProbeInterval * time.Duration(p.cfg.ProbeMisses)
 	// A check that runs late means this process was not running: frames
 	// may wait unread in the sockets, so silence proves nothing now.
@@ -105,7 +120,7 @@ func (p *Pool) checkHealth(now time.Time) {
 			sl.frames, sl.lastRecv = frames, now
 			heard[gi] = true
 		}
-		if sl.gw.suspect.Load() == suspected {
+		if sl.gw.suspect == suspected {
 			// Forget what was heard before the failed open.
 			heard[gi] = false
 		}
@@ -122,15 +137,15 @@ func (p *Pool) checkHealth(now time.Time) {
 	}
 	changed := false
 	for i, r := range p.gws {
-		switch r.suspect.Load() {
+		switch r.suspect {
 		case suspected:
-			r.suspect.Store(baselined)
+			r.suspect = baselined
 		case baselined:
 			if heard[i] || newSession[i] {
-				r.suspect.Store(trusted)
+				r.suspect = trusted
 			}
 		}
-		up := alive[i] && r.suspect.Load() == trusted
+		up := alive[i] && r.suspect == trusted
 		if r.up.Load() == up {
 			continue
 		}
