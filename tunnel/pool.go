@@ -212,12 +212,13 @@ func (p *Pool) Run(ctx context.Context) error {
 	ctx, p.cancel = context.WithCancel(ctx)
 	p.mu.Unlock()
 	defer close(p.done)
+	var wg sync.WaitGroup
+	wg.Add(2)
 	go func() {
+		defer wg.Done()
 		p.pending.Wait()
 		p.roundOnce.Do(func() { close(p.firstRound) })
 	}()
-	var wg sync.WaitGroup
-	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		p.watchHealth(ctx)
