@@ -23,7 +23,6 @@ import (
 	"github.com/strait-net/strait/lab/scenario"
 	"github.com/strait-net/strait/lab/tool"
 	"github.com/strait-net/strait/lab/topology"
-	"github.com/strait-net/strait/report"
 )
 
 // Experiment is an experiment file: one topology, the scenarios to impair it
@@ -388,9 +387,6 @@ func ParseSize(s string) (int, error) {
 	}
 	return int(n), nil
 }
-
-// FormatSize renders a payload size the way the seeds label them.
-func FormatSize(n int) string { return report.FormatSize(n) }
 
 // kpis maps each workload with a KPI, closed or open loop, to it in ms.
 func (e *Experiment) kpis() map[string]float64 {

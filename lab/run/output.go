@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/strait-net/strait/load"
+	"github.com/strait-net/strait/report"
 )
 
 // requestsWriter writes requests.csv: the cell's columns, then the load
@@ -68,7 +69,7 @@ func (j *jtlWriter) write(cell Cell, samples []load.Sample) error {
 		}
 		j.header = true
 	}
-	label := fmt.Sprintf("%s/%s/%s/%s", cell.Scenario, cell.Tool, cell.Workload, FormatSize(cell.Payload))
+	label := fmt.Sprintf("%s/%s/%s/%s", cell.Scenario, cell.Tool, cell.Workload, report.FormatSize(cell.Payload))
 	threads := 0
 	for _, s := range samples {
 		threads = max(threads, s.Thread)

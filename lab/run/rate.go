@@ -133,7 +133,7 @@ func (r *Rate) cells(scenario, tool string) []report.RateCell {
 
 func ratePath(dir string, c report.RateCell, rep int) string {
 	return filepath.Join(dir, "raw", fmt.Sprintf("%s-%s-rate-%s-%s-%srps-r%d.json",
-		c.Scenario, c.Tool, c.Workload, FormatSize(c.Payload), strconv.FormatFloat(c.Rate, 'f', -1, 64), rep))
+		c.Scenario, c.Tool, c.Workload, report.FormatSize(c.Payload), strconv.FormatFloat(c.Rate, 'f', -1, 64), rep))
 }
 
 // measureRate runs `strait load rate` on the client node for one cell and

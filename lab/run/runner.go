@@ -423,7 +423,7 @@ func (r *runner) measureTool(ctx context.Context, t tool.Tool, env tool.Env, u u
 			}
 			s := report.Summarize(samples)
 			r.printf("  %-10s %-9s %-7s %7s  n=%d errors=%d  IQR mean %.3f ms  median %.3f ms  p99 %.3f ms\n",
-				u.id(), cell.Tool, cell.Workload, FormatSize(cell.Payload), s.Count, s.Errors, s.IQRMeanMS, s.MedianMS, s.P99MS)
+				u.id(), cell.Tool, cell.Workload, report.FormatSize(cell.Payload), s.Count, s.Errors, s.IQRMeanMS, s.MedianMS, s.P99MS)
 		}
 	}
 	if rt := r.e.Rate; rt != nil {
@@ -433,7 +433,7 @@ func (r *runner) measureTool(ctx context.Context, t tool.Tool, env tool.Env, u u
 				return fmt.Errorf("tool %s: %s at %v requests/s: %w", t.Name(), c.Workload, c.Rate, err)
 			}
 			r.printf("  %-10s %-9s %-7s %7s  rate %v/s achieved %.1f/s errors=%d  p50 %.3f ms  p99 %.3f ms  max %.3f ms\n",
-				u.id(), c.Tool, c.Workload, FormatSize(c.Payload), c.Rate, res.AchievedRate, res.Errors,
+				u.id(), c.Tool, c.Workload, report.FormatSize(c.Payload), c.Rate, res.AchievedRate, res.Errors,
 				float64(res.Latency.P50)/1000, float64(res.Latency.P99)/1000, float64(res.Latency.P100)/1000)
 		}
 	}
@@ -483,7 +483,7 @@ func (r *runner) healthCheck(ctx context.Context, env tool.Env, target string) e
 }
 
 func rawPath(dir string, cell Cell, rep int) string {
-	return filepath.Join(dir, "raw", fmt.Sprintf("%s-%s-%s-%s-r%d.csv", cell.Scenario, cell.Tool, cell.Workload, FormatSize(cell.Payload), rep))
+	return filepath.Join(dir, "raw", fmt.Sprintf("%s-%s-%s-%s-r%d.csv", cell.Scenario, cell.Tool, cell.Workload, report.FormatSize(cell.Payload), rep))
 }
 
 // measure runs the load generator on the client node for one cell and

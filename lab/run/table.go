@@ -22,7 +22,7 @@ func WriteTable(w io.Writer, cells []CellResult, kpis map[string]float64) {
 				flag = "MISSED " + strconv.FormatFloat(kpi, 'f', -1, 64) + " ms"
 			}
 		}
-		row := append([]string{c.Scenario, c.Workload, FormatSize(c.Payload), c.Tool}, c.Summary.Cells()...)
+		row := append([]string{c.Scenario, c.Workload, report.FormatSize(c.Payload), c.Tool}, c.Summary.Cells()...)
 		ratio, ci := "-", "-"
 		if c.RatioIQRMean != nil {
 			ratio = report.FormatRatio(*c.RatioIQRMean, true)
