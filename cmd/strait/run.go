@@ -34,7 +34,14 @@ func init() {
 				return fmt.Errorf("--parallel %d: must not be negative", opts.Parallel)
 			}
 			if multigw.IsBuiltin(args[0]) || multigw.IsFile(args[0]) {
-				return runMultiGateway(cmd, args[0], opts.OutDir)
+				// Its labs are generated and it has no cells, so these
+				// flags would be ignored without a word.
+				for _, flag := range []string{"resume", "parallel", "scenarios", "tools", "workloads", "payloads", "repetitions", "requests"} {
+					if cmd.Flags().Changed(flag) {
+						return fmt.Errorf("--%s: does not apply to %s, a multi-gateway experiment (only --out and --emulator do)", flag, args[0])
+					}
+				}
+				return runMultiGateway(cmd, args[0], opts.OutDir, opts.Emulator)
 			}
 			e, err := run.LoadExperiment(args[0])
 			if err != nil {

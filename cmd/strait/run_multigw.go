@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -10,10 +11,17 @@ import (
 
 // runMultiGateway runs a failover or aggregate experiment (package
 // lab/multigw), which builds its own labs with several gateways per cluster.
-func runMultiGateway(cmd *cobra.Command, name, outDir string) error {
+// A non-empty emulator replaces the experiment's.
+func runMultiGateway(cmd *cobra.Command, name, outDir, emulator string) error {
 	e, err := multigw.Load(name)
 	if err != nil {
 		return err
+	}
+	if emulator != "" {
+		e.Emulator = emulator
+		if err := e.Validate(); err != nil {
+			return fmt.Errorf("--emulator: %w", err)
+		}
 	}
 	exe, err := os.Executable()
 	if err != nil {
