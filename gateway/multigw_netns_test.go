@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"fmt"
 	"net"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/strait-net/strait/gateway"
 	"github.com/strait-net/strait/internal/testenv"
-	"github.com/strait-net/strait/lab"
 	"github.com/strait-net/strait/lab/topology"
 )
 
@@ -62,44 +60,12 @@ func TestRemoteGatewayFailover(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 
-	tp, err := topology.Parse([]byte("name: " + testenv.UniqueName("m") + "\n" + multiTopo))
-	if err != nil {
-		t.Fatal(err)
-	}
-	plan, err := tp.Plan()
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts := lab.Options{Binary: binary, StateDir: t.TempDir()}
-	l, err := lab.Up(context.Background(), plan, opts)
-	if err != nil {
-		t.Fatalf("lab up: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := lab.Down(context.Background(), plan.Name, opts); err != nil {
-			t.Errorf("lab down: %v", err)
-		}
-	})
-	node := func(id string) *topology.PlanNode {
-		n, err := l.Node(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	fab := filepath.Join(dir, "fabric")
-	for _, args := range [][]string{
-		{"fabric", "init", "--dir", fab, "--clusterset", "cs"},
-		{"fabric", "issue", "a", "--dir", fab},
-		{"fabric", "issue", "b", "--dir", fab},
-	} {
-		if out, err := exec.Command(binary, args...).CombinedOutput(); err != nil {
-			t.Fatalf("strait %v: %v\n%s", args, err, out)
-		}
-	}
+	l := labUp(t, "m", multiTopo)
+	node := func(id string) *topology.PlanNode { return labNode(t, l, id) }
+	issueFabric(t, filepath.Join(dir, "fabric")) // where newGW's configurations look
 	server := node("a/server")
 	echoTarget := net.JoinHostPort(server.Addr.String(), "9000")
-	echo := startIn(t, server.Netns, binary, "app", "echo", "--listen", echoTarget)
+	startIn(t, server.Netns, binary, "app", "echo", "--listen", echoTarget)
 
 	wan := func(addr string) string { return net.JoinHostPort(addr, strconv.Itoa(wanPort)) }
 	client, bgw := node("b/client"), node("b/gw")
@@ -263,7 +229,6 @@ func TestRemoteGatewayFailover(t *testing.T) {
 	if back := placement(); fmt.Sprint(back) != fmt.Sprint(before) {
 		t.Errorf("after flapping placement is %v, want %v", back, before)
 	}
-	_ = echo
 }
 
 // newGW writes a gateway's resources and configuration.

@@ -361,22 +361,11 @@ func (e *env) mustRefuse(t *testing.T, port int) string {
 	return out
 }
 
-func setup(t *testing.T) *env {
-	testenv.RequireRoot(t)
-	for _, tool := range []string{"curl", "dig"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s", tool)
-		}
-	}
-	binary = testenv.StraitBinary(t)
-	var err error
-	// Short: unix socket paths must fit in 108 bytes.
-	if tmpDir, err = os.MkdirTemp("", testenv.UniqueName("sgw")); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(tmpDir) })
-
-	tp, err := topology.Parse([]byte("name: " + testenv.UniqueName("g") + "\n" + topo))
+// labUp brings up topoYAML (a topology without its name) under a unique
+// name starting with prefix, and takes it down in t.Cleanup.
+func labUp(t *testing.T, prefix, topoYAML string) *lab.Lab {
+	t.Helper()
+	tp, err := topology.Parse([]byte("name: " + testenv.UniqueName(prefix) + "\n" + topoYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,25 +383,55 @@ func setup(t *testing.T) *env {
 			t.Errorf("lab down: %v", err)
 		}
 	})
-	node := func(id string) *topology.PlanNode {
-		n, err := l.Node(id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	e := &env{t: t, lab: l, client: node("b/client").Netns, server: node("a/server").Netns, clientAddr: node("b/client").Addr.String()}
+	return l
+}
 
-	e.fabric = filepath.Join(tmpDir, "fabric")
+// labNode returns node id of l or fails the test.
+func labNode(t *testing.T, l *lab.Lab, id string) *topology.PlanNode {
+	t.Helper()
+	n, err := l.Node(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// issueFabric creates the clusterset's CA in dir and identities for
+// clusters a and b.
+func issueFabric(t *testing.T, dir string) {
+	t.Helper()
 	for _, args := range [][]string{
-		{"fabric", "init", "--dir", e.fabric, "--clusterset", "cs"},
-		{"fabric", "issue", "a", "--dir", e.fabric},
-		{"fabric", "issue", "b", "--dir", e.fabric},
+		{"fabric", "init", "--dir", dir, "--clusterset", "cs"},
+		{"fabric", "issue", "a", "--dir", dir},
+		{"fabric", "issue", "b", "--dir", dir},
 	} {
 		if out, err := exec.Command(binary, args...).CombinedOutput(); err != nil {
 			t.Fatalf("strait %v: %v\n%s", args, err, out)
 		}
 	}
+}
+
+func setup(t *testing.T) *env {
+	testenv.RequireRoot(t)
+	for _, tool := range []string{"curl", "dig"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s", tool)
+		}
+	}
+	binary = testenv.StraitBinary(t)
+	var err error
+	// Short: unix socket paths must fit in 108 bytes.
+	if tmpDir, err = os.MkdirTemp("", testenv.UniqueName("sgw")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmpDir) })
+
+	l := labUp(t, "g", topo)
+	node := func(id string) *topology.PlanNode { return labNode(t, l, id) }
+	e := &env{t: t, lab: l, client: node("b/client").Netns, server: node("a/server").Netns, clientAddr: node("b/client").Addr.String()}
+
+	e.fabric = filepath.Join(tmpDir, "fabric")
+	issueFabric(t, e.fabric)
 
 	serverAddr := node("a/server").Addr.String()
 	target := net.JoinHostPort(serverAddr, strconv.Itoa(echoPort))
