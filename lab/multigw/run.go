@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -537,10 +538,10 @@ func (u *unit) runOn(ctx context.Context, node string, argv ...string) ([]byte, 
 	return cmd.CombinedOutput()
 }
 
+// proc is a process started on a lab node whose output goes to a file.
 type proc struct {
-	cmd  interface{ Wait() error }
-	kill func()
-	done chan struct{}
+	cmd  *exec.Cmd
+	done chan struct{} // closed when it exited and its log is closed
 }
 
 func startLogged(ctx context.Context, l *lab.Lab, node, logFile string, argv ...string) (*proc, error) {
@@ -558,7 +559,7 @@ func startLogged(ctx context.Context, l *lab.Lab, node, logFile string, argv ...
 		f.Close()
 		return nil, err
 	}
-	p := &proc{done: make(chan struct{}), kill: func() { _ = cmd.Process.Signal(os.Interrupt) }}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		f.Close()
@@ -567,12 +568,17 @@ func startLogged(ctx context.Context, l *lab.Lab, node, logFile string, argv ...
 	return p, nil
 }
 
+// stopProc interrupts p and waits for it; one that ignores the interrupt
+// for 5 s is killed, so that it does not outlive the lab it ran in.
 func stopProc(p *proc) {
-	p.kill()
+	_ = p.cmd.Process.Signal(os.Interrupt)
 	select {
 	case <-p.done:
+		return
 	case <-time.After(5 * time.Second):
 	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
 }
 
 // waitListening waits until a TCP connect from node to addr succeeds.
