@@ -23,7 +23,7 @@ func throughputPath(dir string, c report.ThroughputCell, rep int) string {
 	return filepath.Join(dir, "raw", fmt.Sprintf("%s-%s-stream-x%d-r%d.json", c.Scenario, c.Tool, c.Streams, rep))
 }
 
-// throughputCells lists the stream cells of one scenario and tool: bulk
+// cells lists the stream cells of one scenario and tool: bulk
 // for every stream count, then rr for every message size and count.
 func (tp *Throughput) cells(scenario, tool string) []report.ThroughputCell {
 	var cells []report.ThroughputCell
@@ -57,15 +57,12 @@ func (r *runner) measureThroughput(ctx context.Context, env tool.Env, target str
 		}
 		out, err := cmd.CombinedOutput()
 		if err == nil {
-			b, err := os.ReadFile(path + ".tmp")
+			res, err := readStream(path + ".tmp")
 			if err != nil {
 				return nil, err
 			}
-			var res load.StreamResult
-			if err := json.Unmarshal(b, &res); err != nil {
-				return nil, fmt.Errorf("read %s: %w", path, err)
-			}
-			return &res, os.Rename(path+".tmp", path)
+			// Renamed only when complete, so a resumed run never reads half a file.
+			return res, os.Rename(path+".tmp", path)
 		}
 		last = fmt.Errorf("%w: %s", err, strings.TrimSpace(string(out)))
 		if !strings.Contains(string(out), "refused") {
@@ -80,6 +77,18 @@ func (r *runner) measureThroughput(ctx context.Context, env tool.Env, target str
 	return nil, last
 }
 
+func readStream(path string) (*load.StreamResult, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var res load.StreamResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return &res, nil
+}
+
 // aggregateThroughput reads every finished throughput file.
 func (r *runner) aggregateThroughput() ([]report.ThroughputSummary, error) {
 	tp := r.e.Throughput
@@ -92,19 +101,14 @@ func (r *runner) aggregateThroughput() ([]report.ThroughputSummary, error) {
 			for _, cell := range tp.cells(sc.Name, t) {
 				c := report.ThroughputSummary{ThroughputCell: cell}
 				for rep := 1; rep <= r.e.Repetitions; rep++ {
-					path := throughputPath(r.dir, cell, rep)
-					b, err := os.ReadFile(path)
+					res, err := readStream(throughputPath(r.dir, cell, rep))
 					if errors.Is(err, os.ErrNotExist) {
 						continue
 					}
 					if err != nil {
 						return nil, err
 					}
-					var res load.StreamResult
-					if err := json.Unmarshal(b, &res); err != nil {
-						return nil, fmt.Errorf("read %s: %w", path, err)
-					}
-					c.Add(&res)
+					c.Add(res)
 				}
 				if c.Reps() > 0 {
 					out = append(out, c)
