@@ -700,7 +700,7 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 		return err
 	}
 	if rate != nil {
-		if err := writeJSON(filepath.Join(r.dir, RateFile), rate); err != nil {
+		if err := writeJSON(filepath.Join(r.dir, html.RateFile), rate); err != nil {
 			return err
 		}
 		if err := report.WriteRateTable(table, rate); err != nil {
@@ -712,7 +712,7 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 		return err
 	}
 	if tput != nil {
-		if err := writeJSON(filepath.Join(r.dir, ThroughputFile), tput); err != nil {
+		if err := writeJSON(filepath.Join(r.dir, html.ThroughputFile), tput); err != nil {
 			return err
 		}
 		if err := report.WriteThroughputTable(table, tput); err != nil {
@@ -731,19 +731,13 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 func extraFiles(rate []report.RateSummary, tput []report.ThroughputSummary) string {
 	s := ""
 	if rate != nil {
-		s += ", " + RateFile
+		s += ", " + html.RateFile
 	}
 	if tput != nil {
-		s += ", " + ThroughputFile
+		s += ", " + html.ThroughputFile
 	}
 	return s
 }
-
-// The result files beside summary.json, named as report/html reads them.
-const (
-	RateFile       = "rate.json"
-	ThroughputFile = "throughput.json"
-)
 
 // writeReport renders the run directory's report.html, the same file
 // `strait report DIR` writes.
