@@ -16,8 +16,8 @@ import (
 
 // Config is a broker's configuration file.
 //
-//	id: broker-1                      # this broker's ID: the cluster ID in its certificate
-//	identity: {dir: /etc/strait}      # broker-1.crt/.key and ca.crt from `strait fabric issue broker-1`
+//	id: broker-1                      # this broker's ID: the name in its broker certificate
+//	identity: {dir: /etc/strait}      # broker-1.crt/.key and ca.crt from `strait fabric issue --broker broker-1`
 //	listen: 0.0.0.0:4500              # where agents connect
 //	advertise: 192.0.2.5:4500         # the address agents dial (default: listen)
 //	store: {path: /var/lib/strait/broker.db}               # embedded (bbolt), one broker

@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -333,8 +334,10 @@ func TestStore(t *testing.T) {
 		t.Errorf("store file: %v, %v", fi, err)
 	}
 	entries, _ := os.ReadDir(filepath.Dir(path))
-	if len(entries) != 1 {
-		t.Errorf("temporary files left: %v", entries)
+	for _, e := range entries {
+		if e.Name() != "catalog.json" && e.Name() != "catalog.json.journal" {
+			t.Errorf("temporary file left: %s", e.Name())
+		}
 	}
 
 	// Corrupt files are reported and left alone.
@@ -464,4 +467,116 @@ func TestStoreChanges(t *testing.T) {
 	if ch, _, _, reset := st2.Set().Changes(rev0, KindServiceExport); !reset || !reflect.DeepEqual(names(ch), []string{"b", "c"}) {
 		t.Fatalf("after restart, Changes(%d) = %v reset %v; want a reset with everything", rev0, names(ch), reset)
 	}
+}
+
+// TestStoreJournal: changes go to the journal (one line each, the
+// snapshot untouched), a restart replays them, a line torn by a crash is
+// dropped, and a journal larger than the snapshot is folded into it.
+func TestStoreJournal(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	st, err := OpenStore(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := func(name, target string) *ServiceExport {
+		return &ServiceExport{Metadata: ObjectMeta{Name: name, Namespace: "ns"}, Spec: ServiceExportSpec{Target: target}}
+	}
+	if _, err := st.Apply(exp("a", "127.0.0.1:1")); err != nil { // the first change writes the snapshot
+		t.Fatal(err)
+	}
+	snap, _ := os.ReadFile(path)
+	if _, err := st.Apply(exp("b", "127.0.0.1:2"), exp("a", "127.0.0.1:3")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Delete(Key{KindServiceExport, "ns", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if now, _ := os.ReadFile(path); !bytes.Equal(now, snap) {
+		t.Fatal("a change rewrote the snapshot")
+	}
+	journal, _ := os.ReadFile(path + ".journal")
+	if n := bytes.Count(journal, []byte("\n")); n != 2 {
+		t.Fatalf("journal has %d lines, want 2:\n%s", n, journal)
+	}
+	want, rev := st.Set().List(), st.Set().Revision()
+	reopen := func() *Store {
+		t.Helper()
+		st, err := OpenStore(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	if st2 := reopen(); !reflect.DeepEqual(st2.Set().List(), want) || st2.Set().Revision() != rev {
+		t.Fatalf("replayed: %v at %d, want %v at %d", st2.Set().List(), st2.Set().Revision(), want, rev)
+	}
+	// A torn last line (a change that never returned) is dropped.
+	torn := append(append([]byte{}, journal...), []byte(`{"revision":99,"put":[{"apiVers`)...)
+	if err := os.WriteFile(path+".journal", torn, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	st3 := reopen()
+	if !reflect.DeepEqual(st3.Set().List(), want) || st3.Set().Revision() != rev {
+		t.Fatalf("torn tail: %v at %d", st3.Set().List(), st3.Set().Revision())
+	}
+	// The next change folds everything into a snapshot.
+	if _, err := st3.Apply(exp("c", "127.0.0.1:4")); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(path + ".journal"); fi.Size() != 0 {
+		t.Fatalf("journal not emptied after a torn tail: %d bytes", fi.Size())
+	}
+	if st4 := reopen(); st4.Set().Len() != 2 || st4.Set().Revision() != rev+1 {
+		t.Fatalf("after folding: %d resources at %d", st4.Set().Len(), st4.Set().Revision())
+	}
+	// Corruption before the last line is an error naming the journal.
+	bad := append([]byte("{\"revision\": \"x\"}\n"), journal...)
+	if err := os.WriteFile(path+".journal", bad, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenStore(path); err == nil || !strings.Contains(err.Error(), ".journal is corrupt") {
+		t.Fatalf("corrupt journal: %v", err)
+	}
+	// A journal larger than the snapshot is folded into it.
+	defer func(m int64) { minJournal = m }(minJournal)
+	minJournal = 4 << 10
+	os.Remove(path + ".journal")
+	st5 := reopen()
+	for i := 0; st5.jsize <= max(minJournal, st5.snapSize); i++ {
+		if _, err := st5.Apply(exp(fmt.Sprintf("x%d", i%50), fmt.Sprintf("127.0.0.1:%d", i+1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st5.Apply(exp("last", "127.0.0.1:1")); err != nil {
+		t.Fatal(err)
+	}
+	if st5.jsize != 0 {
+		t.Fatalf("journal of %d bytes not folded", st5.jsize)
+	}
+	if st6 := reopen(); !reflect.DeepEqual(st6.Set().List(), st5.Set().List()) {
+		t.Fatal("folded store differs after a restart")
+	}
+}
+
+// FuzzStoreJournal: whatever the journal holds, opening the store never
+// panics, and what it loads is valid.
+func FuzzStoreJournal(f *testing.F) {
+	f.Add([]byte(`{"revision":2,"put":[{"apiVersion":"strait.dev/v1alpha1","kind":"Peer","metadata":{"name":"w"},"spec":{"gateways":["a:1"]}}]}` + "\n"))
+	f.Add([]byte(`{"revision":3,"delete":[{"kind":"Peer","name":"w"}]}` + "\n{\"rev"))
+	f.Add([]byte("\n\n"))
+	f.Fuzz(func(t *testing.T, journal []byte) {
+		path := filepath.Join(t.TempDir(), "s.json")
+		if err := os.WriteFile(path+".journal", journal, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		st, err := OpenStore(path)
+		if err != nil {
+			return
+		}
+		for _, r := range st.Set().List() {
+			if err := r.Validate(); err != nil {
+				t.Fatalf("loaded an invalid resource: %v", err)
+			}
+		}
+	})
 }

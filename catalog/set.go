@@ -286,16 +286,47 @@ type snapshot struct {
 	Resources []json.RawMessage `json:"resources"`
 }
 
-// Store is a Set persisted to one JSON file, so a restarted gateway comes
-// back with the resources and the revision it had. Every change is written
-// atomically (temporary file, fsync, rename, fsync of the directory): after
-// a crash the file holds either the old or the new set, never a mix.
+// Store is a Set persisted to a JSON snapshot file and a journal beside
+// it (<path>.journal), so a restarted gateway comes back with the
+// resources and the revision it had. A change returns only once it is
+// durable: it is appended to the journal as one line (the resources put
+// and the keys deleted) and the journal is fsynced, so a change costs
+// what it changes, not the size of the set. When the journal outgrows the
+// snapshot, the whole set is written as a new snapshot atomically
+// (temporary file, fsync, rename, fsync of the directory) and the journal
+// is emptied. After a crash the store holds every change that returned;
+// a last line torn by the crash (its change never returned) is dropped.
 // Methods are safe for concurrent use.
 type Store struct {
 	path string
 	mu   sync.Mutex // serializes changes and writes; set has its own lock
 	set  Set
+
+	journal  *os.File // open for appending; nil until the first append
+	jsize    int64    // bytes in the journal
+	snapSize int64    // bytes in the snapshot
+	fullNext bool     // the journal may hold garbage: write a snapshot next
 }
+
+// minJournal is how large the journal may grow before it is folded into
+// a snapshot, whatever the snapshot's size (a variable for tests).
+var minJournal int64 = 1 << 20
+
+// journalRecord is one line of the journal: the set's revision after the
+// change, the resources put (canonical encodings) and the keys deleted.
+type journalRecord struct {
+	Revision uint64            `json:"revision"`
+	Put      []json.RawMessage `json:"put,omitempty"`
+	Delete   []journalKey      `json:"delete,omitempty"`
+}
+
+type journalKey struct {
+	Kind      Kind   `json:"kind"`
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+}
+
+func (st *Store) journalPath() string { return st.path + ".journal" }
 
 // OpenStore loads the store at path, or starts an empty one if the file
 // does not exist (it is created on the first change). A file that does not
@@ -305,39 +336,104 @@ func OpenStore(path string) (*Store, error) {
 	st := &Store{path: path}
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return st, nil
-	}
-	if err != nil {
+		data = nil
+	} else if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	var snap snapshot
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&snap); err != nil {
-		return nil, fmt.Errorf("store %s is corrupt (left unchanged): %w", path, err)
+	if data != nil {
+		if err := st.loadSnapshot(data); err != nil {
+			return nil, err
+		}
 	}
-	for i, raw := range snap.Resources {
-		r, err := DecodeJSON(raw)
-		if err != nil {
-			return nil, fmt.Errorf("store %s is corrupt (left unchanged): resource %d: %w", path, i, err)
-		}
-		e, err := prepare(r)
-		if err != nil {
-			return nil, fmt.Errorf("store %s is corrupt (left unchanged): resource %d: %w", path, i, err)
-		}
-		if _, dup := st.set.items[r.Key()]; dup {
-			return nil, fmt.Errorf("store %s is corrupt (left unchanged): resource %d: duplicate %s", path, i, r.Key())
-		}
-		st.set.applyLocked(e)
+	if err := st.replay(); err != nil {
+		return nil, err
 	}
 	// Deletions before the restart are not remembered: a watcher from
 	// before gets a reset, one at this revision nothing.
-	st.set.rev, st.set.floor = snap.Revision, snap.Revision
+	st.set.floor = st.set.rev
 	for k, e := range st.set.items {
 		e.rev = 0
 		st.set.items[k] = e
 	}
 	return st, nil
+}
+
+func (st *Store) loadSnapshot(data []byte) error {
+	path := st.path
+	st.snapSize = int64(len(data))
+	var snap snapshot
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&snap); err != nil {
+		return fmt.Errorf("store %s is corrupt (left unchanged): %w", path, err)
+	}
+	for i, raw := range snap.Resources {
+		r, err := DecodeJSON(raw)
+		if err != nil {
+			return fmt.Errorf("store %s is corrupt (left unchanged): resource %d: %w", path, i, err)
+		}
+		e, err := prepare(r)
+		if err != nil {
+			return fmt.Errorf("store %s is corrupt (left unchanged): resource %d: %w", path, i, err)
+		}
+		if _, dup := st.set.items[r.Key()]; dup {
+			return fmt.Errorf("store %s is corrupt (left unchanged): resource %d: duplicate %s", path, i, r.Key())
+		}
+		st.set.applyLocked(e)
+	}
+	st.set.rev = snap.Revision
+	return nil
+}
+
+// replay applies the journal's records newer than the snapshot. A last
+// line that does not decode (or has no newline) is a change torn by a
+// crash, never acknowledged: it is dropped, and the next change writes a
+// snapshot and empties the journal. Any other bad line is corruption.
+func (st *Store) replay() error {
+	jp := st.journalPath()
+	data, err := os.ReadFile(jp)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	st.jsize = int64(len(data))
+	for n := 1; len(data) > 0; n++ {
+		line, rest, complete := bytes.Cut(data, []byte{'\n'})
+		data = rest
+		var rec journalRecord
+		dec := json.NewDecoder(bytes.NewReader(line))
+		dec.DisallowUnknownFields()
+		err := dec.Decode(&rec)
+		if !complete || err != nil {
+			if len(data) == 0 { // the torn tail
+				st.fullNext = true
+				return nil
+			}
+			return fmt.Errorf("store journal %s is corrupt (left unchanged): line %d: %v", jp, n, err)
+		}
+		if rec.Revision <= st.set.rev {
+			continue // already in the snapshot (a crash before the journal was emptied)
+		}
+		for i, raw := range rec.Put {
+			r, err := DecodeJSON(raw)
+			if err == nil {
+				var e entry
+				if e, err = prepare(r); err == nil {
+					st.set.applyLocked(e)
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("store journal %s is corrupt (left unchanged): line %d: resource %d: %w", jp, n, i, err)
+			}
+		}
+		for _, k := range rec.Delete {
+			st.set.deleteLocked(Key{Kind: k.Kind, Namespace: k.Namespace, Name: k.Name})
+		}
+		st.set.rev = rec.Revision
+	}
+	return nil
 }
 
 // Path returns the file the store persists to.
@@ -397,12 +493,13 @@ func (st *Store) update(change func(*Set) int) (int, error) {
 	for k, r := range st.set.tombs {
 		next.tombs[k] = r
 	}
+	old := next.rev
 	st.set.mu.RUnlock()
 	n := change(&next)
 	if n == 0 {
 		return 0, nil
 	}
-	if err := st.write(&next); err != nil {
+	if err := st.persist(&next, old); err != nil {
 		return 0, err
 	}
 	st.set.mu.Lock()
@@ -412,7 +509,88 @@ func (st *Store) update(change func(*Set) int) (int, error) {
 	return n, nil
 }
 
-func (st *Store) write(s *Set) error {
+// persist makes the change from revision old to s durable: a journal
+// record, or a snapshot when the journal is due for folding (or cannot
+// tell the change: deletions pruned, or it may hold garbage).
+func (st *Store) persist(s *Set, old uint64) error {
+	if st.fullNext || st.snapSize == 0 || s.floor > old || st.jsize > max(minJournal, st.snapSize) {
+		return st.snapshot(s)
+	}
+	rec := journalRecord{Revision: s.rev}
+	for _, e := range s.items {
+		if e.rev > old {
+			rec.Put = append(rec.Put, e.json)
+		}
+	}
+	for k, r := range s.tombs {
+		if r > old {
+			rec.Delete = append(rec.Delete, journalKey{Kind: k.Kind, Namespace: k.Namespace, Name: k.Name})
+		}
+	}
+	line, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encode store journal: %w", err)
+	}
+	line = append(line, '\n')
+	if st.journal == nil {
+		f, err := os.OpenFile(st.journalPath(), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return fmt.Errorf("write %s: %w", st.journalPath(), err)
+		}
+		st.journal = f
+		if st.jsize == 0 {
+			// A new journal's directory entry must be durable too.
+			if err := syncDir(filepath.Dir(st.path)); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := st.journal.Write(line); err != nil {
+		st.fullNext = true // part of the line may be there
+		return fmt.Errorf("write %s: %w", st.journalPath(), err)
+	}
+	if err := st.journal.Sync(); err != nil {
+		st.fullNext = true
+		return fmt.Errorf("write %s: %w", st.journalPath(), err)
+	}
+	st.jsize += int64(len(line))
+	return nil
+}
+
+// snapshot writes the whole set and empties the journal. A crash between
+// the two leaves journal records the snapshot already holds, which
+// replay skips by revision.
+func (st *Store) snapshot(s *Set) error {
+	n, err := st.write(s)
+	if err != nil {
+		return err
+	}
+	st.snapSize = n
+	if st.journal != nil {
+		st.journal.Close()
+		st.journal = nil
+	}
+	if err := os.Truncate(st.journalPath(), 0); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		st.fullNext = true
+		return fmt.Errorf("empty %s: %w", st.journalPath(), err)
+	}
+	st.jsize, st.fullNext = 0, false
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+func (st *Store) write(s *Set) (int64, error) {
 	keys := make([]Key, 0, len(s.items))
 	for k := range s.items {
 		keys = append(keys, k)
@@ -438,7 +616,7 @@ func (st *Store) write(s *Set) error {
 		buf.WriteString("\n  ")
 	}
 	buf.WriteString("]\n}\n")
-	return WriteFileAtomic(st.path, buf.Bytes(), 0o600)
+	return int64(buf.Len()), WriteFileAtomic(st.path, buf.Bytes(), 0o600)
 }
 
 // WriteFileAtomic replaces path with data so that readers and a crash see
