@@ -719,6 +719,11 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 			return err
 		}
 	}
+	// A table.txt that did not reach the disk is an error, not a
+	// deferred close's silence.
+	if err := f.Close(); err != nil {
+		return err
+	}
 	if len(res.Cells) > 0 || len(rate) > 0 || len(tput) > 0 {
 		if err := writeReport(r.dir); err != nil {
 			return fmt.Errorf("html report: %w", err)
