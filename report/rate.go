@@ -98,11 +98,16 @@ func WriteRateTable(w io.Writer, cells []RateSummary) error {
 	for _, c := range cells {
 		row := []string{c.Scenario, c.Workload, FormatSize(c.Payload), strconv.FormatFloat(c.Rate, 'f', -1, 64), c.Tool,
 			strconv.Itoa(len(c.Repetitions)), strconv.FormatFloat(c.AchievedRate, 'f', 1, 64), strconv.FormatInt(c.Errors, 10)}
-		for _, v := range RatePercentiles(c.Latency) {
-			if c.Count == 0 {
+		if c.Count == 0 {
+			// No successful request: no latency, and nothing to compare
+			// (its zero percentiles would read as 0× direct's).
+			for range len(RatePercentileLabels) + 2 {
 				row = append(row, "-")
-				continue
 			}
+			t.Add(row...)
+			continue
+		}
+		for _, v := range RatePercentiles(c.Latency) {
 			row = append(row, strconv.FormatFloat(v, 'f', 3, 64))
 		}
 		row = append(row, FormatRatio(p50(c)), FormatRatio(p99(c)))

@@ -78,6 +78,18 @@ func TestWriteRateTable(t *testing.T) {
 	if f := strings.Fields(lines[2]); f[len(f)-1] != "-" {
 		t.Errorf("direct row %q has a ratio", lines[2])
 	}
+
+	// A cell where every request failed has no latency to compare.
+	failed := RateSummary{RateCell: RateCell{Scenario: "edg10", Tool: "other", Workload: "echo", Payload: 1000, Rate: 500},
+		Repetitions: []RateRepetition{{Repetition: 1, Errors: 5000}}, Errors: 5000}
+	b.Reset()
+	if err := WriteRateTable(&b, append(cells, failed)); err != nil {
+		t.Fatal(err)
+	}
+	lines = strings.Split(strings.TrimSpace(b.String()), "\n")
+	if f := strings.Fields(lines[4]); f[len(f)-1] != "-" || f[len(f)-2] != "-" {
+		t.Errorf("row without successful requests %q has ratios to direct", lines[4])
+	}
 }
 
 func TestRatioToDirect(t *testing.T) {
