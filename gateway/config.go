@@ -117,6 +117,9 @@ const (
 	// sessions' ping interval; the budget is at most 10 ms.
 	defaultProbeInterval = 10 * time.Millisecond
 	defaultProbeMisses   = 10
+	// defaultKeepaliveTimeout is the tunnel's (tunnel.Config), which the
+	// gateway keeps when keepalive-timeout is 0.
+	defaultKeepaliveTimeout = time.Second
 )
 
 // LoadConfig reads a configuration file; relative paths in it are taken
@@ -219,6 +222,12 @@ func (c *Config) Validate() error {
 	}
 	if c.KeepaliveTimeout != 0 && c.KeepaliveTimeout <= c.probeInterval() {
 		return fmt.Errorf("keepalive-timeout %v: must exceed the probe interval %v (0: 1s)", c.KeepaliveTimeout, c.probeInterval())
+	}
+	// The sessions ping every probe interval, and the tunnel refuses a
+	// keepalive timeout that does not exceed its ping interval: say so here,
+	// in this file's words, rather than when the first peer is dialed.
+	if c.KeepaliveTimeout == 0 && c.probeInterval() >= defaultKeepaliveTimeout {
+		return fmt.Errorf("probe-interval %v: must be below keepalive-timeout, which defaults to %v; set keepalive-timeout above it", c.probeInterval(), defaultKeepaliveTimeout)
 	}
 	for i := range c.Sources {
 		s := &c.Sources[i]

@@ -46,6 +46,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"sessions", goodConfig + "sessions: 17\n", "sessions 17: must be 0 (default 2) to 16"},
 		{"keepalive", goodConfig + "keepalive-timeout: -1s\n", "keepalive-timeout -1s: must not be negative"},
 		{"keepalive below the probe interval", goodConfig + "probe-interval: 300ms\nkeepalive-timeout: 200ms\n", "keepalive-timeout 200ms: must exceed the probe interval 300ms"},
+		{"probe interval over the default keepalive timeout", goodConfig + "probe-interval: 1s\n", "probe-interval 1s: must be below keepalive-timeout, which defaults to 1s"},
 		{"probe interval negative", goodConfig + "probe-interval: -1ms\n", "probe-interval -1ms: must be 0 (default 10ms) up to 10s"},
 		{"probe interval tiny", goodConfig + "probe-interval: 10us\n", "probe-interval 10µs: must be at least 100us"},
 		{"probe misses", goodConfig + "probe-misses: -2\n", "probe-misses -2: must be 0 (default 10) to 1000"},
