@@ -163,7 +163,7 @@ func (r *runner) measureRate(ctx context.Context, env tool.Env, c report.RateCel
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("load rate on %s: %w: %s", env.Client.ID, err, strings.TrimSpace(string(out)))
 	}
-	res, err := readRate(path + ".tmp")
+	res, err := readResult[load.RateResult](path + ".tmp")
 	if err != nil {
 		return nil, err
 	}
@@ -171,12 +171,14 @@ func (r *runner) measureRate(ctx context.Context, env tool.Env, c report.RateCel
 	return res, os.Rename(path+".tmp", path)
 }
 
-func readRate(path string) (*load.RateResult, error) {
+// readResult decodes the JSON result file a load command wrote
+// (load.RateResult, load.StreamResult).
+func readResult[T any](path string) (*T, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var res load.RateResult
+	var res T
 	if err := json.Unmarshal(b, &res); err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
@@ -196,7 +198,7 @@ func (r *runner) aggregateRate() ([]report.RateSummary, error) {
 				var reps []*load.RateResult
 				var numbers []int
 				for rep := 1; rep <= r.e.Repetitions; rep++ {
-					res, err := readRate(ratePath(r.dir, c, rep))
+					res, err := readResult[load.RateResult](ratePath(r.dir, c, rep))
 					if errors.Is(err, os.ErrNotExist) {
 						continue
 					}

@@ -2,7 +2,6 @@ package run
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -57,7 +56,7 @@ func (r *runner) measureThroughput(ctx context.Context, env tool.Env, target str
 		}
 		out, err := cmd.CombinedOutput()
 		if err == nil {
-			res, err := readStream(path + ".tmp")
+			res, err := readResult[load.StreamResult](path + ".tmp")
 			if err != nil {
 				return nil, err
 			}
@@ -77,18 +76,6 @@ func (r *runner) measureThroughput(ctx context.Context, env tool.Env, target str
 	return nil, last
 }
 
-func readStream(path string) (*load.StreamResult, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var res load.StreamResult
-	if err := json.Unmarshal(b, &res); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	return &res, nil
-}
-
 // aggregateThroughput reads every finished throughput file.
 func (r *runner) aggregateThroughput() ([]report.ThroughputSummary, error) {
 	tp := r.e.Throughput
@@ -101,7 +88,7 @@ func (r *runner) aggregateThroughput() ([]report.ThroughputSummary, error) {
 			for _, cell := range tp.cells(sc.Name, t) {
 				c := report.ThroughputSummary{ThroughputCell: cell}
 				for rep := 1; rep <= r.e.Repetitions; rep++ {
-					res, err := readStream(throughputPath(r.dir, cell, rep))
+					res, err := readResult[load.StreamResult](throughputPath(r.dir, cell, rep))
 					if errors.Is(err, os.ErrNotExist) {
 						continue
 					}
