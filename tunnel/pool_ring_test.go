@@ -3,7 +3,6 @@ package tunnel_test
 import (
 	"context"
 	"io"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -26,21 +25,11 @@ func TestPoolRingMovesOnlyDeadFlows(t *testing.T) {
 		addrs = append(addrs, g.ln.Addr().String())
 		names[g.ln.Addr().String()] = g.name
 	}
-	pool, err := tunnel.NewPool(tunnel.PoolConfig{
-		Transport: tr, Peer: "cluster-b", Logger: slog.New(slog.DiscardHandler), Addrs: addrs,
+	pool := startPool(t, tunnel.PoolConfig{
+		Transport: tr, Peer: "cluster-b", Addrs: addrs,
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
 		ProbeInterval: 10 * time.Millisecond, RingSeed: 7,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- pool.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-runDone
-	}()
 	live := func(n int) func() bool {
 		return func() bool {
 			c := 0

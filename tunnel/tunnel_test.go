@@ -443,21 +443,11 @@ func (g *gateway) kill() {
 func TestPoolFailover(t *testing.T) {
 	tr := newTLS(t, nil, nil)
 	a, b := startGateway(t, tr, "A"), startGateway(t, tr, "B")
-	pool, err := tunnel.NewPool(tunnel.PoolConfig{
-		Transport: tr, Peer: "cluster-b", Logger: slog.New(slog.DiscardHandler),
+	pool := startPool(t, tunnel.PoolConfig{
+		Transport: tr, Peer: "cluster-b",
 		Addrs:      []string{a.ln.Addr().String(), b.ln.Addr().String()},
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	runDone := make(chan error, 1)
-	go func() { runDone <- pool.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-runDone
-	}()
 	waitFor(t, func() bool { return len(pool.Live()) == 2 })
 
 	which := func(key uint64) (string, tunnel.Stream) {
@@ -515,11 +505,32 @@ func TestPoolFailover(t *testing.T) {
 	b.kill()
 	waitFor(t, func() bool { return len(pool.Live()) == 0 })
 	start := time.Now()
-	_, err = pool.OpenStream(context.Background(), 1, nil)
+	_, err := pool.OpenStream(context.Background(), 1, nil)
 	if !errors.Is(err, tunnel.ErrNoSession) {
 		t.Fatalf("OpenStream with every gateway dead: %v, want ErrNoSession", err)
 	}
 	t.Logf("with no live gateway OpenStream failed after %v: %v", time.Since(start), err)
+}
+
+// startPool runs a pool with cfg (logging nowhere) until the test ends,
+// and fails the test if Run does.
+func startPool(t *testing.T, cfg tunnel.PoolConfig) *tunnel.Pool {
+	t.Helper()
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	pool, err := tunnel.NewPool(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- pool.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-runDone; err != nil {
+			t.Errorf("pool run: %v", err)
+		}
+	})
+	return pool
 }
 
 func waitFor(t *testing.T, cond func() bool) {
