@@ -98,8 +98,6 @@ type Watcher struct {
 	mu    sync.Mutex
 	live  []bool
 	dirty bool // the group in the kernel may differ from live: rewrite it
-	// Changes counts group rewrites.
-	Changes int
 }
 
 // New checks cfg and applies defaults.
@@ -240,7 +238,6 @@ func (w *Watcher) sync(ctx context.Context) {
 		return
 	}
 	w.dirty = false
-	w.Changes++
 }
 
 func ip(ctx context.Context, args ...string) error {
