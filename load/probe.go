@@ -146,9 +146,13 @@ func (c *ProbeConfig) Validate() error {
 	if len(c.Modes) == 0 {
 		return fmt.Errorf("modes: need %s, %s or both", ProbeNew, ProbeStream)
 	}
-	for _, m := range c.Modes {
+	for i, m := range c.Modes {
 		if m != ProbeNew && m != ProbeStream {
 			return fmt.Errorf("mode %q: must be %s or %s", m, ProbeNew, ProbeStream)
+		}
+		// Twice the same mode would send every sequence number twice.
+		if slices.Contains(c.Modes[:i], m) {
+			return fmt.Errorf("mode %q: given twice", m)
 		}
 	}
 	switch {

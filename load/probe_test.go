@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -121,6 +122,29 @@ func TestProbeServerDies(t *testing.T) {
 	sum := SummarizeProbes(samples, 500)[0]
 	if sum.Lost == 0 || sum.Lost == sum.Sent || len(sum.LostByConn) == 0 {
 		t.Errorf("summary %+v: want some, not all, probes lost", sum)
+	}
+}
+
+func TestProbeConfigErrors(t *testing.T) {
+	good := ProbeConfig{Addr: "127.0.0.1:7000", Modes: []string{ProbeNew, ProbeStream}, Duration: time.Second}
+	if err := good.Validate(); err != nil {
+		t.Fatalf("valid config: %v", err)
+	}
+	for _, tc := range []struct {
+		mutate func(*ProbeConfig)
+		want   string
+	}{
+		{func(c *ProbeConfig) { c.Addr = "nope" }, `addr "nope": want host:port`},
+		{func(c *ProbeConfig) { c.Modes = []string{"udp"} }, `mode "udp": must be new or stream`},
+		{func(c *ProbeConfig) { c.Modes = []string{ProbeNew, ProbeNew} }, `mode "new": given twice`},
+		{func(c *ProbeConfig) { c.Rate = -1 }, "rate -1: must be 0 (default 2000) to 100000 per second"},
+	} {
+		c := good
+		c.Modes = slices.Clone(good.Modes)
+		tc.mutate(&c)
+		if err := c.Validate(); err == nil || err.Error() != tc.want {
+			t.Errorf("err = %v, want %q", err, tc.want)
+		}
 	}
 }
 
