@@ -693,7 +693,9 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 	defer f.Close()
 	table := io.MultiWriter(f, r.opts.Out)
 	if len(res.Cells) > 0 {
-		WriteTable(table, res.Cells, r.e.kpis())
+		if err := WriteTable(table, res.Cells, r.e.kpis()); err != nil {
+			return err
+		}
 	}
 	rate, err := r.aggregateRate()
 	if err != nil {

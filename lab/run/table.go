@@ -12,7 +12,7 @@ import (
 // scenario, workload and payload with its 95 % bootstrap interval, and a
 // flag where the median misses the
 // workload's KPI (kpis, in ms; seed 000's criterion).
-func WriteTable(w io.Writer, cells []CellResult, kpis map[string]float64) {
+func WriteTable(w io.Writer, cells []CellResult, kpis map[string]float64) error {
 	t := report.Table{Header: append(append([]string{"scenario", "workload", "payload", "tool"}, report.SummaryHeader()...), "vs direct", "95% CI", "KPI")}
 	for _, c := range cells {
 		flag := ""
@@ -32,5 +32,6 @@ func WriteTable(w io.Writer, cells []CellResult, kpis map[string]float64) {
 		}
 		t.Add(append(row, ratio, ci, flag)...)
 	}
-	_, _ = t.WriteTo(w)
+	_, err := t.WriteTo(w)
+	return err
 }

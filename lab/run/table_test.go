@@ -16,7 +16,9 @@ func TestWriteTableFlagsKPIs(t *testing.T) {
 		{Cell: Cell{Scenario: "edg20", Tool: "strait", Workload: "hello"}, Summary: report.Summary{Count: 40, Errors: 40}},
 	}
 	var b strings.Builder
-	WriteTable(&b, cells, map[string]float64{"static": 100})
+	if err := WriteTable(&b, cells, map[string]float64{"static": 100}); err != nil {
+		t.Fatal(err)
+	}
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	if len(lines) != 4 {
 		t.Fatalf("table:\n%s", b.String())
