@@ -326,7 +326,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 // Live returns the gateway addresses with at least one live session, in
-// configuration order. It is the hook for flow-hashing gateway choice.
+// configuration order (for status; flows go by the table, see Gateways).
 func (p *Pool) Live() []string {
 	var live []string
 	for _, sl := range p.slots {
@@ -369,24 +369,6 @@ func (p *Pool) OpenStream(ctx context.Context, key uint64, header []byte) (Strea
 		return nil, fmt.Errorf("open stream to %s: %w (last error: %v)", p.cfg.Peer, ErrNoSession, lastErr)
 	}
 	return nil, fmt.Errorf("open stream to %s: %w", p.cfg.Peer, ErrNoSession)
-}
-
-// OpenStreamTo opens a stream to the gateway at addr (one of Addrs), for
-// callers that choose the gateway themselves.
-func (p *Pool) OpenStreamTo(ctx context.Context, addr string, key uint64, header []byte) (Stream, error) {
-	if !slices.Contains(p.cfg.Addrs, addr) {
-		return nil, fmt.Errorf("open stream to %s: %s is not one of its gateways", p.cfg.Peer, addr)
-	}
-	select {
-	case <-p.firstRound:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("open stream to %s: %w", p.cfg.Peer, ctx.Err())
-	}
-	st, err := p.openOn(ctx, addr, key, header)
-	if err != nil {
-		return nil, fmt.Errorf("open stream to %s: %w", p.cfg.Peer, err)
-	}
-	return st, nil
 }
 
 // openOn opens a stream on one of addr's live sessions, the key choosing
