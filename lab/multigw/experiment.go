@@ -81,8 +81,17 @@ var builtin embed.FS
 
 // IsBuiltin reports whether name is one of this package's experiments.
 func IsBuiltin(name string) bool {
-	_, err := builtin.ReadFile("builtin/" + name + ".yaml")
-	return err == nil && !strings.ContainsAny(name, "/.")
+	_, err := readBuiltin(name)
+	return err == nil
+}
+
+// readBuiltin reads a built-in experiment; a name with a slash or dot is
+// a path, never a built-in.
+func readBuiltin(name string) ([]byte, error) {
+	if strings.ContainsAny(name, "/.") {
+		return nil, fmt.Errorf("%s: not a built-in experiment name", name)
+	}
+	return builtin.ReadFile("builtin/" + name + ".yaml")
 }
 
 // Builtins lists the built-in experiments' names.
@@ -110,8 +119,8 @@ func IsFile(path string) bool {
 
 // Load reads a built-in experiment by name or a file by path.
 func Load(nameOrPath string) (*Experiment, error) {
-	b, err := builtin.ReadFile("builtin/" + nameOrPath + ".yaml")
-	if err != nil || strings.ContainsAny(nameOrPath, "/.") {
+	b, err := readBuiltin(nameOrPath)
+	if err != nil {
 		if b, err = os.ReadFile(nameOrPath); err != nil {
 			return nil, err
 		}
