@@ -429,7 +429,7 @@ func (c *Client) applyDelta(rev uint64, entries []wireEntry) {
 // validated them on the way in, so they come from a newer broker.
 func (m *mirror) apply(e wireEntry) (Change, bool) {
 	kind, id, nsName := parseKey(e.Key)
-	del := len(e.Value) == 0
+	del := len(e.Value) == 0 && e.Export == nil
 	cl := func() *clusterMirror {
 		x := m.clusters[id]
 		if x == nil {
@@ -472,12 +472,15 @@ func (m *mirror) apply(e wireEntry) (Change, bool) {
 			delete(x.exports, nsName)
 			return Change{Cluster: id, Export: &Export{Namespace: ns, Name: name}, Deleted: true}, true
 		}
-		var ex Export
-		if json.Unmarshal(e.Value, &ex) != nil {
-			return Change{}, false
+		ex := e.Export
+		if ex == nil { // from the store as JSON (v): no broker sends this
+			ex = new(Export)
+			if json.Unmarshal(e.Value, ex) != nil {
+				return Change{}, false
+			}
 		}
-		x.exports[nsName] = ex
-		return Change{Cluster: id, Export: &ex}, true
+		x.exports[nsName] = *ex
+		return Change{Cluster: id, Export: ex}, true
 	}
 	return Change{}, false
 }

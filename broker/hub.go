@@ -117,9 +117,9 @@ func (h *hub) follow(ctx context.Context, w *frameWriter, since uint64) (uint64,
 func encodeEntries(buf *bytes.Buffer, t string, rev uint64, entries []Entry) error {
 	for first := true; first || len(entries) > 0; first = false {
 		n := min(len(entries), snapshotChunk)
-		m := &message{T: t, Rev: rev, More: n < len(entries), Entries: make([]wireEntry, n)}
+		m := &entriesFrame{T: t, Rev: rev, More: n < len(entries), Entries: make([]rawEntry, n)}
 		for i, e := range entries[:n] {
-			m.Entries[i] = wireEntry{Key: e.Key, Value: e.Value, ModRev: e.ModRev}
+			m.Entries[i] = toRawEntry(e)
 		}
 		entries = entries[n:]
 		data, err := json.Marshal(m)

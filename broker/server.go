@@ -2,6 +2,7 @@ package broker
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -414,16 +415,9 @@ func (s *Server) stream(ctx context.Context, w *frameWriter, since uint64) error
 // sendEntries sends entries as frames of type t of at most snapshotChunk
 // entries; all but the last have More set.
 func sendEntries(w *frameWriter, t string, rev uint64, entries []Entry) error {
-	for first := true; first || len(entries) > 0; first = false {
-		n := min(len(entries), snapshotChunk)
-		m := &message{T: t, Rev: rev, More: n < len(entries), Entries: make([]wireEntry, n)}
-		for i, e := range entries[:n] {
-			m.Entries[i] = wireEntry{Key: e.Key, Value: e.Value, ModRev: e.ModRev}
-		}
-		entries = entries[n:]
-		if err := w.send(m); err != nil {
-			return err
-		}
+	var buf bytes.Buffer
+	if err := encodeEntries(&buf, t, rev, entries); err != nil {
+		return err
 	}
-	return nil
+	return w.sendRaw(buf.Bytes())
 }

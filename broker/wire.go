@@ -24,9 +24,15 @@ import (
 //	                  delta    {rev, entries}        in revision order
 //	                  ack      {seq, rev}            one per publish
 //	                  error    {code, msg, rev}      then the broker closes
+//
+// An entry is {k, r} and its value: x, the Export itself, for an export
+// key; v, the stored JSON, for any other key; neither when it was deleted.
+// Exports are the bulk of every delta, and typed they decode in one pass
+// into what the client keeps, instead of a raw value decoded again per
+// entry.
 const (
-	// ProtocolVersion is the hello's v.
-	ProtocolVersion = 1
+	// ProtocolVersion is the hello's v. 2: entries carry exports typed (x).
+	ProtocolVersion = 2
 	// MaxFrame bounds one frame's JSON.
 	MaxFrame = 4 << 20
 	// MaxExportsPerFrame bounds a publish frame's put and del lists; the
@@ -86,11 +92,37 @@ type message struct {
 	Msg     string      `json:"msg,omitempty"`
 }
 
-// wireEntry is a store Entry with its value inline as JSON (null: deleted).
+// wireEntry is a store Entry as a client decodes it: an export's value as
+// Export, any other value as JSON; neither: deleted.
 type wireEntry struct {
 	Key    string          `json:"k"`
 	Value  json.RawMessage `json:"v,omitempty"`
+	Export *Export         `json:"x,omitempty"`
 	ModRev uint64          `json:"r"`
+}
+
+// rawEntry is a wireEntry as the broker encodes it: the stored JSON goes
+// out as it is, under x for an export key, so the broker decodes nothing.
+type rawEntry struct {
+	Key    string          `json:"k"`
+	Value  json.RawMessage `json:"v,omitempty"`
+	Export json.RawMessage `json:"x,omitempty"`
+	ModRev uint64          `json:"r"`
+}
+
+// entriesFrame is a snapshot or delta message as the broker encodes it.
+type entriesFrame struct {
+	T       string     `json:"t"`
+	Rev     uint64     `json:"rev,omitempty"`
+	Entries []rawEntry `json:"entries,omitempty"`
+	More    bool       `json:"more,omitempty"`
+}
+
+func toRawEntry(e Entry) rawEntry {
+	if kind, _, _ := parseKey(e.Key); kind == kindExport && len(e.Value) > 0 {
+		return rawEntry{Key: e.Key, Export: e.Value, ModRev: e.ModRev}
+	}
+	return rawEntry{Key: e.Key, Value: e.Value, ModRev: e.ModRev}
 }
 
 // ProtocolError is a frame the peer should not have sent; Code is one of
@@ -209,10 +241,21 @@ func (m *message) check() error {
 			}
 		}
 	case msgWelcome, msgSnapshot, msgDelta, msgAck, msgError:
-		// Values decoded as json.RawMessage are valid JSON already.
+		// Values decoded as json.RawMessage are valid JSON already; a
+		// typed export is checked by the key it is stored under.
 		for i, e := range m.Entries {
 			if e.Key == "" {
 				return bad("entries[%d].k: empty", i)
+			}
+			if e.Export == nil {
+				continue
+			}
+			if len(e.Value) > 0 {
+				return bad("entries[%d]: v and x: exclusive", i)
+			}
+			kind, _, nsName := parseKey(e.Key)
+			if kind != kindExport || e.Export.Key() != nsName {
+				return bad("entries[%d].x: export %s under key %q", i, e.Export.Key(), e.Key)
 			}
 		}
 	case "":

@@ -5,8 +5,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/strait-net/strait/catalog"
 )
 
 func frameBytes(body string) []byte {
@@ -24,11 +27,11 @@ func TestReadFrameRejects(t *testing.T) {
 	}{
 		{"oversized", CodeTooLarge, "exceeds", big},
 		{"not json", CodeMalformed, "frame:", frameBytes(`{"t":`)},
-		{"unknown field", CodeMalformed, "unknown field", frameBytes(`{"t":"hello","v":1,"x":1}`)},
-		{"trailing", CodeMalformed, "after the JSON", frameBytes(`{"t":"hello","v":1} {}`)},
+		{"unknown field", CodeMalformed, "unknown field", frameBytes(`{"t":"hello","v":2,"y":1}`)},
+		{"trailing", CodeMalformed, "after the JSON", frameBytes(`{"t":"hello","v":2} {}`)},
 		{"no type", CodeMalformed, "t: required", frameBytes(`{}`)},
 		{"unknown type", CodeMalformed, "is not one of", frameBytes(`{"t":"nope"}`)},
-		{"version", CodeMalformed, "protocol version", frameBytes(`{"t":"hello","v":2}`)},
+		{"version", CodeMalformed, "protocol version", frameBytes(`{"t":"hello","v":1}`)},
 		{"no seq", CodeMalformed, "seq: required", frameBytes(`{"t":"publish","cluster":"a"}`)},
 		{"bad export", CodeMalformed, "put[0]", frameBytes(`{"t":"publish","seq":1,"put":[{"namespace":"default","name":"Bad_Name"}]}`)},
 		{"bad port", CodeMalformed, "port", frameBytes(`{"t":"publish","seq":1,"put":[{"namespace":"default","name":"x","ports":[{"port":0}]}]}`)},
@@ -37,6 +40,9 @@ func TestReadFrameRejects(t *testing.T) {
 		{"bad gateway", CodeMalformed, "gateways[0].addr", frameBytes(`{"t":"publish","seq":1,"gateways":[{"addr":"nohost"}]}`)},
 		{"base and cont", CodeMalformed, "exclusive", frameBytes(`{"t":"publish","seq":1,"base":3,"cont":true}`)},
 		{"empty key", CodeMalformed, "entries[0].k", frameBytes(`{"t":"delta","entries":[{"k":"","r":1}]}`)},
+		{"v and x", CodeMalformed, "exclusive", frameBytes(`{"t":"delta","entries":[{"k":"c/a/e/d/x","v":{},"x":{"namespace":"d","name":"x"},"r":1}]}`)},
+		{"x under another key", CodeMalformed, "entries[0].x", frameBytes(`{"t":"delta","entries":[{"k":"c/a/e/d/y","x":{"namespace":"d","name":"x"},"r":1}]}`)},
+		{"x not an export key", CodeMalformed, "entries[0].x", frameBytes(`{"t":"delta","entries":[{"k":"c/a/gw","x":{"namespace":"d","name":"x"},"r":1}]}`)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := readFrame(bufio.NewReader(bytes.NewReader(tc.data)))
@@ -69,9 +75,9 @@ func TestFrameRoundTrip(t *testing.T) {
 // MaxFrame, and what it accepts encodes and decodes to the same encoding.
 func FuzzReadFrame(f *testing.F) {
 	for _, s := range []string{
-		`{"t":"hello","v":1,"cluster":"a","since":4}`,
+		`{"t":"hello","v":2,"cluster":"a","since":4}`,
 		`{"t":"publish","seq":1,"cluster":"a","base":2,"gateways":[{"addr":"1.2.3.4:5","healthy":true}],"put":[{"namespace":"d","name":"x","ports":[{"port":80}]}],"del":["d/y"]}`,
-		`{"t":"delta","rev":9,"entries":[{"k":"c/a/e/d/x","v":{"namespace":"d","name":"x"},"r":9},{"k":"c/a/e/d/y","r":9}]}`,
+		`{"t":"delta","rev":9,"entries":[{"k":"c/a/e/d/x","x":{"namespace":"d","name":"x","ports":[{"port":80}]},"r":9},{"k":"c/a/e/d/y","r":9},{"k":"c/a/gw","v":[{"addr":"1.2.3.4:5"}],"r":9}]}`,
 		`{"t":"error","code":"stale","msg":"m"}`,
 	} {
 		f.Add(frameBytes(s))
@@ -100,4 +106,56 @@ func FuzzReadFrame(f *testing.F) {
 			t.Fatalf("encoding not stable:\n%s\n%s", b1.Bytes(), b2.Bytes())
 		}
 	})
+}
+
+// TestEntriesFrame: what the broker encodes from stored entries decodes
+// to typed exports and raw other values.
+func TestEntriesFrame(t *testing.T) {
+	ex := Export{Namespace: "d", Name: "x", Ports: []catalog.ServicePort{{Port: 80}}}
+	entries := []Entry{
+		{Key: exportKey("a", "d/x"), Value: mustJSON(ex), ModRev: 5},
+		{Key: exportKey("a", "d/y"), ModRev: 5},
+		{Key: gwKey("a"), Value: []byte(`[{"addr":"1.2.3.4:5","healthy":true}]`), ModRev: 5},
+	}
+	var buf bytes.Buffer
+	if err := encodeEntries(&buf, msgDelta, 5, entries); err != nil {
+		t.Fatal(err)
+	}
+	m, err := readFrame(bufio.NewReader(&buf))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := m.Entries
+	if len(e) != 3 || e[0].Export == nil || e[0].Export.Ports[0].Port != 80 || len(e[0].Value) != 0 ||
+		e[1].Export != nil || len(e[1].Value) != 0 || e[2].Export != nil || len(e[2].Value) == 0 {
+		t.Fatalf("decoded %+v", e)
+	}
+}
+
+// BenchmarkDecodeDelta decodes a delta frame of snapshotChunk exports and
+// folds it into a client mirror, as an agent does.
+func BenchmarkDecodeDelta(b *testing.B) {
+	entries := make([]Entry, snapshotChunk)
+	for i := range entries {
+		ex := Export{Namespace: "default", Name: fmt.Sprintf("svc-%d", i), Ports: []catalog.ServicePort{{Name: "http", Port: 80}},
+			Labels: map[string]string{"app": "svc"}}
+		entries[i] = Entry{Key: exportKey("c1", ex.Key()), Value: mustJSON(ex), ModRev: 9}
+	}
+	var buf bytes.Buffer
+	if err := encodeEntries(&buf, msgDelta, 9, entries); err != nil {
+		b.Fatal(err)
+	}
+	data := buf.Bytes()
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		m, err := readFrame(bufio.NewReader(bytes.NewReader(data)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		mr := newMirror()
+		for _, e := range m.Entries {
+			mr.apply(e)
+		}
+	}
 }
