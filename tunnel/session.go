@@ -449,7 +449,11 @@ func (s *session) keepalive() {
 		}
 		now := time.Duration(s.now())
 		silent := now - time.Duration(s.lastRecv.Load())
-		if silent >= timeout {
+		// Frames can be stuck behind a lost segment that TCP is still
+		// retransmitting (a saturated, lossy path backs off for seconds)
+		// while the peer's kernel keeps acknowledging: the peer is alive,
+		// up to a limit that also ends a session to a hung process.
+		if silent >= timeout && (silent >= stuckSilenceFactor*timeout || !s.kernelHears(timeout)) {
 			s.closeWithError(fmt.Errorf("%w: nothing received for %v", ErrPeerUnresponsive, silent.Round(time.Millisecond)))
 			return
 		}
@@ -459,6 +463,22 @@ func (s *session) keepalive() {
 		}
 		t.Reset(max(min(nextPing-now, timeout-silent), time.Millisecond))
 	}
+}
+
+// stuckSilenceFactor bounds, in keepalive timeouts, how long frames may be
+// silent while the peer's kernel still answers.
+const stuckSilenceFactor = 10
+
+// kernelHears reports whether the kernel received an ACK or a segment from
+// the peer within d. A peer whose process died closes the socket (its
+// kernel resets the connection), and a peer cut off sends nothing at all, so
+// neither passes; a live peer whose frames wait for a retransmission does.
+func (s *session) kernelHears(d time.Duration) bool {
+	if s.batch == nil {
+		return false
+	}
+	silence, ok := kernelSilence(s.batch.Conn)
+	return ok && silence < d
 }
 
 func (s *session) onPong(sent uint64) {

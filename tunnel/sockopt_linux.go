@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"net"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -45,4 +46,24 @@ func tuneTCP(conn net.Conn, cfg *Config) string {
 		algo, _ = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
 	})
 	return algo
+}
+
+// kernelSilence reports how long ago the kernel last received anything from
+// the peer on conn: an ACK of our data or a data segment, in order or not.
+// ok is false when conn is not a TCP socket.
+func kernelSilence(conn net.Conn) (d time.Duration, ok bool) {
+	tc, isTCP := conn.(*net.TCPConn)
+	if !isTCP {
+		return 0, false
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	var info *unix.TCPInfo
+	cerr := raw.Control(func(fd uintptr) { info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
+	if cerr != nil || err != nil {
+		return 0, false
+	}
+	return time.Duration(min(info.Last_ack_recv, info.Last_data_recv)) * time.Millisecond, true
 }

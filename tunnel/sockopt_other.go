@@ -2,7 +2,10 @@
 
 package tunnel
 
-import "net"
+import (
+	"net"
+	"time"
+)
 
 func tuneTCP(conn net.Conn, cfg *Config) string {
 	if tc, ok := conn.(*net.TCPConn); ok {
@@ -16,3 +19,5 @@ func tuneTCP(conn net.Conn, cfg *Config) string {
 	}
 	return ""
 }
+
+func kernelSilence(net.Conn) (time.Duration, bool) { return 0, false }
