@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -47,6 +48,7 @@ type Gateway struct {
 	peers     map[string]*peer           // cluster ID → its pool
 	listeners map[string]*importListener // "ip:port" → listener
 	targets   map[string]*preconnector   // target address → warm connections
+	rec       reconciled                 // what reconcile made of the store so far
 	wg        sync.WaitGroup             // every goroutine the gateway starts
 	wan       tunnel.Listener
 	closeOnce sync.Once
@@ -231,8 +233,26 @@ func mutualServerTLS(id *fabric.Identity) *tls.Config {
 	return c
 }
 
+// reconciled is what reconcile realized of the store, so that an apply
+// costs what it changed rather than the size of the whole set: a gateway
+// of a large clusterset holds tens of thousands of imports and receives
+// them over many applies.
+type reconciled struct {
+	rev       uint64                       // store revision realized; 0: nothing yet
+	imports   map[catalog.Key][]string     // import → the listener addresses it wants
+	claims    map[string]int               // listener address → imports wanting it
+	names     map[dns.ImportKey]dns.Import // clusterset names of the imports
+	failed    map[catalog.Key]bool         // imports with a listener that did not open: retried every time
+	peersErr  bool                         // a peer pool did not start: peers redone every time
+	policyErr error                        // the policies' compile error, reported on every apply
+	namesErr  error                        // the DNS names' error, reported on every apply
+}
+
 // reconcile makes listeners, peer pools, warm target connections and DNS
-// names match the resources in the store.
+// names match the resources in the store. It realizes only the resources
+// changed since its last call (the store's Changes), and everything when
+// the store cannot tell or when two imports claim one address (a full
+// pass decides which gets it).
 func (g *Gateway) reconcile() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -240,95 +260,41 @@ func (g *Gateway) reconcile() error {
 		return nil
 	}
 	set := g.store.Set()
-	var errs []error
-
-	// Policies and exports: a new immutable routes value.
-	var pols []*catalog.AccessPolicy
-	for _, r := range set.List(catalog.KindAccessPolicy) {
-		pols = append(pols, r.(*catalog.AccessPolicy))
-	}
-	ev, err := policy.Compile(pols)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	rt := &routes{exports: map[nsName]*catalog.ServiceExport{}, policy: ev}
-	wantTargets := map[string]bool{}
-	for _, r := range set.List(catalog.KindServiceExport) {
-		e := r.(*catalog.ServiceExport)
-		rt.exports[nsName{e.Metadata.Namespace, e.Metadata.Name}] = e
-		if e.Spec.Target != "" {
-			wantTargets[e.Spec.Target] = true
-		}
-	}
-	g.routes.Store(rt)
-
-	// Warm connections to export targets.
-	for addr, t := range g.targets {
-		if !wantTargets[addr] {
-			t.close()
-			delete(g.targets, addr)
-		}
-	}
-	if n := g.cfg.preconnect(); n > 0 {
-		for addr := range wantTargets {
-			if _, ok := g.targets[addr]; !ok {
-				t := newPreconnector(addr, n, g.log)
-				g.targets[addr] = t
-				g.spawn(func() { t.run(g.ctx) })
+	if g.rec.rev != 0 {
+		changed, deleted, rev, reset := set.Changes(g.rec.rev)
+		if !reset {
+			if err, ok := g.reconcileChanges(set, changed, deleted); ok {
+				g.rec.rev = rev
+				return err
 			}
 		}
 	}
+	rev := set.Revision() // before listing: a later change is seen again, harmlessly
+	err := g.reconcileAll(set)
+	g.rec.rev = rev
+	return err
+}
 
-	// Peer pools.
-	wantPeers := map[string][]string{}
-	for _, r := range set.List(catalog.KindPeer) {
-		p := r.(*catalog.Peer)
-		if p.Metadata.Name == g.cfg.Cluster {
-			continue
-		}
-		wantPeers[p.Metadata.Name] = p.Spec.Gateways
-	}
-	for id, p := range g.peers {
-		if addrs, ok := wantPeers[id]; !ok || !slices.Equal(addrs, p.addrs) {
-			p.cancel()
-			p.pool.Close()
-			delete(g.peers, id)
-		}
-	}
-	for id, addrs := range wantPeers {
-		if _, ok := g.peers[id]; ok {
-			continue
-		}
-		p, err := g.newPeer(id, addrs)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("peer %s: %w", id, err))
-			continue
-		}
-		g.peers[id] = p
-	}
+// reconcileAll realizes the whole set.
+func (g *Gateway) reconcileAll(set *catalog.Set) error {
+	var errs []error
+	g.setRoutes(set, nil, true, true)
+	errs = g.setPeers(set, errs)
 
 	// Import listeners and clusterset names.
+	rec := &g.rec
+	rec.imports, rec.claims, rec.names, rec.failed = map[catalog.Key][]string{}, map[string]int{}, map[dns.ImportKey]dns.Import{}, map[catalog.Key]bool{}
 	wantListeners := map[string]*importRoute{}
-	names := map[dns.ImportKey]dns.Import{}
+	owner := map[string]catalog.Key{}
 	for _, r := range set.List(catalog.KindServiceImport) {
 		imp := r.(*catalog.ServiceImport)
-		route := &importRoute{ns: imp.Metadata.Namespace, name: imp.Metadata.Name, clusters: imp.SourceClusters(), labels: imp.Metadata.Labels}
-		var ips []netip.Addr
-		for _, ipStr := range imp.Spec.IPs {
-			ip, err := netip.ParseAddr(ipStr)
-			if err != nil {
-				continue // catalog validation already rejects this
-			}
-			ips = append(ips, ip)
-			for _, port := range imp.Spec.Ports {
-				wantListeners[net.JoinHostPort(ip.String(), strconv.Itoa(int(port.Port)))] = route
-			}
+		route, addrs, key, name := importOf(imp)
+		rec.imports[imp.Key()] = addrs
+		for _, a := range addrs {
+			rec.claims[a]++
+			wantListeners[a], owner[a] = route, imp.Key()
 		}
-		var ports []dns.Port
-		for _, p := range imp.Spec.Ports {
-			ports = append(ports, dns.Port{Name: p.Name, Protocol: string(p.Protocol), Port: uint16(p.Port)})
-		}
-		names[dns.ImportKey{Namespace: imp.Metadata.Namespace, Name: imp.Metadata.Name}] = dns.Import{Type: dns.ClusterSetIP, IPs: ips, Ports: ports}
+		rec.names[key] = name
 	}
 	for addr, l := range g.listeners {
 		if _, ok := wantListeners[addr]; !ok {
@@ -344,14 +310,257 @@ func (g *Gateway) reconcile() error {
 		l, err := g.listenImport(addr, route)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("import %s/%s: %w", route.ns, route.name, err))
+			rec.failed[owner[addr]] = true
 			continue
 		}
 		g.listeners[addr] = l
 	}
-	if err := g.names.Set(names); err != nil {
-		errs = append(errs, fmt.Errorf("dns names: %w", err))
+	rec.namesErr = g.names.Set(rec.names)
+	if rec.namesErr != nil {
+		rec.namesErr = fmt.Errorf("dns names: %w", rec.namesErr)
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, rec.policyErr, rec.namesErr)...)
+}
+
+// reconcileChanges realizes changed and deleted resources; ok is false,
+// with nothing done, when they need a full pass instead.
+func (g *Gateway) reconcileChanges(set *catalog.Set, changed []catalog.Resource, deleted []catalog.Key) (err error, ok bool) {
+	rec := &g.rec
+	var policies, exports, peers bool
+	var exportChanges []catalog.Key
+	imports := map[catalog.Key]*catalog.ServiceImport{} // nil: deleted
+	for _, k := range deleted {
+		switch k.Kind {
+		case catalog.KindAccessPolicy:
+			policies = true
+		case catalog.KindServiceExport:
+			exports = true
+			exportChanges = append(exportChanges, k)
+		case catalog.KindPeer:
+			peers = true
+		case catalog.KindServiceImport:
+			imports[k] = nil
+		}
+	}
+	for _, r := range changed {
+		switch r := r.(type) {
+		case *catalog.AccessPolicy:
+			policies = true
+		case *catalog.ServiceExport:
+			exports = true
+			exportChanges = append(exportChanges, r.Key())
+		case *catalog.Peer:
+			peers = true
+		case *catalog.ServiceImport:
+			imports[r.Key()] = r
+		}
+	}
+	for k := range rec.failed {
+		if _, ok := imports[k]; !ok {
+			if r, ok := set.Get(k); ok {
+				imports[k] = r.(*catalog.ServiceImport)
+			} else {
+				imports[k] = nil
+			}
+		}
+	}
+	// Addresses claimed twice go to a full pass, which decides the owner.
+	type plan struct {
+		route *importRoute
+		addrs []string
+		key   dns.ImportKey
+		name  dns.Import
+	}
+	plans := make(map[catalog.Key]plan, len(imports))
+	claims := map[string]int{}
+	for k, imp := range imports {
+		for _, a := range rec.imports[k] {
+			claims[a]--
+		}
+		if imp == nil {
+			continue
+		}
+		var p plan
+		p.route, p.addrs, p.key, p.name = importOf(imp)
+		plans[k] = p
+		for _, a := range p.addrs {
+			claims[a]++
+		}
+	}
+	for a, d := range claims {
+		if rec.claims[a]+d > 1 || rec.claims[a] > 1 {
+			return nil, false
+		}
+	}
+
+	var errs []error
+	if policies || exports {
+		g.setRoutes(set, exportChanges, policies, false)
+	}
+	if peers || rec.peersErr {
+		errs = g.setPeers(set, errs)
+	}
+	for k, imp := range imports {
+		p := plans[k]
+		for _, a := range rec.imports[k] {
+			if rec.claims[a]--; rec.claims[a] <= 0 {
+				delete(rec.claims, a)
+				if !slices.Contains(p.addrs, a) {
+					if l, ok := g.listeners[a]; ok {
+						l.close()
+						delete(g.listeners, a)
+					}
+				}
+			}
+		}
+		delete(rec.failed, k)
+		if imp == nil {
+			delete(rec.imports, k)
+			delete(rec.names, dns.ImportKey{Namespace: k.Namespace, Name: k.Name})
+			continue
+		}
+		rec.imports[k] = p.addrs
+		rec.names[p.key] = p.name
+		for _, a := range p.addrs {
+			rec.claims[a]++
+			if l, ok := g.listeners[a]; ok {
+				l.route.Store(p.route)
+				continue
+			}
+			l, err := g.listenImport(a, p.route)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("import %s/%s: %w", k.Namespace, k.Name, err))
+				rec.failed[k] = true
+				continue
+			}
+			g.listeners[a] = l
+		}
+	}
+	if len(imports) > 0 {
+		rec.namesErr = g.names.Set(rec.names)
+		if rec.namesErr != nil {
+			rec.namesErr = fmt.Errorf("dns names: %w", rec.namesErr)
+		}
+	}
+	return errors.Join(append(errs, rec.policyErr, rec.namesErr)...), true
+}
+
+// importOf is what an import makes the gateway do: its route, the
+// listener addresses (each once) and its clusterset name.
+func importOf(imp *catalog.ServiceImport) (*importRoute, []string, dns.ImportKey, dns.Import) {
+	route := &importRoute{ns: imp.Metadata.Namespace, name: imp.Metadata.Name, clusters: imp.SourceClusters(), labels: imp.Metadata.Labels}
+	var ips []netip.Addr
+	var addrs []string
+	for _, ipStr := range imp.Spec.IPs {
+		ip, err := netip.ParseAddr(ipStr)
+		if err != nil {
+			continue // catalog validation already rejects this
+		}
+		ips = append(ips, ip)
+		for _, port := range imp.Spec.Ports {
+			if a := net.JoinHostPort(ip.String(), strconv.Itoa(int(port.Port))); !slices.Contains(addrs, a) {
+				addrs = append(addrs, a)
+			}
+		}
+	}
+	var ports []dns.Port
+	for _, p := range imp.Spec.Ports {
+		ports = append(ports, dns.Port{Name: p.Name, Protocol: string(p.Protocol), Port: uint16(p.Port)})
+	}
+	return route, addrs, dns.ImportKey{Namespace: imp.Metadata.Namespace, Name: imp.Metadata.Name},
+		dns.Import{Type: dns.ClusterSetIP, IPs: ips, Ports: ports}
+}
+
+// setRoutes stores new routes: with all, from the whole set; otherwise
+// the current exports with those of changedExports re-read, and the
+// policies recompiled if they changed. Warm target connections follow the
+// exports.
+func (g *Gateway) setRoutes(set *catalog.Set, changedExports []catalog.Key, policies, all bool) {
+	old := g.routes.Load()
+	rt := &routes{exports: map[nsName]*catalog.ServiceExport{}}
+	if old != nil {
+		rt.policy = old.policy
+	}
+	if all || policies || old == nil {
+		var pols []*catalog.AccessPolicy
+		for _, r := range set.List(catalog.KindAccessPolicy) {
+			pols = append(pols, r.(*catalog.AccessPolicy))
+		}
+		rt.policy, g.rec.policyErr = policy.Compile(pols)
+	}
+	if all || old == nil {
+		for _, r := range set.List(catalog.KindServiceExport) {
+			e := r.(*catalog.ServiceExport)
+			rt.exports[nsName{e.Metadata.Namespace, e.Metadata.Name}] = e
+		}
+	} else {
+		maps.Copy(rt.exports, old.exports)
+		for _, k := range changedExports {
+			if r, ok := set.Get(k); ok {
+				rt.exports[nsName{k.Namespace, k.Name}] = r.(*catalog.ServiceExport)
+			} else {
+				delete(rt.exports, nsName{k.Namespace, k.Name})
+			}
+		}
+	}
+	g.routes.Store(rt)
+
+	// Warm connections to export targets.
+	wantTargets := map[string]bool{}
+	for _, e := range rt.exports {
+		if e.Spec.Target != "" {
+			wantTargets[e.Spec.Target] = true
+		}
+	}
+	for addr, t := range g.targets {
+		if !wantTargets[addr] {
+			t.close()
+			delete(g.targets, addr)
+		}
+	}
+	if n := g.cfg.preconnect(); n > 0 {
+		for addr := range wantTargets {
+			if _, ok := g.targets[addr]; !ok {
+				t := newPreconnector(addr, n, g.log)
+				g.targets[addr] = t
+				g.spawn(func() { t.run(g.ctx) })
+			}
+		}
+	}
+}
+
+// setPeers makes the peer pools match the set's Peers; a pool that does
+// not start is retried by the next reconcile.
+func (g *Gateway) setPeers(set *catalog.Set, errs []error) []error {
+	wantPeers := map[string][]string{}
+	for _, r := range set.List(catalog.KindPeer) {
+		p := r.(*catalog.Peer)
+		if p.Metadata.Name == g.cfg.Cluster {
+			continue
+		}
+		wantPeers[p.Metadata.Name] = p.Spec.Gateways
+	}
+	for id, p := range g.peers {
+		if addrs, ok := wantPeers[id]; !ok || !slices.Equal(addrs, p.addrs) {
+			p.cancel()
+			p.pool.Close()
+			delete(g.peers, id)
+		}
+	}
+	g.rec.peersErr = false
+	for id, addrs := range wantPeers {
+		if _, ok := g.peers[id]; ok {
+			continue
+		}
+		p, err := g.newPeer(id, addrs)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("peer %s: %w", id, err))
+			g.rec.peersErr = true
+			continue
+		}
+		g.peers[id] = p
+	}
+	return errs
 }
 
 func (g *Gateway) newPeer(id string, addrs []string) (*peer, error) {
