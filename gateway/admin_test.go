@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -96,4 +98,78 @@ func TestAdminWatch(t *testing.T) {
 	if _, err := ad.ApplyResources([]catalog.Resource{&catalog.Peer{Metadata: catalog.ObjectMeta{Name: "Bad Name"}}}); err == nil || !strings.Contains(err.Error(), "metadata.name") {
 		t.Fatalf("invalid resource: %v", err)
 	}
+}
+
+// TestAdminImportsIncremental: applies realize only what they change, and
+// the result is what realizing everything would give: a moved import
+// frees its old address, an address claimed by two imports stays open
+// for the one left when the other goes, and an import whose address is
+// not on this host is reported on every apply until it is fixed.
+func TestAdminImportsIncremental(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := fabric.InitDir(dir, "incr", 24*time.Hour, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fabric.IssueFiles(dir, dir, "a", 12*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "a.sock")
+	g, err := gateway.New(gateway.Config{Cluster: "a", Identity: gateway.IdentityFiles{Dir: dir}, Listen: "127.0.0.1:0",
+		Admin: sock, State: filepath.Join(dir, "state.json"), Preconnect: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	ad := gateway.NewAdminClient(sock)
+	for i := 0; ; i++ {
+		if _, err := ad.Status(); err == nil {
+			break
+		} else if i == 200 {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	imp := func(name, ip string) catalog.Resource {
+		return &catalog.ServiceImport{Metadata: catalog.ObjectMeta{Name: name, Namespace: "ns"},
+			Spec: catalog.ServiceImportSpec{Type: catalog.ClusterSetIP, IPs: []string{ip}, Ports: []catalog.ServicePort{{Port: int32(port)}},
+				Clusters: []catalog.ClusterStatus{{Cluster: "b"}}}}
+	}
+	at := func(name, ip string) string { return "ns/" + name + " " + net.JoinHostPort(ip, strconv.Itoa(port)) }
+	step := func(what string, del bool, rs []catalog.Resource, warn string, want ...string) {
+		t.Helper()
+		apply := ad.ApplyResources
+		if del {
+			apply = ad.DeleteResources
+		}
+		res, err := apply(rs)
+		if err != nil || !strings.Contains(res.Warning, warn) || (warn == "") != (res.Warning == "") {
+			t.Fatalf("%s: %+v, %v; want warning %q", what, res, err, warn)
+		}
+		st, err := ad.Status()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sort.Strings(want)
+		if strings.Join(st.Imports, ",") != strings.Join(want, ",") {
+			t.Fatalf("%s: imports %q, want %q", what, st.Imports, want)
+		}
+	}
+	step("apply x", false, []catalog.Resource{imp("x", "127.77.0.1")}, "", at("x", "127.77.0.1"))
+	step("apply y", false, []catalog.Resource{imp("y", "127.77.0.2")}, "", at("x", "127.77.0.1"), at("y", "127.77.0.2"))
+	step("move x", false, []catalog.Resource{imp("x", "127.77.0.3")}, "", at("y", "127.77.0.2"), at("x", "127.77.0.3"))
+	step("z on y's address", false, []catalog.Resource{imp("z", "127.77.0.2")}, "", at("z", "127.77.0.2"), at("x", "127.77.0.3"))
+	step("delete y", true, []catalog.Resource{imp("y", "127.77.0.2")}, "", at("z", "127.77.0.2"), at("x", "127.77.0.3"))
+	step("delete z", true, []catalog.Resource{imp("z", "127.77.0.2")}, "", at("x", "127.77.0.3"))
+	step("off host", false, []catalog.Resource{imp("w", "192.0.2.1")}, "import ns/w", at("x", "127.77.0.3"))
+	step("unrelated apply", false, []catalog.Resource{imp("v", "127.77.0.4")}, "import ns/w", at("x", "127.77.0.3"), at("v", "127.77.0.4"))
+	step("fix w", false, []catalog.Resource{imp("w", "127.77.0.5")}, "", at("x", "127.77.0.3"), at("v", "127.77.0.4"), at("w", "127.77.0.5"))
 }
