@@ -1,6 +1,7 @@
 package multigw
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -93,6 +94,7 @@ type unit struct {
 	ctl    tool.GatewayController
 	target string
 	client *topology.PlanNode
+	server *topology.PlanNode
 	dir    string
 	opts   Options
 }
@@ -138,7 +140,7 @@ func runUnit(ctx context.Context, e *Experiment, n int, dir string, opts Options
 		// uplink and one a uplink — what one path of this lab carries on
 		// this host now, the baseline for N paths.
 		addr := net.JoinHostPort(server.Addr.String(), strconv.Itoa(streamPort))
-		if direct, err = streamMbps(ctx, l, client.ID, addr, e, filepath.Join(dir, "direct.json"), opts.Binary); err != nil {
+		if direct, _, err = streamMbps(ctx, l, client.ID, server.Netns, addr, e, filepath.Join(dir, "direct.json"), opts.Binary); err != nil {
 			return nil, fmt.Errorf("direct: %w", err)
 		}
 	}
@@ -156,7 +158,7 @@ func runUnit(ctx context.Context, e *Experiment, n int, dir string, opts Options
 	if err != nil {
 		return nil, fmt.Errorf("strait setup: %w", err)
 	}
-	u := &unit{lab: l, ctl: tl.(tool.GatewayController), target: targets[svc.Name], client: client, dir: dir, opts: opts}
+	u := &unit{lab: l, ctl: tl.(tool.GatewayController), target: targets[svc.Name], client: client, server: server, dir: dir, opts: opts}
 	if e.Kind == KindAggregate {
 		r, err := u.aggregate(ctx, e, n, direct)
 		if r == nil {
@@ -183,7 +185,13 @@ func runUnit(ctx context.Context, e *Experiment, n int, dir string, opts Options
 type AggregateResult struct {
 	Gateways   int     `json:"gateways"`
 	UplinkMbps float64 `json:"uplink_mbit_s"`
+	// Mbps is what the server received in the middle half of the run (IP
+	// bytes per second), when every path is busy; StreamMbps is the
+	// stream's own figure, all bytes over the time from the first stream's
+	// start to the last one's end, which also counts the end of the run
+	// when only some paths still drain what the gateways buffered.
 	Mbps       float64 `json:"mbit_s"`
+	StreamMbps float64 `json:"stream_mbit_s"`
 	Goal       float64 `json:"goal_mbit_s"` // 0.9 × N × R
 	Ratio      float64 `json:"ratio_to_n_r"`
 	// DirectMbps is plain routing over one path of the same lab, measured
@@ -193,11 +201,11 @@ type AggregateResult struct {
 }
 
 func (u *unit) aggregate(ctx context.Context, e *Experiment, n int, direct float64) (*AggregateResult, error) {
-	mbps, err := streamMbps(ctx, u.lab, u.client.ID, u.target, e, filepath.Join(u.dir, "stream.json"), u.opts.Binary)
+	mbps, streamMbit, err := streamMbps(ctx, u.lab, u.client.ID, u.server.Netns, u.target, e, filepath.Join(u.dir, "stream.json"), u.opts.Binary)
 	if err != nil {
 		return nil, err
 	}
-	r := &AggregateResult{Gateways: n, Mbps: mbps, DirectMbps: direct}
+	r := &AggregateResult{Gateways: n, Mbps: mbps, StreamMbps: streamMbit, DirectMbps: direct}
 	if e.Uplink != nil {
 		if p, err := e.Uplink.Params(); err == nil && p.Rate > 0 {
 			r.UplinkMbps = float64(p.Rate) / 1e6 // Params.Rate is in bits per second
@@ -214,31 +222,81 @@ func (u *unit) aggregate(ctx context.Context, e *Experiment, n int, direct float
 	return r, nil
 }
 
-// streamMbps runs `strait load stream` from node to addr and returns its
-// throughput.
-func streamMbps(ctx context.Context, l *lab.Lab, node, addr string, e *Experiment, jsonFile, bin string) (float64, error) {
+// streamMbps runs `strait load stream` from node to addr and returns the
+// rate at which the server's namespace received IP bytes in the middle half
+// of the run, and the stream's own throughput.
+func streamMbps(ctx context.Context, l *lab.Lab, node, serverNetns, addr string, e *Experiment, jsonFile, bin string) (steady, stream float64, err error) {
 	cmd, err := l.Command(ctx, node, bin, "load", "stream", "--server", addr,
 		"--parallel", strconv.Itoa(e.Stream.Parallel), "--duration", e.Stream.Duration.String(), "--json", jsonFile)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("load stream: %w: %s", err, out)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return 0, 0, fmt.Errorf("load stream: %w", err)
+	}
+	quarter := e.Stream.Duration / 4
+	var from, to int64
+	var t1, t2 time.Time
+	var sampleErr error
+	if sleepCtx(ctx, quarter) {
+		from, sampleErr = rxBytes(ctx, serverNetns)
+		t1 = time.Now()
+	}
+	if sampleErr == nil && sleepCtx(ctx, 2*quarter) {
+		to, sampleErr = rxBytes(ctx, serverNetns)
+		t2 = time.Now()
+	}
+	if err := cmd.Wait(); err != nil {
+		return 0, 0, fmt.Errorf("load stream: %w: %s", err, out.String())
+	}
+	if sampleErr != nil {
+		return 0, 0, sampleErr
 	}
 	b, err := os.ReadFile(jsonFile)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	var res load.StreamResult
 	if err := json.Unmarshal(b, &res); err != nil {
-		return 0, fmt.Errorf("%s: %w", jsonFile, err)
+		return 0, 0, fmt.Errorf("%s: %w", jsonFile, err)
 	}
-	return res.Gbps * 1000, nil
+	if !t2.After(t1) {
+		return 0, 0, fmt.Errorf("load stream: interrupted before the second counter sample")
+	}
+	return float64(to-from) * 8 / t2.Sub(t1).Seconds() / 1e6, res.Gbps * 1000, nil
+}
+
+// rxBytes sums the bytes received by every interface in netns but lo.
+func rxBytes(ctx context.Context, netns string) (int64, error) {
+	out, err := exec.CommandContext(ctx, "ip", "-n", netns, "-s", "-j", "link", "show").Output()
+	if err != nil {
+		return 0, fmt.Errorf("interface counters of %s: %w", netns, err)
+	}
+	var links []struct {
+		Name  string `json:"ifname"`
+		Stats struct {
+			RX struct {
+				Bytes int64 `json:"bytes"`
+			} `json:"rx"`
+		} `json:"stats64"`
+	}
+	if err := json.Unmarshal(out, &links); err != nil {
+		return 0, fmt.Errorf("interface counters of %s: %w", netns, err)
+	}
+	var sum int64
+	for _, ln := range links {
+		if ln.Name != "lo" {
+			sum += ln.Stats.RX.Bytes
+		}
+	}
+	return sum, nil
 }
 
 func printAggregate(w io.Writer, e *Experiment, results []any) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "gateways\tuplink R (Mbit/s)\tstrait (Mbit/s)\tN×R\tstrait/(N×R)\tgoal ≥0.9\tdirect 1 path (Mbit/s)\tstrait/(N×direct)\t")
+	fmt.Fprintln(tw, "gateways\tuplink R (Mbit/s)\tstrait, middle half (Mbit/s)\tN×R\tstrait/(N×R)\tgoal ≥0.9\tdirect 1 path (Mbit/s)\tstrait/(N×direct)\tstrait, whole run incl. drain (Mbit/s)\t")
 	for _, x := range results {
 		r, ok := x.(*AggregateResult)
 		if !ok || r == nil {
@@ -248,7 +306,7 @@ func printAggregate(w io.Writer, e *Experiment, results []any) {
 		if r.Ratio >= 0.9 {
 			met = "yes"
 		}
-		fmt.Fprintf(tw, "%d\t%.0f\t%.1f\t%.0f\t%.3f\t%s\t%.1f\t%.3f\t\n", r.Gateways, r.UplinkMbps, r.Mbps, float64(r.Gateways)*r.UplinkMbps, r.Ratio, met, r.DirectMbps, r.RatioDirect)
+		fmt.Fprintf(tw, "%d\t%.0f\t%.1f\t%.0f\t%.3f\t%s\t%.1f\t%.3f\t%.1f\t\n", r.Gateways, r.UplinkMbps, r.Mbps, float64(r.Gateways)*r.UplinkMbps, r.Ratio, met, r.DirectMbps, r.RatioDirect, r.StreamMbps)
 	}
 	tw.Flush()
 }
