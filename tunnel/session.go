@@ -60,7 +60,10 @@ type session struct {
 
 	lastRecv atomic.Int64 // nanoseconds since start
 	srtt     atomic.Int64
-	st       counters
+	minRTT   atomic.Int64 // windowed minimum of the samples, see noteMinRTT
+	// The reader goroutine's state of the windowed minimum.
+	curMin, prevMin, minEpoch time.Duration
+	st                        counters
 }
 
 type counters struct {
@@ -487,12 +490,47 @@ func (s *session) onPong(sent uint64) {
 		return
 	}
 	s.st.pongsReceived.Add(1)
+	s.noteMinRTT(sample)
 	old := time.Duration(s.srtt.Load())
 	if old == 0 {
 		s.srtt.Store(int64(sample))
 		return
 	}
 	s.srtt.Store(int64(old*7/8 + sample/8))
+}
+
+// minRTTWindow is how long a minimum round-trip sample counts: long enough
+// to keep the path's propagation delay through seconds of queueing, short
+// enough to follow a route that became longer.
+const minRTTWindow = 10 * time.Second
+
+// noteMinRTT keeps the smallest sample of the current and the previous
+// window (reader goroutine only).
+func (s *session) noteMinRTT(sample time.Duration) {
+	now := time.Duration(s.now())
+	if now-s.minEpoch >= minRTTWindow {
+		s.prevMin, s.curMin, s.minEpoch = s.curMin, 0, now
+	}
+	if s.curMin == 0 || sample < s.curMin {
+		s.curMin = sample
+	}
+	m := s.curMin
+	if s.prevMin != 0 && s.prevMin < m {
+		m = s.prevMin
+	}
+	s.minRTT.Store(int64(m))
+}
+
+// tuneRTT is the round trip that window auto-tuning sizes windows by: the
+// path's minimum, not the smoothed RTT. Pongs queue behind bulk data, so
+// the smoothed RTT grows with the data buffered on the path; windows sized
+// by it would grow with it, buffer more and raise it further, until many
+// streams sharing a slow uplink held seconds of data in the gateways.
+func (s *session) tuneRTT() time.Duration {
+	if m := s.minRTT.Load(); m > 0 {
+		return time.Duration(m)
+	}
+	return s.RTT()
 }
 
 // ---- streams ----
@@ -585,7 +623,7 @@ func (s *session) consumed(n uint64) {
 		return
 	}
 	s.fmu.Lock()
-	l, ok := s.recv.consume(n, time.Now(), s.RTT())
+	l, ok := s.recv.consume(n, time.Now(), s.tuneRTT())
 	s.fmu.Unlock()
 	if ok {
 		s.queueWindow(0, l)

@@ -130,7 +130,7 @@ func (st *stream) Read(p []byte) (int, error) {
 			var update bool
 			oldSize := st.recv.size
 			if !st.finRecv && st.rst == nil {
-				limit, update = st.recv.consume(uint64(n), time.Now(), s.RTT())
+				limit, update = st.recv.consume(uint64(n), time.Now(), s.tuneRTT())
 			}
 			grew := st.recv.size > oldSize
 			size := st.recv.size
