@@ -122,7 +122,10 @@ func Merge(exports []ClusterExport) map[ServiceKey]*Service {
 				}
 				s.Ports = append(s.Ports, p)
 			}
-			if portClash {
+			// The winner's ports are the clusterset's: a clash inside its
+			// own list (which the Service API forbids, but a peer's broker
+			// entry may carry) keeps the first port and is no conflict.
+			if portClash && e.Cluster != win.Cluster {
 				c.Reasons = append(c.Reasons, mcs.ServiceExportReasonPortConflict)
 			}
 			if len(c.Reasons) > 0 {
