@@ -118,7 +118,18 @@ func TestRemoteGatewayFailover(t *testing.T) {
 		t.Fatalf("importer does not see %d live gateways of a: %+v", n, last)
 	}
 	live(3)
-	// Python's server is up once it answers.
+	// Each gateway's "who" server is up once it answers on the server node
+	// itself; until then streams to it are refused.
+	for i := range exporters {
+		url := fmt.Sprintf("http://%s/id", net.JoinHostPort(server.Addr.String(), strconv.Itoa(9001+i)))
+		for deadline := time.Now().Add(patience); ; time.Sleep(50 * time.Millisecond) {
+			if err := exec.Command("ip", "netns", "exec", server.Netns, "curl", "-sf", "--max-time", "2", "-o", "/dev/null", url).Run(); err == nil {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("%s not answering: %v", url, err)
+			}
+		}
+	}
 	whoURL := fmt.Sprintf("http://%s/id", net.JoinHostPort(bgw.Addr.String(), strconv.Itoa(portWho)))
 	for deadline := time.Now().Add(patience); ; time.Sleep(50 * time.Millisecond) {
 		out, err := exec.Command("ip", "netns", "exec", client.Netns, "curl", "-sf", "--max-time", "2", whoURL).Output()
