@@ -91,7 +91,7 @@ func TestRemoteGatewayFailover(t *testing.T) {
 	}
 	peers := fmt.Sprintf("apiVersion: strait.dev/v1alpha1\nkind: Peer\nmetadata: {name: a}\nspec: {gateways: [%q, %q, %q]}\n---\n", addrs[0], addrs[1], addrs[2])
 	resB := peers + allowAll + importYAML("who", bgw.Addr.String(), portWho, "a") + importYAML("echo", bgw.Addr.String(), portEchoM, "a")
-	importer := newGW(t, dir, "b", "gw", bgw, resB, "probe-interval: 10ms\nprobe-misses: 3\n")
+	importer := newGW(t, dir, "b", "gw", bgw, resB, "probe-interval: 10ms\nprobe-misses: 20\n")
 	for _, g := range exporters {
 		g.start(t)
 	}
