@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"os/exec"
 	"regexp"
@@ -13,7 +14,8 @@ import (
 
 // Real clients through the interconnect, steps of TestTwoClusters.
 
-// portIperf is the import of an iperf3 server in cluster a.
+// portIperf and portIperf+1 are the imports of two iperf3 servers in
+// cluster a.
 const portIperf = 8086
 
 // testWrk runs wrk through the echo import with several keep-alive
@@ -43,22 +45,27 @@ func testWrk(t *testing.T, e *env) {
 
 // testIperf3 exports an iperf3 server and runs iperf3 through the import in
 // both directions: its control and data connections are plain TCP streams
-// of the interconnect.
+// of the interconnect. Each direction has a server of its own: iperf3
+// serves one test at a time and refuses ("busy") every connection accepted
+// during one, which includes the idle connections the exporting gateway
+// preconnects meanwhile, so a second test through the same server could be
+// handed a refused connection.
 func testIperf3(t *testing.T, e *env) {
 	if _, err := exec.LookPath("iperf3"); err != nil {
 		t.Skip("needs iperf3 (scripts/setup.sh installs it)")
 	}
 	host, _, _ := net.SplitHostPort(e.target)
-	target := net.JoinHostPort(host, "5201")
-	startIn(t, e.server, "iperf3", "--server", "--bind", host, "--port", "5201")
-	e.a.apply(t, exportYAML("iperf", target))
-	e.b.apply(t, importYAML("iperf", e.b.addr, portIperf, "a"))
-	t.Cleanup(func() {
-		e.b.delete(t, importYAML("iperf", e.b.addr, portIperf, "a"))
-		e.a.delete(t, exportYAML("iperf", target))
-	})
-	for _, reverse := range []bool{false, true} {
-		args := []string{"netns", "exec", e.client, "iperf3", "--client", e.b.addr, "--port", strconv.Itoa(portIperf), "--time", "1", "--json"}
+	for i, reverse := range []bool{false, true} {
+		name, port, importPort := fmt.Sprintf("iperf%d", i), strconv.Itoa(5201+i), portIperf+i
+		target := net.JoinHostPort(host, port)
+		startIn(t, e.server, "iperf3", "--server", "--bind", host, "--port", port)
+		e.a.apply(t, exportYAML(name, target))
+		e.b.apply(t, importYAML(name, e.b.addr, importPort, "a"))
+		t.Cleanup(func() {
+			e.b.delete(t, importYAML(name, e.b.addr, importPort, "a"))
+			e.a.delete(t, exportYAML(name, target))
+		})
+		args := []string{"netns", "exec", e.client, "iperf3", "--client", e.b.addr, "--port", strconv.Itoa(importPort), "--time", "1", "--json"}
 		if reverse {
 			args = append(args, "--reverse")
 		}
