@@ -21,32 +21,8 @@ import (
 // changed since its revision, waits for the next change, and is refused
 // bad parameters with the parameter named.
 func TestAdminWatch(t *testing.T) {
-	dir := t.TempDir()
-	if _, err := fabric.InitDir(dir, "watch", 24*time.Hour, false); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := fabric.IssueFiles(dir, dir, "a", 12*time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(dir, "a.sock")
-	g, err := gateway.New(gateway.Config{Cluster: "a", Identity: gateway.IdentityFiles{Dir: dir}, Listen: "127.0.0.1:0",
-		Admin: sock, State: filepath.Join(dir, "state.json"), Preconnect: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	ad := gateway.NewAdminClient(sock)
-	for i := 0; ; i++ {
-		if _, err := ad.Status(); err == nil {
-			break
-		} else if i == 200 {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	ad, sock := startAdminGateway(t, "watch")
+	ctx := t.Context()
 	exp := func(name string) catalog.Resource {
 		return &catalog.ServiceExport{Metadata: catalog.ObjectMeta{Name: name, Namespace: "ns"},
 			Spec: catalog.ServiceExportSpec{Target: "127.0.0.1:9", Ports: []catalog.ServicePort{{Port: 80}}}}
@@ -106,32 +82,7 @@ func TestAdminWatch(t *testing.T) {
 // for the one left when the other goes, and an import whose address is
 // not on this host is reported on every apply until it is fixed.
 func TestAdminImportsIncremental(t *testing.T) {
-	dir := t.TempDir()
-	if _, err := fabric.InitDir(dir, "incr", 24*time.Hour, false); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := fabric.IssueFiles(dir, dir, "a", 12*time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(dir, "a.sock")
-	g, err := gateway.New(gateway.Config{Cluster: "a", Identity: gateway.IdentityFiles{Dir: dir}, Listen: "127.0.0.1:0",
-		Admin: sock, State: filepath.Join(dir, "state.json"), Preconnect: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	ad := gateway.NewAdminClient(sock)
-	for i := 0; ; i++ {
-		if _, err := ad.Status(); err == nil {
-			break
-		} else if i == 200 {
-			t.Fatal(err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	ad, _ := startAdminGateway(t, "incr")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -172,4 +123,37 @@ func TestAdminImportsIncremental(t *testing.T) {
 	step("off host", false, []catalog.Resource{imp("w", "192.0.2.1")}, "import ns/w", at("x", "127.77.0.3"))
 	step("unrelated apply", false, []catalog.Resource{imp("v", "127.77.0.4")}, "import ns/w", at("x", "127.77.0.3"), at("v", "127.77.0.4"))
 	step("fix w", false, []catalog.Resource{imp("w", "127.77.0.5")}, "", at("x", "127.77.0.3"), at("v", "127.77.0.4"), at("w", "127.77.0.5"))
+}
+
+// startAdminGateway runs gateway "a" of a fresh clusterset in this process,
+// without peers or preconnection, and returns its admin client once the
+// admin socket answers, and the socket's path.
+func startAdminGateway(t *testing.T, clusterset string) (*gateway.AdminClient, string) {
+	t.Helper()
+	dir := t.TempDir()
+	if _, err := fabric.InitDir(dir, clusterset, 24*time.Hour, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fabric.IssueFiles(dir, dir, "a", 12*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "a.sock")
+	g, err := gateway.New(gateway.Config{Cluster: "a", Identity: gateway.IdentityFiles{Dir: dir}, Listen: "127.0.0.1:0",
+		Admin: sock, State: filepath.Join(dir, "state.json"), Preconnect: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	ad := gateway.NewAdminClient(sock)
+	for i := 0; ; i++ {
+		if _, err := ad.Status(); err == nil {
+			return ad, sock
+		} else if i == 200 {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
