@@ -34,6 +34,7 @@ type Clusterset interface {
 // the receiving side.
 const (
 	createdLabel = "export.strait.dev/created" // unix seconds of the ServiceExport's creation
+	maxCreated   = 1 << 40                     // unix seconds: later timestamps are not believed
 	typeLabel    = "export.strait.dev/type"    // ClusterSetIP or Headless
 )
 
@@ -54,10 +55,12 @@ func clusterExports(c *broker.Catalog) []ClusterExport {
 			if t := e.Labels[typeLabel]; t == string(mcs.Headless) {
 				ce.Type = mcs.Headless
 			}
-			// A missing or bad timestamp sorts as the newest possible
-			// export: an export that cannot prove its age does not win.
-			ce.Created = time.Unix(1<<40, 0)
-			if s, err := strconv.ParseInt(e.Labels[createdLabel], 10, 64); err == nil {
+			// A missing, bad or out-of-range timestamp sorts as the newest
+			// possible export: an export that cannot prove its age does
+			// not win. Kubernetes cannot create anything before 1970 or
+			// 30 000 years from now, so such a label is not believed.
+			ce.Created = time.Unix(maxCreated, 0)
+			if s, err := strconv.ParseInt(e.Labels[createdLabel], 10, 64); err == nil && s >= 0 && s < maxCreated {
 				ce.Created = time.Unix(s, 0)
 			}
 			out = append(out, ce)

@@ -22,6 +22,8 @@ import (
 func FuzzMerge(f *testing.F) {
 	f.Add([]byte{0, 1, 80, 1, 1, 2, 80, 0}, "1700000000", "Headless")
 	f.Add([]byte{0, 0, 80, 0, 1, 0, 81, 0, 2, 0, 80, 3}, "x", "ClusterSetIP")
+	f.Add([]byte{0, 4, 80, 0, 1, 0, 81, 0}, "99999999999999", "Headless")
+	f.Add([]byte{0, 4, 80, 0, 1, 0, 81, 0}, "-5", "ClusterSetIP")
 	f.Fuzz(func(t *testing.T, data []byte, created, typ string) {
 		cat := &broker.Catalog{Clusters: map[string]*broker.ClusterState{}}
 		names := []string{"", "http", "web"}
@@ -51,7 +53,7 @@ func FuzzMerge(f *testing.F) {
 			if e.Type != mcs.ClusterSetIP && e.Type != mcs.Headless {
 				t.Fatalf("decoded type %q", e.Type)
 			}
-			if e.Created.IsZero() || e.Created.After(time.Unix(1<<40, 0)) {
+			if e.Created.Before(time.Unix(0, 0)) || e.Created.After(time.Unix(maxCreated, 0)) {
 				t.Fatalf("decoded creation time %v", e.Created)
 			}
 		}
