@@ -327,6 +327,14 @@ func NewAdminClient(path string) *AdminClient {
 	return c
 }
 
+// Close closes the client's idle connections to the socket, so that a
+// caller done with the gateway (or about to kill it) leaves no connection
+// and goroutine behind. A later request dials again.
+func (c *AdminClient) Close() error {
+	c.http.CloseIdleConnections()
+	return nil
+}
+
 func (c *AdminClient) do(method, path string, body io.Reader, out any) error {
 	return c.doCtx(context.Background(), method, path, body, out)
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -44,6 +43,8 @@ const (
 	excessWindow = 500 * time.Millisecond
 	// loadBin is the width of a row in the per-gateway load table.
 	loadBin = 250 * time.Millisecond
+	// probeTimeout is how long a probe may take before it counts as lost.
+	probeTimeout = time.Second
 )
 
 // Run runs every unit of e and writes results under a new run directory,
@@ -311,12 +312,13 @@ func printAggregate(w io.Writer, e *Experiment, results []any) {
 	tw.Flush()
 }
 
-// FailoverResult is one victim's phase of a failover experiment.
+// FailoverResult is one victim's phase of a failover experiment. Every
+// window is by the probes' send times (see analyzeFailover).
 type FailoverResult struct {
 	Victim string `json:"victim"`
 	Rate   int    `json:"rate"`
-	// New connections: probes lost after the kill (until the restart) and
-	// after the restart, and the recovery time lost ÷ rate.
+	// New connections: probes lost from the kill to the restart, and the
+	// recovery time lost ÷ rate.
 	NewLostKill int `json:"new_lost_after_kill"`
 	// NewLostBefore is the loss before the kill, scaled to the length of
 	// the kill → restart window: what an overloaded host loses anyway.
@@ -326,22 +328,44 @@ type FailoverResult struct {
 	// NewLost500 is what was lost in the 500 ms after the kill, and
 	// NewExcess500Ms the same above the loss rate before the kill: the
 	// failover's own cost when the host drops some connections anyway.
-	NewLost500        int       `json:"new_lost_500ms_after_kill"`
-	NewExcess500Ms    float64   `json:"new_excess_recovery_500ms_after_kill_ms"`
-	NewLostRestart    int       `json:"new_lost_after_restart"`
-	NewRecoveryKillMs float64   `json:"new_recovery_after_kill_ms"`
-	NewRecoveryRestMs float64   `json:"new_recovery_after_restart_ms"`
-	NewSent           int       `json:"new_sent"`
-	StreamSent        int       `json:"stream_sent"`
-	BrokenConns       int       `json:"stream_conns_broken"`
-	Conns             int       `json:"stream_conns"`
-	LostOnBroken      int       `json:"stream_lost_on_broken_conns"`
-	LostOnSurvivors   int       `json:"stream_lost_on_surviving_conns"`
-	StreamRecoveryMs  float64   `json:"stream_recovery_ms"`
-	KillOffsetMs      float64   `json:"kill_ms"`
-	RestartOffsetMs   float64   `json:"restart_ms"`
-	GatewayLoad       []LoadRow `json:"gateway_load"`
-	Gateways          []string  `json:"gateways"`
+	NewLost500     int     `json:"new_lost_500ms_after_kill"`
+	NewExcess500Ms float64 `json:"new_excess_recovery_500ms_after_kill_ms"`
+	// The restart's cost, over windows as long as the kill's: lost from the
+	// restart for as long as from the kill to the restart (and that as
+	// time, and above the rate before the kill), and the same for the
+	// 500 ms after the restart. NewLostRestart counts everything sent after
+	// the restart until the end of the run, a longer window when the
+	// sender fell behind.
+	NewLostRestartWin     int     `json:"new_lost_after_restart_window"`
+	NewRecoveryRestMs     float64 `json:"new_recovery_after_restart_ms"`
+	NewExcessRestartMs    float64 `json:"new_excess_recovery_after_restart_ms"`
+	NewLost500Restart     int     `json:"new_lost_500ms_after_restart"`
+	NewExcess500RestartMs float64 `json:"new_excess_recovery_500ms_after_restart_ms"`
+	NewLostRestart        int     `json:"new_lost_after_restart_to_end"`
+	NewRecoveryKillMs     float64 `json:"new_recovery_after_kill_ms"`
+	NewSent               int     `json:"new_sent"`
+	StreamSent            int     `json:"stream_sent"`
+	// Long-lived connections (each reconnection is a connection of its
+	// own): those that broke within the probe timeout of the kill (they
+	// ran through the victim) and those that broke at another time.
+	BrokenConns  int `json:"stream_conns_broken"`
+	BrokenOther  int `json:"stream_conns_broken_not_by_kill"`
+	Conns        int `json:"stream_conns"`
+	LostOnBroken int `json:"stream_lost_on_broken_conns"`
+	// LostOnSurvivors counts probes lost on every other connection, and
+	// LateOnSurvivors those of them whose reply came after the timeout.
+	LostOnSurvivors  int     `json:"stream_lost_on_surviving_conns"`
+	LateOnSurvivors  int     `json:"stream_late_on_surviving_conns"`
+	StreamRecoveryMs float64 `json:"stream_recovery_ms"`
+	// How far behind its schedule the probe sender ran (sendLate).
+	NewSendLateP99Ms    float64   `json:"new_send_late_p99_ms"`
+	NewSendLateMaxMs    float64   `json:"new_send_late_max_ms"`
+	StreamSendLateP99Ms float64   `json:"stream_send_late_p99_ms"`
+	StreamSendLateMaxMs float64   `json:"stream_send_late_max_ms"`
+	KillOffsetMs        float64   `json:"kill_ms"`
+	RestartOffsetMs     float64   `json:"restart_ms"`
+	GatewayLoad         []LoadRow `json:"gateway_load"`
+	Gateways            []string  `json:"gateways"`
 }
 
 // LoadRow is one time bin of new streams per second per gateway.
@@ -367,7 +391,7 @@ func (u *unit) failover(ctx context.Context, e *Experiment, victim string) (*Fai
 	probeDone := make(chan done, 1)
 	go func() {
 		out, err := u.runOn(ctx, u.client.ID, u.opts.Binary, "load", "probe", "--addr", u.target, "--rate", strconv.Itoa(p.Rate),
-			"--streams", strconv.Itoa(p.Streams), "--duration", p.Duration.String(), "--csv", csvFile)
+			"--streams", strconv.Itoa(p.Streams), "--duration", p.Duration.String(), "--timeout", probeTimeout.String(), "--csv", csvFile)
 		probeDone <- done{out, err}
 	}()
 	var killAt, restartAt time.Time
@@ -393,60 +417,9 @@ func (u *unit) failover(ctx context.Context, e *Experiment, victim string) (*Fai
 	if err != nil {
 		return nil, err
 	}
-	r := &FailoverResult{Victim: victim, Rate: p.Rate, Gateways: names,
-		KillOffsetMs: ms(killAt.Sub(start)), RestartOffsetMs: ms(restartAt.Sub(start))}
-	per := 1000 / float64(p.Rate)
-	broken := map[string]bool{}
-	conns := map[string]bool{}
-	connOf := func(s load.ProbeSample) string { id, _, _ := strings.Cut(s.Conn, ":"); return id }
-	for _, s := range samples {
-		if s.Mode == load.ProbeStream {
-			conns[connOf(s)] = true
-			if strings.Contains(s.Err, "connection") {
-				broken[connOf(s)] = true
-			}
-		}
-	}
-	for _, s := range samples {
-		switch s.Mode {
-		case load.ProbeNew:
-			r.NewSent++
-			if !s.Lost() {
-				continue
-			}
-			if !s.Sent.Before(killAt) && s.Sent.Before(killAt.Add(excessWindow)) {
-				r.NewLost500++
-			}
-			if s.Sent.Before(killAt) {
-				r.NewLostBefore++
-			} else if s.Sent.Before(restartAt) {
-				r.NewLostKill++
-			} else {
-				r.NewLostRestart++
-			}
-		case load.ProbeStream:
-			r.StreamSent++
-			if !s.Lost() {
-				continue
-			}
-			if broken[connOf(s)] {
-				r.LostOnBroken++
-			} else {
-				r.LostOnSurvivors++
-			}
-		}
-	}
-	r.Conns, r.BrokenConns = len(conns), len(broken)
-	half := func(x float64) float64 { return math.Round(x*2) / 2 }
-	if first := firstSent(samples); killAt.After(first) {
-		before := r.NewLostBefore / float64(killAt.Sub(first))
-		r.NewLostBefore = before * float64(restartAt.Sub(killAt))
-		r.NewExcess500Ms = half(max(0, float64(r.NewLost500)-before*float64(excessWindow)) * per)
-	}
-	r.NewRecoveryKillMs = half(float64(r.NewLostKill) * per)
-	r.NewExcessKillMs = half(max(0, float64(r.NewLostKill)-r.NewLostBefore) * per)
-	r.NewRecoveryRestMs = half(float64(r.NewLostRestart) * per)
-	r.StreamRecoveryMs = half(float64(r.LostOnBroken+r.LostOnSurvivors) * per)
+	r := analyzeFailover(samples, killAt, restartAt, p.Rate, probeTimeout)
+	r.Victim, r.Gateways = victim, names
+	r.KillOffsetMs, r.RestartOffsetMs = ms(killAt.Sub(start)), ms(restartAt.Sub(start))
 	for _, row := range loads {
 		row.AtMs = ms(row.at.Sub(start))
 		r.GatewayLoad = append(r.GatewayLoad, row)
@@ -456,25 +429,22 @@ func (u *unit) failover(ctx context.Context, e *Experiment, victim string) (*Fai
 	return r, nil
 }
 
-func firstSent(samples []load.ProbeSample) time.Time {
-	var t time.Time
-	for _, s := range samples {
-		if t.IsZero() || s.Sent.Before(t) {
-			t = s.Sent
-		}
-	}
-	return t
-}
-
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func (r *FailoverResult) print(w io.Writer) {
 	fmt.Fprintf(w, "\nfailover: kill -9 %s at %.0f ms, restart at %.0f ms; probes %d/s per mode\n", r.Victim, r.KillOffsetMs, r.RestartOffsetMs, r.Rate)
-	fmt.Fprintf(w, "  new connections: %d sent; lost after kill %d → recovery %.1f ms (%.1f ms above the %.0f lost in as long before the kill); lost after restart %d → %.1f ms\n",
-		r.NewSent, r.NewLostKill, r.NewRecoveryKillMs, r.NewExcessKillMs, r.NewLostBefore, r.NewLostRestart, r.NewRecoveryRestMs)
+	fmt.Fprintf(w, "  new connections: %d sent; lost from the kill to the restart %d → recovery %.1f ms (%.1f ms above the %.0f lost in as long before the kill)\n",
+		r.NewSent, r.NewLostKill, r.NewRecoveryKillMs, r.NewExcessKillMs, r.NewLostBefore)
 	fmt.Fprintf(w, "  new connections in the 500 ms after the kill: %d lost → %.1f ms above the loss rate before the kill\n", r.NewLost500, r.NewExcess500Ms)
-	fmt.Fprintf(w, "  established streams: %d sent over %d connections; %d broke (through %s): %d lost on them; lost on surviving connections: %d\n",
-		r.StreamSent, r.Conns, r.BrokenConns, r.Victim, r.LostOnBroken, r.LostOnSurvivors)
+	fmt.Fprintf(w, "  new connections after the restart, as long a window: %d lost → %.1f ms (%.1f ms above the rate before the kill); in its first 500 ms: %d lost → %.1f ms above; until the end of the run: %d\n",
+		r.NewLostRestartWin, r.NewRecoveryRestMs, r.NewExcessRestartMs, r.NewLost500Restart, r.NewExcess500RestartMs, r.NewLostRestart)
+	fmt.Fprintf(w, "  established streams: %d sent over %d connections; %d broke at the kill (through %s): %d lost on them; %d broke at another time; lost on all others: %d (%d of them replies after the timeout)\n",
+		r.StreamSent, r.Conns, r.BrokenConns, r.Victim, r.LostOnBroken, r.BrokenOther, r.LostOnSurvivors, r.LateOnSurvivors)
+	fmt.Fprintf(w, "  probe sender behind schedule: new p99 %.0f ms (max %.0f), stream p99 %.0f ms (max %.0f)", r.NewSendLateP99Ms, r.NewSendLateMaxMs, r.StreamSendLateP99Ms, r.StreamSendLateMaxMs)
+	if max(r.NewSendLateP99Ms, r.StreamSendLateP99Ms) > ms(lateWarn) {
+		fmt.Fprint(w, " — the host could not keep the schedule; its own losses are in these figures")
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "  t (ms)\t")
 	for _, g := range r.Gateways {
@@ -510,7 +480,7 @@ func (u *unit) sample(ctx context.Context) func() ([]LoadRow, []string) {
 	addrOf := map[string]string{} // WAN address → exporter node ID
 	for _, id := range exporters {
 		n, _ := u.lab.Plan.Node(id)
-		addrOf[net.JoinHostPort(n.Addr.String(), "4443")] = id
+		addrOf[net.JoinHostPort(n.Addr.String(), strconv.Itoa(tool.GatewayPort))] = id
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	type point struct {
@@ -524,7 +494,9 @@ func (u *unit) sample(ctx context.Context) func() ([]LoadRow, []string) {
 		defer wg.Done()
 		clients := map[string]*gateway.AdminClient{}
 		for _, id := range importers {
-			clients[id] = gateway.NewAdminClient(u.ctl.AdminSocket(id))
+			c := gateway.NewAdminClient(u.ctl.AdminSocket(id))
+			defer c.Close()
+			clients[id] = c
 		}
 		for sctx.Err() == nil {
 			pt := point{at: time.Now(), counts: map[string]uint64{}}

@@ -23,8 +23,8 @@ import (
 func init() { Register("strait", func() Tool { return &straitTool{} }) }
 
 const (
-	// gatewayPort is where strait gateways listen for each other in the lab.
-	gatewayPort = 4443
+	// GatewayPort is where strait gateways listen for each other in the lab.
+	GatewayPort = 4443
 	// healthPort is where gateways answer health probes (UDP).
 	healthPort = 4444
 )
@@ -85,7 +85,7 @@ func (t *straitTool) Setup(ctx context.Context, env Env) (map[string]string, err
 	wanAddrs := func(gws []*topology.PlanNode) []string {
 		var out []string
 		for _, g := range gws {
-			out = append(out, net.JoinHostPort(g.Addr.String(), strconv.Itoa(gatewayPort)))
+			out = append(out, net.JoinHostPort(g.Addr.String(), strconv.Itoa(GatewayPort)))
 		}
 		return out
 	}
@@ -150,7 +150,7 @@ spec: {priority: 1000, action: allow}
 			}
 			socket := filepath.Join(env.Dir, name+".sock")
 			cfg := fmt.Sprintf("cluster: %s\nidentity: {dir: %s}\nlisten: %s\nadmin: %s\nstate: %s\nresources: [%s]\nmetrics: %s\n",
-				node.Cluster, fabricDir, net.JoinHostPort(node.Addr.String(), strconv.Itoa(gatewayPort)), socket,
+				node.Cluster, fabricDir, net.JoinHostPort(node.Addr.String(), strconv.Itoa(GatewayPort)), socket,
 				filepath.Join(env.Dir, name+"-state.json"), resFile, MetricsAddr(node))
 			if side.importing {
 				sockets = append(sockets, socket)
@@ -314,6 +314,7 @@ spec: {gateways: ["%s"]}
 // exporting cluster and listens on every import.
 func waitReady(ctx context.Context, socket, peer string, imports int) error {
 	client := gateway.NewAdminClient(socket)
+	defer client.Close()
 	deadline := time.Now().Add(20 * time.Second)
 	var last error
 	for time.Now().Before(deadline) {
