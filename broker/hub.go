@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"sync"
 )
 
@@ -112,27 +111,30 @@ func (h *hub) follow(ctx context.Context, w *frameWriter, since uint64) (uint64,
 	}
 }
 
-// encodeEntries writes entries as frames of type t of at most
-// snapshotChunk entries; all but the last have More set.
+// encodeEntries writes entries as binary frames of type t (snapshot or
+// delta) of at most snapshotChunk entries and MaxFrame bytes; all but the
+// last have More set.
 func encodeEntries(buf *bytes.Buffer, t string, rev uint64, entries []Entry) error {
+	var body []byte
 	for first := true; first || len(entries) > 0; first = false {
-		n := min(len(entries), snapshotChunk)
-		m := &entriesFrame{T: t, Rev: rev, More: n < len(entries), Entries: make([]rawEntry, n)}
-		for i, e := range entries[:n] {
-			m.Entries[i] = toRawEntry(e)
+		n, size := 0, 0
+		for n < len(entries) && n < snapshotChunk {
+			es := entrySize(entries[n])
+			if size+es > MaxFrame-32 {
+				break
+			}
+			size += es
+			n++
 		}
+		if n == 0 && len(entries) > 0 {
+			return protoErr(CodeTooLarge, "%s entry %s of %d bytes exceeds a frame", t, entries[0].Key, len(entries[0].Value))
+		}
+		body = appendEntriesFrame(body[:0], t, rev, n < len(entries), entries[:n])
 		entries = entries[n:]
-		data, err := json.Marshal(m)
-		if err != nil {
-			return err
-		}
-		if len(data) > MaxFrame {
-			return protoErr(CodeTooLarge, "%s frame of %d bytes exceeds %d", t, len(data), MaxFrame)
-		}
 		var hdr [4]byte
-		binary.BigEndian.PutUint32(hdr[:], uint32(len(data)))
+		binary.BigEndian.PutUint32(hdr[:], uint32(len(body)))
 		buf.Write(hdr[:])
-		buf.Write(data)
+		buf.Write(body)
 	}
 	return nil
 }

@@ -59,7 +59,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Store.Path != "" {
 		st, err = OpenBolt(cfg.Store.Path, cfg.Store.History)
 	} else {
-		st, err = OpenEtcd(context.Background(), EtcdConfig{Endpoints: cfg.Store.Etcd, Prefix: cfg.Store.Prefix, MaxTxnOps: cfg.Store.MaxTxnOps})
+		st, err = OpenEtcd(context.Background(), EtcdConfig{Endpoints: cfg.Store.Etcd, Prefix: cfg.Store.Prefix, MaxTxnOps: cfg.Store.MaxTxnOps,
+			LeaseTTL: int64(cfg.Store.LeaseTTL / time.Second)})
 	}
 	if err != nil {
 		return nil, err
@@ -333,7 +334,7 @@ func (s *Server) publish(ctx context.Context, cluster string, m *message) (uint6
 		puts = append(puts, Entry{Key: gwKey(cluster), Value: mustJSON(*m.Gateways)})
 	}
 	for _, e := range m.Put {
-		puts = append(puts, Entry{Key: exportKey(cluster, e.Key()), Value: mustJSON(e)})
+		puts = append(puts, Entry{Key: exportKey(cluster, e.Key()), Value: encodeExport(e)})
 	}
 	dels := make([]string, len(m.Del))
 	for i, k := range m.Del {

@@ -13,9 +13,10 @@ import (
 )
 
 // Wire format: every message is a frame, a 4-byte big-endian length and
-// that many bytes of one JSON object whose "t" field says what it is. A
-// frame is at most MaxFrame bytes; larger content (snapshots, big
-// publishes) travels in several frames.
+// that many bytes of one JSON object whose "t" field says what it is, or,
+// for snapshots and deltas, of the binary encoding in wirebin.go (the
+// message is the same). A frame is at most MaxFrame bytes; larger content
+// (snapshots, big publishes) travels in several frames.
 //
 //	client → broker   hello    {v, since}          once, first
 //	                  publish  {seq, cluster, base | cont, gateways?, put, del}
@@ -29,10 +30,12 @@ import (
 // key; v, the stored JSON, for any other key; neither when it was deleted.
 // Exports are the bulk of every delta, and typed they decode in one pass
 // into what the client keeps, instead of a raw value decoded again per
-// entry.
+// entry. A broker sends entries only as binary frames; their JSON form
+// remains what check validates and what tests write by hand.
 const (
-	// ProtocolVersion is the hello's v. 2: entries carry exports typed (x).
-	ProtocolVersion = 2
+	// ProtocolVersion is the hello's v. 2: entries carry exports typed
+	// (x). 3: snapshots and deltas are binary frames (wirebin.go).
+	ProtocolVersion = 3
 	// MaxFrame bounds one frame's JSON.
 	MaxFrame = 4 << 20
 	// MaxExportsPerFrame bounds a publish frame's put and del lists; the
@@ -101,30 +104,6 @@ type wireEntry struct {
 	ModRev uint64          `json:"r"`
 }
 
-// rawEntry is a wireEntry as the broker encodes it: the stored JSON goes
-// out as it is, under x for an export key, so the broker decodes nothing.
-type rawEntry struct {
-	Key    string          `json:"k"`
-	Value  json.RawMessage `json:"v,omitempty"`
-	Export json.RawMessage `json:"x,omitempty"`
-	ModRev uint64          `json:"r"`
-}
-
-// entriesFrame is a snapshot or delta message as the broker encodes it.
-type entriesFrame struct {
-	T       string     `json:"t"`
-	Rev     uint64     `json:"rev,omitempty"`
-	Entries []rawEntry `json:"entries,omitempty"`
-	More    bool       `json:"more,omitempty"`
-}
-
-func toRawEntry(e Entry) rawEntry {
-	if kind, _, _ := parseKey(e.Key); kind == kindExport && len(e.Value) > 0 {
-		return rawEntry{Key: e.Key, Export: e.Value, ModRev: e.ModRev}
-	}
-	return rawEntry{Key: e.Key, Value: e.Value, ModRev: e.ModRev}
-}
-
 // ProtocolError is a frame the peer should not have sent; Code is one of
 // the Code constants.
 type ProtocolError struct {
@@ -174,6 +153,9 @@ func readFrame(r *bufio.Reader) (*message, error) {
 		}
 		return nil, fmt.Errorf("frame body: %w", err)
 	}
+	if n > 0 && data[0] == binEntries {
+		return decodeEntriesFrame(data)
+	}
 	return decodeMessage(data)
 }
 
@@ -203,7 +185,7 @@ func (m *message) check() error {
 	switch m.T {
 	case msgHello:
 		if m.V != ProtocolVersion {
-			return bad("v: %d is not the supported protocol version %d", m.V, ProtocolVersion)
+			return bad("v: %d is not the supported protocol version %d (broker and agent must run the same strait release)", m.V, ProtocolVersion)
 		}
 	case msgPublish:
 		if m.Seq == 0 {

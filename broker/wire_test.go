@@ -27,11 +27,12 @@ func TestReadFrameRejects(t *testing.T) {
 	}{
 		{"oversized", CodeTooLarge, "exceeds", big},
 		{"not json", CodeMalformed, "frame:", frameBytes(`{"t":`)},
-		{"unknown field", CodeMalformed, "unknown field", frameBytes(`{"t":"hello","v":2,"y":1}`)},
-		{"trailing", CodeMalformed, "after the JSON", frameBytes(`{"t":"hello","v":2} {}`)},
+		{"unknown field", CodeMalformed, "unknown field", frameBytes(`{"t":"hello","v":3,"y":1}`)},
+		{"trailing", CodeMalformed, "after the JSON", frameBytes(`{"t":"hello","v":3} {}`)},
 		{"no type", CodeMalformed, "t: required", frameBytes(`{}`)},
 		{"unknown type", CodeMalformed, "is not one of", frameBytes(`{"t":"nope"}`)},
 		{"version", CodeMalformed, "protocol version", frameBytes(`{"t":"hello","v":1}`)},
+		{"old agent", CodeMalformed, "v: 2 is not the supported protocol version 3", frameBytes(`{"t":"hello","v":2}`)},
 		{"no seq", CodeMalformed, "seq: required", frameBytes(`{"t":"publish","cluster":"a"}`)},
 		{"bad export", CodeMalformed, "put[0]", frameBytes(`{"t":"publish","seq":1,"put":[{"namespace":"default","name":"Bad_Name"}]}`)},
 		{"bad port", CodeMalformed, "port", frameBytes(`{"t":"publish","seq":1,"put":[{"namespace":"default","name":"x","ports":[{"port":0}]}]}`)},
@@ -75,7 +76,7 @@ func TestFrameRoundTrip(t *testing.T) {
 // MaxFrame, and what it accepts encodes and decodes to the same encoding.
 func FuzzReadFrame(f *testing.F) {
 	for _, s := range []string{
-		`{"t":"hello","v":2,"cluster":"a","since":4}`,
+		`{"t":"hello","v":3,"cluster":"a","since":4}`,
 		`{"t":"publish","seq":1,"cluster":"a","base":2,"gateways":[{"addr":"1.2.3.4:5","healthy":true}],"put":[{"namespace":"d","name":"x","ports":[{"port":80}]}],"del":["d/y"]}`,
 		`{"t":"delta","rev":9,"entries":[{"k":"c/a/e/d/x","x":{"namespace":"d","name":"x","ports":[{"port":80}]},"r":9},{"k":"c/a/e/d/y","r":9},{"k":"c/a/gw","v":[{"addr":"1.2.3.4:5"}],"r":9}]}`,
 		`{"t":"error","code":"stale","msg":"m"}`,
@@ -83,6 +84,7 @@ func FuzzReadFrame(f *testing.F) {
 		f.Add(frameBytes(s))
 	}
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
+	f.Add(frameBytes(string(appendEntriesFrame(nil, msgDelta, 9, false, []Entry{{Key: exportKey("a", "d/x"), Value: encodeExport(Export{Namespace: "d", Name: "x"}), ModRev: 9}}))))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := readFrame(bufio.NewReader(bytes.NewReader(data)))
 		if err != nil {
@@ -113,9 +115,10 @@ func FuzzReadFrame(f *testing.F) {
 func TestEntriesFrame(t *testing.T) {
 	ex := Export{Namespace: "d", Name: "x", Ports: []catalog.ServicePort{{Port: 80}}}
 	entries := []Entry{
-		{Key: exportKey("a", "d/x"), Value: mustJSON(ex), ModRev: 5},
+		{Key: exportKey("a", "d/x"), Value: encodeExport(ex), ModRev: 5},
 		{Key: exportKey("a", "d/y"), ModRev: 5},
 		{Key: gwKey("a"), Value: []byte(`[{"addr":"1.2.3.4:5","healthy":true}]`), ModRev: 5},
+		{Key: exportKey("a", "d/z"), Value: mustJSON(Export{Namespace: "d", Name: "z"}), ModRev: 4}, // stored by protocol 2
 	}
 	var buf bytes.Buffer
 	if err := encodeEntries(&buf, msgDelta, 5, entries); err != nil {
@@ -126,9 +129,17 @@ func TestEntriesFrame(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := m.Entries
-	if len(e) != 3 || e[0].Export == nil || e[0].Export.Ports[0].Port != 80 || len(e[0].Value) != 0 ||
-		e[1].Export != nil || len(e[1].Value) != 0 || e[2].Export != nil || len(e[2].Value) == 0 {
+	if m.T != msgDelta || m.Rev != 5 || len(e) != 4 || e[0].Export == nil || e[0].Export.Ports[0].Port != 80 || len(e[0].Value) != 0 ||
+		e[1].Export != nil || len(e[1].Value) != 0 || e[2].Export != nil || len(e[2].Value) == 0 || e[3].ModRev != 4 {
 		t.Fatalf("decoded %+v", e)
+	}
+	// An export stored as JSON by protocol 2 still reaches the mirror.
+	mr := newMirror()
+	for _, x := range e {
+		mr.apply(x)
+	}
+	if _, ok := mr.clusters["a"].exports["d/z"]; !ok {
+		t.Fatal("the JSON-stored export was dropped")
 	}
 }
 
@@ -139,7 +150,7 @@ func BenchmarkDecodeDelta(b *testing.B) {
 	for i := range entries {
 		ex := Export{Namespace: "default", Name: fmt.Sprintf("svc-%d", i), Ports: []catalog.ServicePort{{Name: "http", Port: 80}},
 			Labels: map[string]string{"app": "svc"}}
-		entries[i] = Entry{Key: exportKey("c1", ex.Key()), Value: mustJSON(ex), ModRev: 9}
+		entries[i] = Entry{Key: exportKey("c1", ex.Key()), Value: encodeExport(ex), ModRev: 9}
 	}
 	var buf bytes.Buffer
 	if err := encodeEntries(&buf, msgDelta, 9, entries); err != nil {
