@@ -113,6 +113,11 @@ func lowerBound(in *instance, tol float64) (float64, fractional) {
 	best = fractional{lambda: hi, z: z}
 	for hi-lo > tol*lo {
 		mid := (lo + hi) / 2
+		if mid <= lo || mid >= hi {
+			// No float between them: with subnormal bounds tol*lo
+			// underflows to 0 and the loop would never end.
+			break
+		}
 		if z, ok := g.feasible(mid); ok {
 			hi = mid
 			best = fractional{lambda: mid, z: z}

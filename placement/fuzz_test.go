@@ -14,6 +14,9 @@ func FuzzModel(f *testing.F) {
 	f.Add([]byte{1, 1, 1, 0})
 	f.Add([]byte{0, 0, 0, 0})
 	f.Add([]byte{8, 16, 2, 1, 255, 0, 0, 0, 0, 0, 0xf8, 0x7f, 9, 9, 9, 9, 1, 2})
+	// Capacities from 1e-76 to 6e116 and a 8e-202 demand put the bisection's
+	// bounds in subnormal range, where it once looped for ever.
+	f.Add([]byte("0X$10000\xff000000100100100000000000000000000X000000000010000000d0\x16"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		next := func() byte {
 			if len(data) == 0 {
