@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"reflect"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -544,13 +543,17 @@ func (c *Client) Publish(ctx context.Context, st ClusterState) (uint64, error) {
 		if e.Namespace == "" {
 			e.Namespace = "default"
 		}
-		if err := e.Validate(); err != nil {
-			return 0, fmt.Errorf("publish: exports[%d]: %w", i, err)
-		}
 		if _, dup := want[e.Key()]; dup {
 			return 0, fmt.Errorf("publish: exports[%d]: %s twice", i, e.Key())
 		}
 		want[e.Key()] = e
+	}
+	// Only what differs from the broker's copy is validated: the rest the
+	// broker accepted already. An agent republishes its whole state on
+	// every change, so validating all of it each time cost more than
+	// sending the change.
+	if err := c.validateChanged(st.Exports, want); err != nil {
+		return 0, err
 	}
 	if err := checkGateways(st.Gateways); err != nil {
 		return 0, fmt.Errorf("publish: %w", err)
@@ -603,7 +606,7 @@ func (c *Client) plan(ctx context.Context, want map[string]Export, gws []Gateway
 			var put []Export
 			var del []string
 			for k, e := range want {
-				if old, ok := own.exports[k]; !ok || !reflect.DeepEqual(normExport(old), normExport(e)) {
+				if old, ok := own.exports[k]; !ok || !sameExport(old, e) {
 					put = append(put, e)
 				}
 			}
@@ -655,23 +658,61 @@ func (c *Client) ownRevLocked() uint64 {
 	return 0
 }
 
-func normExport(e Export) Export {
-	if len(e.Labels) == 0 {
-		e.Labels = nil
+// validateChanged validates the exports of st that are not in the
+// mirror as they are.
+func (c *Client) validateChanged(exports []Export, want map[string]Export) error {
+	c.mu.Lock()
+	var own map[string]Export
+	if x := c.m.clusters[c.cfg.Cluster]; x != nil {
+		own = x.exports
 	}
-	if len(e.Ports) == 0 {
-		e.Ports = nil
-		return e
+	var check []int
+	for i, e := range exports {
+		if e.Namespace == "" {
+			e.Namespace = "default"
+		}
+		if old, ok := own[e.Key()]; !ok || !sameExport(old, e) {
+			check = append(check, i)
+		}
 	}
-	ports := make([]catalog.ServicePort, len(e.Ports)) // never edit the caller's
-	for i, p := range e.Ports {
+	c.mu.Unlock()
+	for _, i := range check {
+		e := exports[i]
+		if e.Namespace == "" {
+			e.Namespace = "default"
+		}
+		if err := e.Validate(); err != nil {
+			return fmt.Errorf("publish: exports[%d]: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// sameExport is reflect.DeepEqual of the normalized exports (a missing
+// protocol is TCP; empty and nil lists and maps are equal), without
+// reflection or copies: it runs for every export on every publish.
+func sameExport(a, b Export) bool {
+	if a.Namespace != b.Namespace || a.Name != b.Name || len(a.Ports) != len(b.Ports) || len(a.Labels) != len(b.Labels) {
+		return false
+	}
+	for i := range a.Ports {
+		p, q := a.Ports[i], b.Ports[i]
 		if p.Protocol == "" {
 			p.Protocol = catalog.TCP
 		}
-		ports[i] = p
+		if q.Protocol == "" {
+			q.Protocol = catalog.TCP
+		}
+		if p != q {
+			return false
+		}
 	}
-	e.Ports = ports
-	return e
+	for k, v := range a.Labels {
+		if w, ok := b.Labels[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
 }
 
 func gatewaysEqual(a, b []Gateway) bool {

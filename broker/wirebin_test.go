@@ -148,3 +148,24 @@ func FuzzDecodeExport(f *testing.F) {
 		}
 	})
 }
+
+func TestSameExport(t *testing.T) {
+	base := Export{Namespace: "d", Name: "x", Ports: []catalog.ServicePort{{Port: 80}}, Labels: map[string]string{"a": "1"}}
+	same := Export{Namespace: "d", Name: "x", Ports: []catalog.ServicePort{{Port: 80, Protocol: catalog.TCP}}, Labels: map[string]string{"a": "1"}}
+	if !sameExport(base, same) || !sameExport(Export{Name: "x", Labels: map[string]string{}}, Export{Name: "x"}) {
+		t.Fatal("equal exports differ")
+	}
+	for i, other := range []Export{
+		{Namespace: "e", Name: "x", Ports: base.Ports, Labels: base.Labels},
+		{Namespace: "d", Name: "y", Ports: base.Ports, Labels: base.Labels},
+		{Namespace: "d", Name: "x", Ports: []catalog.ServicePort{{Port: 81}}, Labels: base.Labels},
+		{Namespace: "d", Name: "x", Ports: []catalog.ServicePort{{Port: 80, Protocol: "UDP"}}, Labels: base.Labels},
+		{Namespace: "d", Name: "x", Ports: base.Ports, Labels: map[string]string{"a": "2"}},
+		{Namespace: "d", Name: "x", Ports: base.Ports, Labels: map[string]string{"b": "1"}},
+		{Namespace: "d", Name: "x", Labels: base.Labels},
+	} {
+		if sameExport(base, other) || sameExport(other, base) {
+			t.Errorf("case %d: %+v equals %+v", i, other, base)
+		}
+	}
+}
