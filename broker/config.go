@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -53,6 +54,10 @@ type StoreConfig struct {
 	// History is how many revisions the embedded store keeps for resuming
 	// agents (default DefaultHistory); etcd keeps what its compaction keeps.
 	History int `yaml:"history"`
+	// LeaseTTL is how long a dead broker stays a member with etcd (its
+	// lease), whole seconds; default 2s. Agents do not wait for it: they
+	// fail over at once; the assignment follows when it expires.
+	LeaseTTL time.Duration `yaml:"lease-ttl"`
 }
 
 // DefaultListen is where a broker listens when the config says nothing.
@@ -81,6 +86,9 @@ func (c Config) Validate() error {
 	}
 	if c.Store.MaxTxnOps < 0 || c.Store.History < 0 {
 		return errors.New("store: max-txn-ops and history: must be >= 0")
+	}
+	if c.Store.LeaseTTL != 0 && (len(c.Store.Etcd) == 0 || c.Store.LeaseTTL < time.Second || c.Store.LeaseTTL%time.Second != 0) {
+		return fmt.Errorf("store: lease-ttl %v: etcd leases only, whole seconds >= 1s", c.Store.LeaseTTL)
 	}
 	return nil
 }

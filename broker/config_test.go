@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLoadConfig(t *testing.T) {
@@ -14,6 +15,10 @@ func TestLoadConfig(t *testing.T) {
 	}{
 		{"ok bolt", "id: b1\nidentity: {dir: ca}\nstore: {path: b.db}\n", ""},
 		{"ok etcd", "id: b1\nidentity: {dir: ca}\nstore: {etcd: [http://127.0.0.1:2379]}\n", ""},
+		{"ok lease", "id: b1\nidentity: {dir: ca}\nstore: {etcd: [http://127.0.0.1:2379], lease-ttl: 1m}\n", ""},
+		{"lease without etcd", "id: b1\nidentity: {dir: ca}\nstore: {path: b.db, lease-ttl: 5s}\n", "lease-ttl"},
+		{"lease fraction", "id: b1\nidentity: {dir: ca}\nstore: {etcd: [http://x:1], lease-ttl: 1500ms}\n", "lease-ttl"},
+		{"lease negative", "id: b1\nidentity: {dir: ca}\nstore: {etcd: [http://x:1], lease-ttl: -2s}\n", "lease-ttl"},
 		{"bad id", "id: B_1\nidentity: {dir: ca}\nstore: {path: b.db}\n", "id:"},
 		{"no identity", "id: b1\nstore: {path: b.db}\n", "identity"},
 		{"no store", "id: b1\nidentity: {dir: ca}\n", "store: path"},
@@ -34,6 +39,9 @@ func TestLoadConfig(t *testing.T) {
 				}
 				if c.Identity.Dir != filepath.Join(dir, "ca") || (c.Store.Path != "" && c.Store.Path != filepath.Join(dir, "b.db")) {
 					t.Fatalf("relative paths not resolved against the file: %+v", c)
+				}
+				if strings.Contains(tc.yaml, "lease-ttl: 1m") && c.Store.LeaseTTL != time.Minute {
+					t.Fatalf("lease-ttl 1m read as %v", c.Store.LeaseTTL)
 				}
 				return
 			}
