@@ -1,10 +1,12 @@
 package nexthop_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -70,10 +72,10 @@ clusters:
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := func(netns string, argv ...string) *exec.Cmd {
+	start := func(netns string, argv ...string) (*exec.Cmd, *syncBuffer) {
 		cmd := exec.Command("ip", append([]string{"netns", "exec", netns}, argv...)...)
-		var out strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &out
+		out := &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -84,14 +86,32 @@ clusters:
 				t.Logf("%v:\n%s", argv, out.String())
 			}
 		})
+		return cmd, out
+	}
+	// respond starts gateway i's health responder and waits until it
+	// listens. A watcher probing a responder that is still starting gets
+	// ICMP port unreachable and drops that gateway; its return then
+	// rebalances buckets among the live ones for a while, which this test
+	// would take for a live gateway's buckets moving.
+	respond := func(i int) *exec.Cmd {
+		cmd, out := start(gws[i].Netns, bin, "lab", "health-respond", "--listen", members[i].Health)
+		for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), "listening on"); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("health responder of %s not listening after 30s: %q", gws[i].ID, out.String())
+			}
+		}
 		return cmd
 	}
 	responders := make([]*exec.Cmd, len(gws))
-	for i, gw := range gws {
-		responders[i] = start(gw.Netns, bin, "lab", "health-respond", "--listen", members[i].Health)
+	for i := range gws {
+		responders[i] = respond(i)
 	}
 	client, _ := l.Plan.Node("b/client")
-	argv := []string{bin, "lab", "nexthop-watch", "--route", "10.96.0.50/32", "--src", client.Addr.String(), "--id", "100", "--buckets", "64", "--interval", "5ms"}
+	argv := []string{bin, "lab", "nexthop-watch", "--route", "10.96.0.50/32", "--src", client.Addr.String(), "--id", "100", "--buckets", "64", "--interval", "5ms",
+		// A busy host can stall a responder for a second; the kill is seen
+		// through ICMP port unreachable, so silence may take 10s here and a
+		// stall cannot drop a live gateway and move its buckets.
+		"--misses", "2000"}
 	for _, m := range members {
 		argv = append(argv, "--member", fmt.Sprintf("%s,%s,%s", m.Via, m.Dev, m.Health))
 	}
@@ -109,22 +129,34 @@ clusters:
 		}
 		return string(show), b
 	}
+	// waitGroup waits until the group has exactly the members want (e.g.
+	// "101/103") and the kernel has finished spreading the buckets over
+	// them: after a membership change it moves idle buckets to an
+	// under-served member only when their idle timer allows, and a
+	// snapshot taken before that would see later moves between live
+	// members.
 	waitGroup := func(want string) map[int]int {
 		t.Helper()
 		var last string
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		var lastB map[int]int
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 			show, b := group()
-			last = show
-			if strings.Contains(show, "group "+want+" ") && len(b) == 64 {
+			last, lastB = show, b
+			if strings.Contains(show, "group "+want+" ") && strings.Contains(show, " unbalanced_time 0 ") && balanced(b, want, 64) {
 				return b
 			}
 		}
-		t.Fatalf("group never became %s: %q", want, last)
+		t.Fatalf("group never became %s with its 64 buckets balanced: %q, buckets per member %v", want, last, perMember(lastB))
 		return nil
 	}
 	before := waitGroup("101/102/103")
-	if route, _ := exec.Command("ip", "-n", client.Netns, "route", "show", "10.96.0.50/32").CombinedOutput(); !strings.Contains(string(route), "nhid 100") {
-		t.Fatalf("route to the VIP: %q", route)
+	// The watcher adds the route after the group.
+	var route []byte
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(string(route), "nhid 100"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("route to the VIP never used the group: %q", route)
+		}
+		route, _ = exec.Command("ip", "-n", client.Netns, "route", "show", "10.96.0.50/32").CombinedOutput()
 	}
 	_ = responders[1].Process.Signal(syscall.SIGKILL)
 	killed := time.Now()
@@ -138,6 +170,56 @@ clusters:
 			t.Errorf("bucket %d moved from live %d to %d", i, nh, after[i])
 		}
 	}
-	responders[1] = start(gws[1].Netns, bin, "lab", "health-respond", "--listen", members[1].Health)
+	responders[1] = respond(1)
 	waitGroup("101/102/103")
+}
+
+// balanced reports whether the n buckets are all owned by the members
+// listed in want ("101/102/103") and each holds its share, n/len or one more.
+func balanced(b map[int]int, want string, n int) bool {
+	if len(b) != n {
+		return false
+	}
+	ids := strings.Split(want, "/")
+	per := perMember(b)
+	if len(per) != len(ids) {
+		return false
+	}
+	for _, id := range ids {
+		var nh int
+		if _, err := fmt.Sscan(id, &nh); err != nil {
+			return false
+		}
+		if c := per[nh]; c < n/len(ids) || c > (n+len(ids)-1)/len(ids) {
+			return false
+		}
+	}
+	return true
+}
+
+// perMember counts buckets per nexthop ID.
+func perMember(b map[int]int) map[int]int {
+	per := map[int]int{}
+	for _, nh := range b {
+		per[nh]++
+	}
+	return per
+}
+
+// syncBuffer collects a process's output while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
