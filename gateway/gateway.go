@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/strait-net/strait/catalog"
 	"github.com/strait-net/strait/dns"
@@ -165,7 +166,14 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	if g.cfg.Health != "" {
 		// Last, so that a prober sees the gateway live only once it
-		// serves its imports.
+		// serves its imports and can carry them: a restarted gateway put
+		// back into the clients' nexthop group before its first session to
+		// the other cluster would have to refuse the flows it gets.
+		g.waitPeersLive(ctx)
+		if ctx.Err() != nil {
+			g.shutdown()
+			return nil
+		}
 		h, err := health.NewResponder(health.ResponderConfig{Addr: g.cfg.Health})
 		if err != nil {
 			cancel()
@@ -182,6 +190,30 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	g.shutdown()
 	return first
+}
+
+// peersLiveWait bounds how long a starting gateway waits for its peers
+// before it answers health probes anyway: with every gateway of a peer
+// down it is no worse than the others.
+const peersLiveWait = 5 * time.Second
+
+// waitPeersLive waits until every peer has a live gateway, at most
+// peersLiveWait.
+func (g *Gateway) waitPeersLive(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, peersLiveWait)
+	defer cancel()
+	g.mu.Lock()
+	pools := map[string]*tunnel.Pool{}
+	for id, p := range g.peers {
+		pools[id] = p.pool
+	}
+	g.mu.Unlock()
+	start := time.Now()
+	for id, pool := range pools {
+		if !pool.WaitLive(ctx) {
+			g.log.Warn("answering health probes with no live gateway of a peer", "peer", id, "waited", time.Since(start).Round(time.Millisecond))
+		}
+	}
 }
 
 func ignoreClosed(err error) error {

@@ -107,6 +107,8 @@ type Pool struct {
 
 	firstRound chan struct{} // closed when every slot tried once, or one is live
 	roundOnce  sync.Once
+	firstLive  chan struct{} // closed when the table first has a live gateway
+	liveOnce   sync.Once
 	pending    sync.WaitGroup
 
 	mu      sync.Mutex
@@ -172,7 +174,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pool config: %w", err)
 	}
-	p := &Pool{cfg: cfg, log: cfg.Logger, firstRound: make(chan struct{}), done: make(chan struct{}),
+	p := &Pool{cfg: cfg, log: cfg.Logger, firstRound: make(chan struct{}), firstLive: make(chan struct{}), done: make(chan struct{}),
 		base: base, kick: make(chan struct{}, 1)}
 	if p.log == nil {
 		p.log = slog.Default()
@@ -335,6 +337,21 @@ func (p *Pool) Live() []string {
 		}
 	}
 	return live
+}
+
+// WaitLive waits until some gateway of the peer is live (the table routes
+// flows somewhere) and reports whether one is; false when ctx ended first
+// or the pool was closed. A gateway that is just starting uses it to
+// announce itself ready only once it can carry flows.
+func (p *Pool) WaitLive(ctx context.Context) bool {
+	select {
+	case <-p.firstLive:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-p.done:
+		return false
+	}
 }
 
 // OpenStream opens a stream for the flow key on the gateway the table

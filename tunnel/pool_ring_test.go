@@ -3,6 +3,7 @@ package tunnel_test
 import (
 	"context"
 	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -105,5 +106,34 @@ func TestPoolRingMovesOnlyDeadFlows(t *testing.T) {
 		if names[g.Addr] == "B" && g.Downs != 1 {
 			t.Errorf("B: %d downs, want 1", g.Downs)
 		}
+	}
+}
+
+// TestPoolWaitLive: WaitLive blocks while no gateway of the peer answers
+// and returns once one does, which a starting gateway waits for before it
+// reports itself ready.
+func TestPoolWaitLive(t *testing.T) {
+	tr := newTLS(t, nil, func(c *tunnel.Config) { c.KeepaliveInterval = 10 * time.Millisecond })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there until the gateway starts below
+	pool := startPool(t, tunnel.PoolConfig{Transport: tr, Peer: "cluster-b", Addrs: []string{addr},
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, ProbeInterval: 10 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if pool.WaitLive(ctx) {
+		t.Fatal("WaitLive returned true with no gateway listening")
+	}
+	startGatewayAt(t, tr, "A", addr)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	if !pool.WaitLive(ctx2) {
+		t.Fatal("WaitLive still false 10s after the gateway started")
+	}
+	if g := pool.Gateways(); !g[0].Live {
+		t.Errorf("WaitLive returned but the gateway is not live: %+v", g)
 	}
 }

@@ -169,6 +169,9 @@ func (p *Pool) checkHealthLocked(now time.Time) {
 	if changed {
 		p.setView()
 	}
+	if slices.ContainsFunc(p.gws, func(r *remote) bool { return r.up.Load() }) {
+		p.liveOnce.Do(func() { close(p.firstLive) })
+	}
 }
 
 func (p *Pool) index(r *remote) int {
