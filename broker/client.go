@@ -630,7 +630,7 @@ func (c *Client) plan(ctx context.Context, want map[string]Export, gws []Gateway
 				}
 				size := 0
 				for len(put) > 0 && len(m.Put) < MaxExportsPerFrame && size < publishChunk {
-					size += len(mustJSON(put[0]))
+					size += exportWireSize(put[0])
 					m.Put, put = append(m.Put, put[0]), put[1:]
 				}
 				for len(del) > 0 && len(m.Del) < MaxExportsPerFrame && size < publishChunk {

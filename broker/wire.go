@@ -14,8 +14,8 @@ import (
 
 // Wire format: every message is a frame, a 4-byte big-endian length and
 // that many bytes of one JSON object whose "t" field says what it is, or,
-// for snapshots and deltas, of the binary encoding in wirebin.go (the
-// message is the same). A frame is at most MaxFrame bytes; larger content
+// for snapshots, deltas and publishes, of the binary encoding in
+// wirebin.go (the message is the same; brokers accept JSON publishes too). A frame is at most MaxFrame bytes; larger content
 // (snapshots, big publishes) travels in several frames.
 //
 //	client → broker   hello    {v, since}          once, first
@@ -41,7 +41,8 @@ const (
 	// MaxExportsPerFrame bounds a publish frame's put and del lists; the
 	// client splits larger publishes (also by size, see publishChunk).
 	MaxExportsPerFrame = 10000
-	// publishChunk is the JSON size the client fills a publish frame to.
+	// publishChunk is the size the client fills a publish frame to (by an
+	// upper estimate of each export's encoding).
 	publishChunk = 1 << 20
 	// snapshotChunk is how many entries one snapshot frame carries.
 	snapshotChunk = 5000
@@ -119,8 +120,11 @@ func protoErr(code, format string, args ...any) *ProtocolError {
 
 // writeFrame encodes m as one frame on w.
 func writeFrame(w io.Writer, m *message) error {
-	data, err := json.Marshal(m)
-	if err != nil {
+	var data []byte
+	var err error
+	if m.T == msgPublish {
+		data = appendPublishFrame(nil, m)
+	} else if data, err = json.Marshal(m); err != nil {
 		return fmt.Errorf("encode %s: %w", m.T, err)
 	}
 	if len(data) > MaxFrame {
@@ -155,6 +159,9 @@ func readFrame(r *bufio.Reader) (*message, error) {
 	}
 	if n > 0 && data[0] == binEntries {
 		return decodeEntriesFrame(data)
+	}
+	if n > 0 && data[0] == binPublish {
+		return decodePublishFrame(data)
 	}
 	return decodeMessage(data)
 }

@@ -352,3 +352,135 @@ func decodeEntriesFrame(data []byte) (*message, error) {
 	}
 	return m, nil
 }
+
+// Publish frames (protocol 3) are binary too: a publish carries a
+// cluster's exports, thousands at once when it starts, and the broker
+// decoded them from JSON only to store them in the binary encoding.
+//
+//	publish frame: binPublish, uvarint seq, uvarint base, flags (1 cont,
+//	               2 gateways), str cluster, [uvarint gateways,
+//	               gateways × (str addr, healthy 0 or 1)], uvarint puts,
+//	               puts × (uvarint length, export), uvarint dels, dels × str
+const (
+	binPublish = 0x02
+
+	flagCont     = 1
+	flagGateways = 2
+)
+
+func appendPublishFrame(b []byte, m *message) []byte {
+	flags := byte(0)
+	if m.Cont {
+		flags |= flagCont
+	}
+	if m.Gateways != nil {
+		flags |= flagGateways
+	}
+	b = append(b, binPublish)
+	b = binary.AppendUvarint(b, m.Seq)
+	b = binary.AppendUvarint(b, m.Base)
+	b = append(b, flags)
+	b = appendStr(b, m.Cluster)
+	if m.Gateways != nil {
+		b = binary.AppendUvarint(b, uint64(len(*m.Gateways)))
+		for _, g := range *m.Gateways {
+			b = appendStr(b, g.Addr)
+			if g.Healthy {
+				b = append(b, 1)
+			} else {
+				b = append(b, 0)
+			}
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(m.Put)))
+	var x []byte
+	for _, e := range m.Put {
+		x = appendExport(x[:0], e)
+		b = binary.AppendUvarint(b, uint64(len(x)))
+		b = append(b, x...)
+	}
+	b = binary.AppendUvarint(b, uint64(len(m.Del)))
+	for _, k := range m.Del {
+		b = appendStr(b, k)
+	}
+	return b
+}
+
+// exportWireSize is an export's size in a publish frame, for filling
+// frames without encoding twice.
+func exportWireSize(e Export) int {
+	n := 2*binary.MaxVarintLen64 + len(e.Namespace) + len(e.Name)
+	for _, p := range e.Ports {
+		n += 4*binary.MaxVarintLen64 + len(p.Name) + len(p.Protocol) + len(p.AppProtocol)
+	}
+	for k, v := range e.Labels {
+		n += 2*binary.MaxVarintLen64 + len(k) + len(v)
+	}
+	return n
+}
+
+// decodePublishFrame decodes a binary publish frame's body; check then
+// applies the same rules as to a JSON publish.
+func decodePublishFrame(data []byte) (*message, error) {
+	r := &binReader{b: data}
+	if r.byte("frame type") != binPublish {
+		return nil, errors.New("not a publish frame")
+	}
+	m := &message{T: msgPublish}
+	m.Seq = r.uvarint("seq")
+	m.Base = r.uvarint("base")
+	flags := r.byte("flags")
+	if r.err == nil && flags&^(flagCont|flagGateways) != 0 {
+		r.fail("flags: %#x has unknown bits", flags)
+	}
+	m.Cont = flags&flagCont != 0
+	m.Cluster = r.str("cluster")
+	if flags&flagGateways != 0 {
+		gws := make([]Gateway, r.count("gateways", 2))
+		for i := range gws {
+			gws[i].Addr = r.str("gateway addr")
+			switch h := r.byte("gateway healthy"); h {
+			case 0, 1:
+				gws[i].Healthy = h == 1
+			default:
+				r.fail("gateways[%d].healthy: %d is not 0 or 1", i, h)
+			}
+		}
+		m.Gateways = &gws
+	}
+	if n := r.count("put", 2); n > 0 {
+		m.Put = make([]Export, n)
+		for i := 0; i < n && r.err == nil; i++ {
+			v := r.bytes("put export")
+			if r.err != nil {
+				break
+			}
+			sub := &binReader{b: v, intern: r.intern, ports: r.ports}
+			m.Put[i] = sub.export("")
+			if sub.err == nil && len(sub.b) > 0 {
+				sub.fail("export: %d bytes after it", len(sub.b))
+			}
+			if sub.err != nil {
+				r.fail("put[%d]: %v", i, sub.err)
+				break
+			}
+			r.intern, r.ports = sub.intern, sub.ports
+		}
+	}
+	if n := r.count("del", 1); n > 0 {
+		m.Del = make([]string, n)
+		for i := range m.Del {
+			m.Del[i] = r.str("del")
+		}
+	}
+	if r.err == nil && len(r.b) > 0 {
+		r.fail("%d bytes after the publish", len(r.b))
+	}
+	if r.err != nil {
+		return nil, protoErr(CodeMalformed, "publish frame: %v", r.err)
+	}
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}

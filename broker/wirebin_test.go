@@ -169,3 +169,64 @@ func TestSameExport(t *testing.T) {
 		}
 	}
 }
+
+func publishBody(m *message) []byte { return appendPublishFrame(nil, m) }
+
+// TestPublishFrameRejects: malformed binary publishes are refused with a
+// reason, and the publish rules (check) apply to them as to JSON.
+func TestPublishFrameRejects(t *testing.T) {
+	ok := &message{T: msgPublish, Seq: 1, Cluster: "a", Put: exportsN("x", 2), Del: []string{"default/y"}}
+	good := publishBody(ok)
+	if m, err := decodePublishFrame(good); err != nil || len(m.Put) != 2 || m.Del[0] != "default/y" || m.Gateways != nil {
+		t.Fatalf("good frame: %+v, %v", m, err)
+	}
+	gws := []Gateway{{Addr: "1.2.3.4:5", Healthy: true}}
+	withGW := publishBody(&message{T: msgPublish, Seq: 1, Cluster: "a", Gateways: &gws})
+	badHealthy := append([]byte(nil), withGW...)
+	badHealthy[len(badHealthy)-3] = 7 // gateways[0].healthy, before the empty put and del counts
+	for _, tc := range []struct {
+		name, want string
+		body       []byte
+	}{
+		{"truncated", "bytes left", good[:len(good)-1]},
+		{"trailing", "after the publish", append(append([]byte(nil), good...), 0)},
+		{"flags", "unknown bits", []byte{binPublish, 1, 0, 0x40, 0, 0, 0}},
+		{"healthy", "not 0 or 1", badHealthy},
+		{"no seq", "seq: required", publishBody(&message{T: msgPublish, Cluster: "a"})},
+		{"bad export", "put[0]", publishBody(&message{T: msgPublish, Seq: 1, Put: []Export{{Namespace: "default", Name: "Bad_Name"}}})},
+		{"twice", "twice", publishBody(&message{T: msgPublish, Seq: 1, Put: []Export{{Namespace: "d", Name: "x"}, {Namespace: "d", Name: "x"}}})},
+		{"bad del", "del[0]", publishBody(&message{T: msgPublish, Seq: 1, Del: []string{"nokey"}})},
+		{"base and cont", "exclusive", publishBody(&message{T: msgPublish, Seq: 1, Base: 3, Cont: true})},
+		{"bad gateway", "gateways[0].addr", publishBody(&message{T: msgPublish, Seq: 1, Gateways: &[]Gateway{{Addr: "nohost"}}})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := readFrame(bufio.NewReader(bytes.NewReader(frameBytes(string(tc.body)))))
+			var pe *ProtocolError
+			if !errors.As(err, &pe) || pe.Code != CodeMalformed || !strings.Contains(pe.Msg, tc.want) {
+				t.Fatalf("got %v, want malformed containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzPublishFrame: the binary publish decoder never panics, and what it
+// accepts encodes and decodes to the same message.
+func FuzzPublishFrame(f *testing.F) {
+	gws := []Gateway{{Addr: "1.2.3.4:5", Healthy: true}}
+	f.Add(publishBody(&message{T: msgPublish, Seq: 3, Base: 2, Cluster: "a", Gateways: &gws,
+		Put: []Export{{Namespace: "d", Name: "x", Ports: []catalog.ServicePort{{Port: 80}}, Labels: map[string]string{"k": "v"}}}, Del: []string{"d/y"}}))
+	f.Add(publishBody(&message{T: msgPublish, Seq: 1, Cont: true}))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		m, err := decodePublishFrame(body)
+		if err != nil {
+			return
+		}
+		again, err := decodePublishFrame(publishBody(m))
+		if err != nil {
+			t.Fatalf("decode of own encoding: %v", err)
+		}
+		if !reflect.DeepEqual(m, again) {
+			t.Fatalf("not stable:\n%+v\n%+v", m, again)
+		}
+	})
+}
