@@ -41,11 +41,26 @@ type RateSummary struct {
 }
 
 // SummarizeRate merges a cell's repetitions; reps[i] is repetition
-// numbers[i].
+// numbers[i]. Every repetition needs its number: the caller pairs them
+// (lab/run reads repetition files by number), so a length mismatch is a
+// bug there, and guessing which result is which would mislabel the table.
 func SummarizeRate(cell RateCell, numbers []int, reps []*load.RateResult) (RateSummary, error) {
 	s := RateSummary{RateCell: cell}
 	if len(reps) == 0 {
 		return s, fmt.Errorf("summarize rate %+v: no repetitions", cell)
+	}
+	if len(numbers) != len(reps) {
+		return s, fmt.Errorf("summarize rate %+v: %d repetition numbers for %d results", cell, len(numbers), len(reps))
+	}
+	seen := make(map[int]bool, len(numbers))
+	for i, r := range reps {
+		if r == nil {
+			return s, fmt.Errorf("summarize rate %+v: repetition %d: no result", cell, numbers[i])
+		}
+		if seen[numbers[i]] {
+			return s, fmt.Errorf("summarize rate %+v: repetition %d given twice", cell, numbers[i])
+		}
+		seen[numbers[i]] = true
 	}
 	for i, r := range reps {
 		s.Repetitions = append(s.Repetitions, RateRepetition{

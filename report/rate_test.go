@@ -50,6 +50,31 @@ func TestSummarizeRate(t *testing.T) {
 	}
 }
 
+// TestSummarizeRateMismatch: numbers and results that do not pair up are
+// an error naming the counts, not a panic or a mislabelled summary.
+func TestSummarizeRateMismatch(t *testing.T) {
+	cell := RateCell{Scenario: "lcl", Tool: "strait", Workload: "echo", Payload: 1000, Rate: 1000}
+	two := []*load.RateResult{rateResult(t, 1000, 1999, 990), rateResult(t, 3000, 3999, 1000)}
+	for _, tc := range []struct {
+		name    string
+		numbers []int
+		reps    []*load.RateResult
+		want    string
+	}{
+		{"fewer numbers", []int{1}, two, "1 repetition numbers for 2 results"},
+		{"no numbers", nil, two, "0 repetition numbers for 2 results"},
+		{"more numbers", []int{1, 2, 3}, two, "3 repetition numbers for 2 results"},
+		{"nil result", []int{1, 2}, []*load.RateResult{two[0], nil}, "repetition 2: no result"},
+		{"number twice", []int{2, 2}, two, "repetition 2 given twice"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := SummarizeRate(cell, tc.numbers, tc.reps); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
 func TestWriteRateTable(t *testing.T) {
 	var cells []RateSummary
 	for _, tc := range []struct {
