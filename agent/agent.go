@@ -46,14 +46,19 @@ type Agent struct {
 	client *broker.Client
 	admin  *gateway.AdminClient
 
-	mu      sync.Mutex
-	remote  map[string]*remoteCluster // cluster → what it publishes
-	dirty   chan struct{}             // the catalog changed: reconcile imports
-	trace   *bufio.Writer
-	traceF  *os.File
-	closeMu sync.Mutex
-	cancel  context.CancelFunc
-	closed  bool
+	mu     sync.Mutex
+	remote map[string]*remoteCluster // cluster → what it publishes
+	dirty  chan struct{}             // the catalog changed: reconcile imports
+	// What changed since the importer last looked, so it recomputes only
+	// those imports: changedAll after a snapshot or a gateway change
+	// (which touches every import of a cluster), else the export keys.
+	changedKeys map[string]bool
+	changedAll  bool
+	trace       *bufio.Writer
+	traceF      *os.File
+	closeMu     sync.Mutex
+	cancel      context.CancelFunc
+	closed      bool
 }
 
 type remoteCluster struct {
@@ -186,7 +191,9 @@ func (a *Agent) onConnect(b string) {
 func (a *Agent) onUpdate(u broker.Update) {
 	now := time.Now().UnixNano()
 	a.mu.Lock()
+	track := a.cfg.ImportPrefix != ""
 	if u.Snapshot {
+		a.changedAll = true
 		a.remote = map[string]*remoteCluster{}
 		for id, st := range u.Catalog.Clusters {
 			if id == a.cfg.Cluster {
@@ -211,9 +218,16 @@ func (a *Agent) onUpdate(u broker.Update) {
 			rc = &remoteCluster{exports: map[string]broker.Export{}}
 			a.remote[ch.Cluster] = rc
 		}
+		if track && ch.Export != nil && !a.changedAll {
+			if a.changedKeys == nil {
+				a.changedKeys = map[string]bool{}
+			}
+			a.changedKeys[ch.Export.Key()] = true
+		}
 		switch {
 		case ch.Export == nil:
 			rc.gateways = ch.Gateways
+			a.changedAll = true
 		case ch.Deleted:
 			delete(rc.exports, ch.Export.Key())
 			if a.trace != nil {

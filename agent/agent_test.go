@@ -249,4 +249,15 @@ func TestAgentsThroughBrokerOutage(t *testing.T) {
 		t.Fatalf("addresses after the agent restarted: echo %v late %v, want %s and %s",
 			after["default/echo"].Spec.IPs, after["default/late"].Spec.IPs, first.Spec.IPs[0], late.Spec.IPs[0])
 	}
+
+	// An export's removal reaches b as a delta: its import goes, the
+	// others stay (the importer recomputes only the keys that changed).
+	gone := &catalog.ServiceExport{Metadata: catalog.ObjectMeta{Name: "third", Namespace: "default"}, Spec: catalog.ServiceExportSpec{Target: echoAddr}}
+	if _, err := admins["a"].DeleteResources([]catalog.Resource{gone}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "b drops the import of the removed export", func() bool { return imports(t, admins["b"])["default/third"] == nil })
+	if left := imports(t, admins["b"]); left["default/echo"] == nil || left["default/late"] == nil {
+		t.Fatalf("imports after removing third: %v, want echo and late kept", left)
+	}
 }

@@ -86,13 +86,28 @@ func (im *importer) load() error {
 	return nil
 }
 
-func (im *importer) reconcile() error {
+// reconcile applies what changed in the view since the last successful
+// reconcile: every import after a snapshot or a gateway change, else only
+// the imports of the export keys that changed, so a delta costs in
+// proportion to itself and not to the catalog.
+func (im *importer) reconcile() (err error) {
+	a := im.a
+	a.mu.Lock()
+	all, keys := a.changedAll || !im.loaded, a.changedKeys
+	a.changedAll, a.changedKeys = false, nil
+	a.mu.Unlock()
+	defer func() {
+		if err != nil { // redo everything next time: what changed is lost
+			a.mu.Lock()
+			a.changedAll = true
+			a.mu.Unlock()
+		}
+	}()
 	if !im.loaded {
 		if err := im.load(); err != nil {
 			return err
 		}
 	}
-	a := im.a
 	// Desired state from the view, under the lock; the admin calls after.
 	a.mu.Lock()
 	wantPeers := map[string]*catalog.Peer{}
@@ -116,8 +131,16 @@ func (im *importer) reconcile() error {
 		if len(addrs) > 0 {
 			wantPeers[id] = &catalog.Peer{Metadata: catalog.ObjectMeta{Name: id, Labels: managed()}, Spec: catalog.PeerSpec{Gateways: addrs}}
 		}
-		for k, e := range rc.exports {
-			byKey[k] = append(byKey[k], src{id, e})
+		if all {
+			for k, e := range rc.exports {
+				byKey[k] = append(byKey[k], src{id, e})
+			}
+			continue
+		}
+		for k := range keys {
+			if e, ok := rc.exports[k]; ok {
+				byKey[k] = append(byKey[k], src{id, e})
+			}
 		}
 	}
 	a.mu.Unlock()
@@ -161,9 +184,17 @@ func (im *importer) reconcile() error {
 			apply = append(apply, imp)
 		}
 	}
-	for k, old := range im.imports {
-		if wantImports[k] == nil {
-			del = append(del, old)
+	if all {
+		for k, old := range im.imports {
+			if wantImports[k] == nil {
+				del = append(del, old)
+			}
+		}
+	} else {
+		for k := range keys {
+			if old := im.imports[k]; old != nil && wantImports[k] == nil {
+				del = append(del, old)
+			}
 		}
 	}
 	for id, old := range im.peers {
