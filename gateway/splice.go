@@ -51,6 +51,13 @@ func splice(c *net.TCPConn, st tunnel.Stream) (toStream, toConn int64, err error
 }
 
 func copyHalf(dst io.Writer, src io.Reader) (int64, error) {
+	// A tunnel stream hands its received buffers to the connection itself
+	// (one writev for all that arrived), sparing a copy through buf.
+	if wt, ok := src.(io.WriterTo); ok {
+		if _, isConn := src.(*net.TCPConn); !isConn {
+			return wt.WriteTo(dst)
+		}
+	}
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := *bp
