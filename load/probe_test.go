@@ -3,6 +3,7 @@ package load
 import (
 	"bytes"
 	"context"
+	"math"
 	"net"
 	"os"
 	"reflect"
@@ -16,6 +17,12 @@ import (
 func FuzzDecodeProbe(f *testing.F) {
 	f.Add(ProbeMsg{Conn: 3, Seq: 9, Sent: 12345}.Append(nil))
 	f.Add([]byte("SP\x01\x00"))
+	// Edges: nothing, the largest numbers (Sent negative as int64), one
+	// byte short, one byte over.
+	f.Add([]byte{})
+	f.Add(ProbeMsg{Conn: math.MaxUint32, Seq: math.MaxUint64, Sent: -1}.Append(nil))
+	f.Add(ProbeMsg{Conn: 3, Seq: 9, Sent: 12345}.Append(nil)[:ProbeLen-1])
+	f.Add(append(ProbeMsg{Conn: 3, Seq: 9, Sent: 12345}.Append(nil), 0))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := DecodeProbe(b)
 		if err != nil {
@@ -177,6 +184,13 @@ func TestSummarizeProbes(t *testing.T) {
 func FuzzReadProbeCSV(f *testing.F) {
 	f.Add("mode,seq,conn,send_unix_us,recv_unix_us,rtt_us,lost,error\nnew,1,127.0.0.1:5,100,250,150,false,\nstream,2,0:x,100,,,true,connection down\n")
 	f.Add("mode,seq\n")
+	// Edges: nothing, numbers past int64, negative ones, invalid UTF-8,
+	// a row cut short.
+	f.Add("")
+	f.Add("mode,seq,conn,send_unix_us,recv_unix_us,rtt_us,lost,error\nnew,18446744073709551616,c,99999999999999999999,1,1,false,\n")
+	f.Add("mode,seq,conn,send_unix_us,recv_unix_us,rtt_us,lost,error\nnew,-1,c,-100,-50,-7,false,\n")
+	f.Add("mode,seq,conn,send_unix_us,recv_unix_us,rtt_us,lost,error\nnew,1,\xff\xfe,100,250,150,false,\xc3\n")
+	f.Add("mode,seq,conn,send_unix_us,recv_unix_us,rtt_us,lost,error\nnew,1,127.0.0.1:5,100")
 	f.Fuzz(func(t *testing.T, in string) {
 		samples, err := ReadProbeCSV(strings.NewReader(in))
 		if err != nil {

@@ -395,6 +395,16 @@ func FuzzDecodeHistogram(f *testing.F) {
 	enc, _ := h.Encode(hdrhistogram.V2CompressedEncodingCookieBase)
 	f.Add(string(enc))
 	f.Add("HISTFAAAACB4nJNpmSzMwMDAzMAAAA==")
+	// Edges: nothing, cut short, not base64, and headers rewritten to
+	// the extremes (5 significant figures up to 2^63-1, lowest above
+	// highest, 0 and 6 figures, a count past the array).
+	f.Add("")
+	f.Add(string(enc[:len(enc)/2]))
+	f.Add("HISTF\xff\xfe")
+	f.Add("HISTFAAAACV4nJJpmSzMwMDAzAABrFCasf4/BNh/gAgsFmYCBAAA//+2QAqv")
+	f.Add("HISTFAAAACR4nJJpmSzMwMDAzAABUJr5BZTPaP8BwlgszAQIAAD//1ZbBCA=")
+	f.Add("HISTFAAAACN4nJJpmSzMwMDAzIAKGCEU8wv7DxDWYmEmQAAAAP//TrcEHQ==")
+	f.Add("HISTFAAAACV4nJJpmSzMwMDAzAABbFCaEUIxv7D/AGEtFmYCBAAA//9PXwQj")
 	f.Fuzz(func(t *testing.T, s string) {
 		h, err := DecodeHistogram(s)
 		if err != nil {

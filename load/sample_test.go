@@ -106,6 +106,13 @@ func FuzzReadCSV(f *testing.F) {
 	f.Add(strings.Join(Columns, ",") + "\n")
 	f.Add("error,thread,seq,start_unix_us,connect_us,ttfb_us,total_us,status,bytes_sent,bytes_received,x\n\"a\rb\",1,2,3,4,5,6,7,8,9,\n")
 	f.Add(strings.Join(Columns, ",") + "\n0,0,0,0,0,0,0,0,0,\"a\r\r\r\nb\"\n")
+	// Edges: nothing, numbers past int64, negative ones, invalid UTF-8,
+	// a row cut short.
+	f.Add("")
+	f.Add(strings.Join(Columns, ",") + "\n1,18446744073709551616,99999999999999999999,1,1,1,200,1,1,\n")
+	f.Add(strings.Join(Columns, ",") + "\n-1,-2,-1795000000123456,-358,-531,-560,-200,-1154,-1142,\n")
+	f.Add(strings.Join(Columns, ",") + "\n1,1,1,1,1,1,200,1,1,\xff\xfe\xc3\n")
+	f.Add(strings.Join(Columns, ",") + "\n1,1,1795000000123456,358")
 	f.Fuzz(func(t *testing.T, in string) {
 		samples, err := ReadCSV(strings.NewReader(in))
 		if err != nil {

@@ -76,6 +76,20 @@ func FuzzDecodeHandshake(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte("GET / HTTP/1.1\r\n"))
+	// Edges: nothing, one byte short, the largest sizes and duration,
+	// congestion control names of invalid UTF-8 and without NUL padding.
+	rr, _ := Handshake{Mode: ModeRR, RequestSize: 1, ResponseSize: 1, Duration: time.Millisecond, CC: "bbr"}.MarshalBinary()
+	f.Add([]byte{})
+	f.Add(rr[:HandshakeLen-1])
+	huge := bytes.Clone(rr)
+	copy(huge[8:20], bytes.Repeat([]byte{0xff}, 12))
+	f.Add(huge)
+	bad := bytes.Clone(rr)
+	copy(bad[20:], "\xff\xfe\xc3")
+	f.Add(bad)
+	full := bytes.Clone(rr)
+	copy(full[20:], bytes.Repeat([]byte("c"), HandshakeLen-20))
+	f.Add(full)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, err := DecodeHandshake(b)
 		if err != nil {
@@ -97,6 +111,15 @@ func FuzzReadAck(f *testing.F) {
 	f.Add(appendAck(nil, true, "bbr"))
 	f.Add(appendAck(nil, false, "handshake: version 2, want 1"))
 	f.Add([]byte("HTTP/1.1 400 Bad Request\r\n"))
+	// Edges: nothing, a text shorter than its length byte says, invalid
+	// UTF-8 in the text, an unknown status.
+	f.Add([]byte{})
+	ok := appendAck(nil, true, "bbr")
+	f.Add(ok[:len(ok)-1])
+	f.Add(append(appendAck(nil, true, "")[:5], 2, 0xff, 0xfe))
+	unknown := bytes.Clone(ok)
+	unknown[4] = 0xff
+	f.Add(unknown)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := bytes.NewReader(b)
 		cc, err := readAck(r)
