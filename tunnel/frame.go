@@ -57,9 +57,12 @@ const (
 	initialStreamWindow  = 256 << 10
 	initialSessionWindow = 1 << 20
 
-	// dataFrameSize is the largest DATA payload we send: 32 KiB keeps
-	// per-frame costs negligible and lets other streams' frames interleave.
-	dataFrameSize = 32 << 10
+	// dataFrameSize is the largest DATA payload we send: with its header,
+	// four full TLS records, so a frame that starts on a record boundary
+	// ends on one and most of its payload goes to TLS without a copy
+	// (session.writePayload). The writer sends one Write's chunk at a time
+	// anyway, so the frame size does not decide how streams interleave.
+	dataFrameSize = 64<<10 - frameHeaderLen
 )
 
 type frameType uint8

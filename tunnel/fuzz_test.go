@@ -97,7 +97,7 @@ func FuzzSession(f *testing.F) {
 	cfg := (&Config{Logger: slog.New(slog.DiscardHandler), KeepaliveTimeout: time.Minute}).withDefaults()
 	f.Fuzz(func(t *testing.T, input []byte) {
 		conn := &fuzzConn{r: bytes.NewReader(input), closed: make(chan struct{})}
-		s := newSession(conn, nil, false, "fuzz", "", cfg)
+		s := newSession(conn, nil, false, "fuzz", "", "", cfg)
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() {

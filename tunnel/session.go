@@ -25,9 +25,11 @@ type session struct {
 	bw         *bufio.Writer
 	batch      *recordBatcher // below TLS; nil on other connections
 	ramp       int            // small records written since the writer was idle (writer goroutine only)
+	bulkRun    int            // bytes written since the writer last idled for bulkAfterIdle (writer goroutine only)
+	ccUpgrade  string         // congestion control to switch to at the first bulk transfer (writer goroutine only)
 	client     bool
 	peer       string
-	congestion string
+	congestion atomic.Pointer[string]
 	cfg        *Config
 	log        *slog.Logger
 	start      time.Time
@@ -84,29 +86,30 @@ type writeReq struct {
 // newSession starts the multiplexer on conn. cfg must have defaults
 // applied. batch, when not nil, is the writer under conn's TLS records,
 // corked while the writer has work queued.
-func newSession(conn net.Conn, batch *recordBatcher, client bool, peer, congestion string, cfg *Config) *session {
+func newSession(conn net.Conn, batch *recordBatcher, client bool, peer, congestion, upgrade string, cfg *Config) *session {
 	now := time.Now()
 	s := &session{
-		conn:       conn,
-		batch:      batch,
-		rd:         conn,
-		bw:         bufio.NewWriterSize(conn, 64<<10),
-		client:     client,
-		peer:       peer,
-		congestion: congestion,
-		cfg:        cfg,
-		log:        cfg.logger(),
-		start:      now,
-		streams:    make(map[uint32]*stream),
-		nextID:     2,
-		acceptQ:    make(chan *stream, cfg.AcceptBacklog),
-		sendLimit:  initialSessionWindow,
-		sendWake:   make(chan struct{}),
-		recv:       newRecvWindow(initialSessionWindow, uint64(cfg.MaxSessionWindow), now),
-		learned:    initialStreamWindow,
-		wsig:       make(chan struct{}, 1),
-		closed:     make(chan struct{}),
+		conn:      conn,
+		batch:     batch,
+		rd:        conn,
+		bw:        bufio.NewWriterSize(conn, 64<<10),
+		client:    client,
+		peer:      peer,
+		ccUpgrade: upgrade,
+		cfg:       cfg,
+		log:       cfg.logger(),
+		start:     now,
+		streams:   make(map[uint32]*stream),
+		nextID:    2,
+		acceptQ:   make(chan *stream, cfg.AcceptBacklog),
+		sendLimit: initialSessionWindow,
+		sendWake:  make(chan struct{}),
+		recv:      newRecvWindow(initialSessionWindow, uint64(cfg.MaxSessionWindow), now),
+		learned:   initialStreamWindow,
+		wsig:      make(chan struct{}, 1),
+		closed:    make(chan struct{}),
 	}
+	s.congestion.Store(&congestion)
 	if client {
 		s.nextID = 1
 	}
@@ -177,7 +180,7 @@ func (s *session) Stats() Stats {
 		PongsReceived:   s.st.pongsReceived.Load(),
 		RTT:             s.RTT(),
 		StreamWindow:    s.learnedWindow(),
-		Congestion:      s.congestion,
+		Congestion:      *s.congestion.Load(),
 	}
 }
 
@@ -327,11 +330,26 @@ func (s *session) writeLoop() {
 			s.batch.cork()
 			corked = true
 		}
-		if !idleSince.IsZero() && time.Since(idleSince) >= rampAfterIdle {
-			s.ramp = 0
+		if !idleSince.IsZero() {
+			idle := time.Since(idleSince)
+			if idle >= rampAfterIdle {
+				s.ramp = 0
+			}
+			if idle >= bulkAfterIdle {
+				s.bulkRun = 0
+			}
 		}
 		idleSince = time.Time{}
 		err = s.writeReq(r)
+		if r.hdr.typ == frameData {
+			s.bulkRun += len(r.payload)
+			if s.ccUpgrade != "" && s.bulkRun >= bulkBytes {
+				s.bulkRun = 0
+				if s.batch != nil && cwndLimited(s.batch.Conn) {
+					s.upgradeCongestion()
+				}
+			}
+		}
 		if err == nil && r.flush {
 			err = s.flush()
 			corked = false
@@ -372,6 +390,40 @@ const (
 	rampRecordPlaintext = 1448 - 22 // a 1500-byte MTU segment's payload less TLS 1.3's record overhead
 	rampAfterIdle       = time.Millisecond
 )
+
+// A session carries bulk data, and switches to its bulk congestion control
+// (Config.Congestion), when its writer sent bulkBytes without idling for
+// bulkAfterIdle in between and the congestion window is what holds the data
+// back (checked then, once per bulkBytes). A transfer the socket holds back
+// (cubic's window after a loss) keeps the writer busy, so it gets there
+// however slow it is; requests and responses a round trip apart over a WAN
+// do not add up, and on a LAN, where the window is never the limit, the
+// session stays unpaced.
+const (
+	bulkBytes     = 512 << 10
+	bulkAfterIdle = 5 * time.Millisecond
+)
+
+// The congestion controls of Config.Congestion's default: the one a session
+// starts with and the one it switches to for bulk.
+const (
+	burstCongestion = "cubic"
+	bulkCongestion  = "bbr"
+)
+
+// upgradeCongestion switches the socket to the bulk congestion control
+// (writer goroutine), once.
+func (s *session) upgradeCongestion() {
+	want := s.ccUpgrade
+	s.ccUpgrade = ""
+	if s.batch == nil {
+		return
+	}
+	if got := setCongestion(s.batch.Conn, want); got != "" {
+		s.congestion.Store(&got)
+		s.log.Info("congestion control switched for bulk", "peer", s.peer, "congestion", got)
+	}
+}
 
 // flush hands everything buffered to the kernel: the frames gathered in bw
 // become TLS records, and the records gathered below TLS one write(2).
@@ -420,7 +472,7 @@ func (s *session) writeReq(r *writeReq) error {
 		if _, err := s.bw.Write(hb[:]); err != nil {
 			return err
 		}
-		if _, err := s.bw.Write(p[:n]); err != nil {
+		if err := s.writePayload(p[:n], small); err != nil {
 			return err
 		}
 		if small {
@@ -433,6 +485,38 @@ func (s *session) writeReq(r *writeReq) error {
 			return nil
 		}
 	}
+}
+
+// recordPlaintext is the plaintext of a full TLS record (crypto/tls's
+// maxPlaintext), which it uses once a connection sent 128 KiB.
+const recordPlaintext = 16 << 10
+
+// writePayload writes a DATA frame's payload after its header. A large one
+// goes to TLS straight from the caller's buffer, sparing the copy into bw:
+// bw is topped up to a record boundary and flushed (whole records), then
+// whole records' worth of p go to TLS directly, and only the tail is
+// buffered to share a record with what follows.
+func (s *session) writePayload(p []byte, small bool) error {
+	if small || s.batch == nil || len(p) < 2*recordPlaintext {
+		_, err := s.bw.Write(p)
+		return err
+	}
+	lead := (recordPlaintext - s.bw.Buffered()%recordPlaintext) % recordPlaintext
+	// bw's own flushes when it fills write 64 KiB, whole records, so what
+	// stays buffered after lead is still a multiple of a record.
+	if _, err := s.bw.Write(p[:lead]); err != nil {
+		return err
+	}
+	if err := s.bw.Flush(); err != nil {
+		return err
+	}
+	p = p[lead:]
+	m := len(p) / recordPlaintext * recordPlaintext
+	if _, err := s.conn.Write(p[:m]); err != nil {
+		return err
+	}
+	_, err := s.bw.Write(p[m:])
+	return err
 }
 
 // ---- keepalive ----

@@ -7,13 +7,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// tuneTCP applies Config's socket options to a TCP connection and returns
+// tuneTCP applies Config's socket options to a TCP connection. It returns
 // the congestion control in use ("" when conn is not a TCP socket, e.g. a
-// test wrapper).
-func tuneTCP(conn net.Conn, cfg *Config) string {
+// test wrapper) and, in the default mode, the one to switch to once the
+// session carries bulk data (see Config.Congestion).
+func tuneTCP(conn net.Conn, cfg *Config) (algo, upgrade string) {
 	tc, ok := conn.(*net.TCPConn)
 	if !ok {
-		return ""
+		return "", ""
 	}
 	_ = tc.SetNoDelay(true)
 	if cfg.ReceiveBuffer > 0 {
@@ -21,9 +22,8 @@ func tuneTCP(conn net.Conn, cfg *Config) string {
 	}
 	raw, err := tc.SyscallConn()
 	if err != nil {
-		return ""
+		return "", ""
 	}
-	var algo string
 	_ = raw.Control(func(fd uintptr) {
 		if cfg.SendBuffer > 0 {
 			// The kernel doubles the value for its bookkeeping, as with
@@ -37,15 +37,60 @@ func tuneTCP(conn net.Conn, cfg *Config) string {
 		}
 		want := cfg.Congestion
 		if want == "" {
-			want = "bbr"
-		}
-		if want != "system" {
+			// Start without pacing; bbr takes over at the first bulk
+			// transfer, if the kernel has it.
+			if unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, bulkCongestion) == nil {
+				_ = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, burstCongestion)
+				upgrade = bulkCongestion
+			}
+		} else if want != "system" {
 			// Unavailable algorithms fail with ENOENT; the default stays.
 			_ = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, want)
 		}
 		algo, _ = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
 	})
+	if algo == upgrade {
+		upgrade = ""
+	}
+	return algo, upgrade
+}
+
+// setCongestion switches conn's congestion control and returns the one in
+// use afterwards.
+func setCongestion(conn net.Conn, name string) string {
+	tc, ok := conn.(*net.TCPConn)
+	if !ok {
+		return ""
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return ""
+	}
+	var algo string
+	_ = raw.Control(func(fd uintptr) {
+		_ = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, name)
+		algo, _ = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
+	})
 	return algo
+}
+
+// cwndLimited reports whether the congestion window holds data back on
+// conn: data waits in the socket unsent, or a full window is in flight.
+func cwndLimited(conn net.Conn) bool {
+	tc, ok := conn.(*net.TCPConn)
+	if !ok {
+		return false
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	var info *unix.TCPInfo
+	cerr := raw.Control(func(fd uintptr) { info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
+	if cerr != nil || err != nil {
+		return false
+	}
+	return info.Notsent_bytes > 0 || info.Unacked >= info.Snd_cwnd
 }
 
 // kernelSilence reports how long ago the kernel last received anything from

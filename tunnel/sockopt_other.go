@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-func tuneTCP(conn net.Conn, cfg *Config) string {
+func tuneTCP(conn net.Conn, cfg *Config) (algo, upgrade string) {
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 		if cfg.SendBuffer > 0 {
@@ -17,7 +17,11 @@ func tuneTCP(conn net.Conn, cfg *Config) string {
 			_ = tc.SetReadBuffer(cfg.ReceiveBuffer)
 		}
 	}
-	return ""
+	return "", ""
 }
+
+func setCongestion(net.Conn, string) string { return "" }
+
+func cwndLimited(net.Conn) bool { return false }
 
 func kernelSilence(net.Conn) (time.Duration, bool) { return 0, false }

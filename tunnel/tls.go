@@ -29,10 +29,19 @@ type Config struct {
 	// DialContext opens the TCP connection. Default: net.Dialer.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
-	// Congestion is the TCP congestion control for WAN sockets: "" means
-	// "bbr" when the kernel offers it; "system" keeps the kernel default; any
+	// Congestion is the TCP congestion control for WAN sockets. "" means
+	// cubic until the session carries bulk data, then bbr for good, when
+	// the kernel offers both: bbr keeps a lossy long link full where cubic
+	// collapses, but paces every burst at its bandwidth estimate, which on a
+	// session carrying requests and responses is the rate of those small
+	// bursts (seen at seed 000's edg10: 4-7 Mbit/s after 60-byte echoes,
+	// 65 Mbit/s during 10 KB ones, bbr stuck in startup because every
+	// sample is application-limited), so a 10 KB request left the gateway
+	// ~0.5 ms later than cubic, which sends it at once. A socket is never
+	// switched back: the kernel keeps pacing a socket bbr once ran on.
+	// "bbr" uses bbr from the start; "system" keeps the kernel default; any
 	// other name is tried, and the kernel default stays if it is not
-	// available. Stats.Congestion tells what the socket really uses.
+	// available. Stats.Congestion tells what the socket uses now.
 	Congestion string
 	// SendBuffer sets the socket send buffer, which must hold everything
 	// in flight plus what awaits retransmission: 1 Gbit/s at 40 ms with some
@@ -219,7 +228,7 @@ func (t *TLSTransport) Dial(ctx context.Context, addr string) (Session, error) {
 }
 
 func (t *TLSTransport) handshake(ctx context.Context, raw net.Conn, client bool) (*session, error) {
-	cc := tuneTCP(raw, t.cfg)
+	cc, upgrade := tuneTCP(raw, t.cfg)
 	batch := newRecordBatcher(raw)
 	var tc *tls.Conn
 	if client {
@@ -238,7 +247,7 @@ func (t *TLSTransport) handshake(ctx context.Context, raw net.Conn, client bool)
 	if err != nil {
 		return nil, fmt.Errorf("peer identity: %w", err)
 	}
-	return newSession(tc, batch, client, peer, cc, t.cfg), nil
+	return newSession(tc, batch, client, peer, cc, upgrade, t.cfg), nil
 }
 
 // Listen accepts sessions on addr (host:port, port 0 picks one).

@@ -76,6 +76,40 @@ func TestCongestionControlReported(t *testing.T) {
 	}
 }
 
+// TestCongestionSwitchesForBulk checks the default congestion control: a
+// session starts on cubic, and the side that sends bulk data the socket
+// holds back moves to bbr, while the side that only received stays on
+// cubic. A small receive buffer makes loopback hold data back as a slow
+// link's congestion window would.
+func TestCongestionSwitchesForBulk(t *testing.T) {
+	avail, err := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
+	if err != nil || !strings.Contains(string(avail), "bbr") || !strings.Contains(string(avail), "cubic") {
+		t.Skipf("kernel lacks bbr or cubic: %q %v", avail, err)
+	}
+	client, server := tunneltest.Pair(t, newTLS(t, nil, func(c *tunnel.Config) { c.ReceiveBuffer = 64 << 10 }))
+	if cc, sc := client.Stats().Congestion, server.Stats().Congestion; cc != "cubic" || sc != "cubic" {
+		t.Fatalf("congestion control at the start: dialer %q, listener %q, want cubic", cc, sc)
+	}
+	st, err := client.OpenStream(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, _ = st.Write(make([]byte, 16<<20))
+		_ = st.CloseWrite()
+	}()
+	peer, err := server.AcceptStream(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := io.Copy(io.Discard, peer); err != nil || n != 16<<20 {
+		t.Fatalf("received %d bytes, %v", n, err)
+	}
+	if cc, sc := client.Stats().Congestion, server.Stats().Congestion; cc != "bbr" || sc != "cubic" {
+		t.Fatalf("after 16 MiB from dialer to listener: dialer %q (want bbr), listener %q (want cubic)", cc, sc)
+	}
+}
+
 // TestOpenNeedsNoRoundTrip holds back everything the server sends to the
 // client after the handshake: open, write and half-close must still
 // complete, and the server must receive header, data and EOF.
@@ -541,5 +575,87 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 5s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestWriteToForwardsEverything reads a stream with WriteTo (the gateway's
+// path to a TCP connection) into a real TCP connection: every byte arrives
+// in order, FIN ends it without an error, and a reset is an error.
+func TestWriteToForwardsEverything(t *testing.T) {
+	client, server := tunneltest.Pair(t, newTLS(t, nil, nil))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan []byte, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- nil
+			return
+		}
+		b, _ := io.ReadAll(c)
+		c.Close()
+		got <- b
+	}()
+	msg := make([]byte, 3<<20+17)
+	for i := range msg {
+		msg[i] = byte(i * 7 / 5)
+	}
+	st, err := client.OpenStream(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		// Writes of many sizes, so frames of all sizes and small records
+		// arrive, some appended to a buffer, some in their own.
+		p := msg
+		for k := 1; len(p) > 0; k = (k*3 + 1) % 1000003 {
+			n := min(len(p), k%(200<<10)+1)
+			if _, err := st.Write(p[:n]); err != nil {
+				return
+			}
+			p = p[n:]
+		}
+		_ = st.CloseWrite()
+	}()
+	peer, err := server.AcceptStream(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := peer.(io.WriterTo).WriteTo(c)
+	c.Close()
+	if err != nil || n != int64(len(msg)) {
+		t.Fatalf("WriteTo = %d, %v; want %d, nil", n, err, len(msg))
+	}
+	if b := <-got; !bytes.Equal(b, msg) {
+		t.Fatalf("the connection received %d bytes that differ from the %d sent", len(b), len(msg))
+	}
+
+	st2, err := client.OpenStream(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st2.Write([]byte("partial")); err != nil {
+		t.Fatal(err)
+	}
+	peer2, err := server.AcceptStream(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		_ = st2.Reset("gone")
+	}()
+	var sink bytes.Buffer
+	n, err = peer2.(io.WriterTo).WriteTo(&sink)
+	var rst *tunnel.ResetError
+	if !errors.As(err, &rst) || n != 7 || sink.String() != "partial" {
+		t.Fatalf("WriteTo of a reset stream = %d (%q), %v; want 7 bytes and a *ResetError", n, sink.String(), err)
 	}
 }
