@@ -3,6 +3,7 @@ package load
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math"
 	"net"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -111,19 +113,22 @@ func TestProbeLoopback(t *testing.T) {
 	}
 }
 
-// TestProbeServerDies stops the server halfway: stream probes on the
-// broken connections are lost, not hung, and counted per connection.
+// TestProbeServerDies stops the server after it answered 50 probes: stream
+// probes on the broken connections are lost, not hung, and counted per
+// connection. The server stops on a count, not after a time, so that a
+// stalled test process cannot let the whole run finish first.
 func TestProbeServerDies(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	ln := &dyingListener{Listener: inner, left: 50, die: cancel}
 	done := make(chan error, 1)
 	go func() { done <- ServeProbes(ctx, ln) }()
-	time.AfterFunc(100*time.Millisecond, cancel)
 	samples, err := RunProbe(context.Background(), ProbeConfig{Addr: ln.Addr().String(), Modes: []string{ProbeStream},
 		Rate: 500, Duration: 300 * time.Millisecond, Streams: 2, Timeout: 200 * time.Millisecond})
+	cancel()
 	<-done
 	if err != nil {
 		t.Fatal(err)
@@ -132,6 +137,40 @@ func TestProbeServerDies(t *testing.T) {
 	if sum.Lost == 0 || sum.Lost == sum.Sent || len(sum.LostByConn) == 0 {
 		t.Errorf("summary %+v: want some, not all, probes lost", sum)
 	}
+}
+
+// dyingListener's connections write left replies in all, then fail every
+// write and call die.
+type dyingListener struct {
+	net.Listener
+	mu   sync.Mutex
+	left int
+	die  func()
+}
+
+func (l *dyingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &dyingConn{Conn: c, l: l}, nil
+}
+
+type dyingConn struct {
+	net.Conn
+	l *dyingListener
+}
+
+func (c *dyingConn) Write(b []byte) (int, error) {
+	c.l.mu.Lock()
+	ok := c.l.left > 0
+	c.l.left--
+	c.l.mu.Unlock()
+	if !ok {
+		c.l.die()
+		return 0, errors.New("server died")
+	}
+	return c.Conn.Write(b)
 }
 
 func TestProbeConfigErrors(t *testing.T) {
