@@ -125,7 +125,7 @@ func run(t *testing.T, name string, args ...string) string {
 func write(t *testing.T, path, content string) string {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
-		t.Fatal(err)
+		t.Fatalf("write %s: %v", path, err)
 	}
 	return path
 }
@@ -144,16 +144,21 @@ func routeVia(t *testing.T, netns, dst, towards string) {
 	run(t, "ip", args...)
 }
 
+// eventually waits for f to succeed; what names the step, in the failure
+// and in the log line that says how long it took (so a failure shows how
+// far the test got and how slow the steps before it were).
 func eventually(t *testing.T, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(patience)
+	start := time.Now()
+	deadline := start.Add(patience)
 	for {
 		err := f()
 		if err == nil {
+			t.Logf("%s: after %v", what, time.Since(start).Round(time.Millisecond))
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
+			t.Fatalf("%s: still failing after %v: %v", what, patience, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -178,7 +183,7 @@ func TestTwoClusters(t *testing.T) {
 	// Short: unix socket paths must fit in 108 bytes.
 	tmp, err := os.MkdirTemp("", testenv.UniqueName("sk8s"))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("temp dir: %v", err)
 	}
 	t.Cleanup(func() { os.RemoveAll(tmp) })
 
@@ -196,7 +201,7 @@ func TestTwoClusters(t *testing.T) {
 			t.Cleanup(func() { _ = c.Stop() })
 		}
 		if errs[i] != nil {
-			t.Fatal(errs[i])
+			t.Fatalf("API server of cluster %c: %v", 'a'+i, errs[i])
 		}
 	}
 	ka, kb := clusters[0], clusters[1]
@@ -204,11 +209,11 @@ func TestTwoClusters(t *testing.T) {
 	// The lab: one gateway node per cluster, a's echo server, b's client.
 	tp, err := topology.Parse([]byte("name: " + testenv.UniqueName("k") + "\n" + topo))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("lab topology: %v", err)
 	}
 	plan, err := tp.Plan()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("lab plan: %v", err)
 	}
 	opts := lab.Options{Binary: bin, StateDir: t.TempDir()}
 	l, err := lab.Up(context.Background(), plan, opts)
@@ -223,7 +228,7 @@ func TestTwoClusters(t *testing.T) {
 	node := func(id string) *topology.PlanNode {
 		n, err := l.Node(id)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("lab node %s: %v", id, err)
 		}
 		return n
 	}
@@ -240,7 +245,7 @@ func TestTwoClusters(t *testing.T) {
 	// exec` bind-mounts /etc/netns/NAME/resolv.conf over /etc/resolv.conf.
 	resolvDir := filepath.Join("/etc/netns", clientNode.Netns)
 	if err := os.MkdirAll(resolvDir, 0o755); err != nil {
-		t.Fatal(err)
+		t.Fatalf("client's resolv.conf: %v", err)
 	}
 	t.Cleanup(func() { os.RemoveAll(resolvDir) })
 	write(t, filepath.Join(resolvDir, "resolv.conf"), "nameserver "+bgw.Addr.String()+"\n")
@@ -302,7 +307,7 @@ func TestTwoClusters(t *testing.T) {
 	}{{ka, agw}, {kb, bgw}} {
 		kc, err := c.k.Kubeconfig("admin-"+c.gw.Cluster, []string{"system:masters"}, tmp)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("kubeconfig for cluster %s's controller: %v", c.gw.Cluster, err)
 		}
 		testenv.Start(t, bin, "controller", "--cluster", c.gw.Cluster, "--kubeconfig", kc,
 			"--broker", brokerAddr, "--identity", fab, "--clusterset-ips", clustersetIP,
@@ -355,7 +360,7 @@ func TestTwoClusters(t *testing.T) {
 	// Unexporting in a removes the import from b and its listener from b's
 	// gateway: the name no longer resolves.
 	if err := ka.Client.Delete(context.Background(), &mcs.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "echo"}}); err != nil {
-		t.Fatal(err)
+		t.Fatalf("unexport echo in a: %v", err)
 	}
 	eventually(t, "import gone from b", func() error {
 		var si mcs.ServiceImport

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -86,6 +87,13 @@ func Start() (*Cluster, error) {
 		CRDDirectoryPaths:     []string{filepath.Join(Root(), "deploy", "crds")},
 		ErrorIfCRDPathMissing: true,
 		Scheme:                api.NewScheme(),
+		// envtest's defaults (20s to start etcd or the API server, 10s
+		// for the CRDs to be served) are tight on a loaded 2-core CI
+		// host, where tests start two servers side by side; these only
+		// bound a hung start.
+		ControlPlaneStartTimeout: 2 * time.Minute,
+		ControlPlaneStopTimeout:  time.Minute,
+		CRDInstallOptions:        envtest.CRDInstallOptions{MaxTime: time.Minute},
 	}
 	// The other flags this needs (service-cluster-ip-range 10.0.0.0/24, the
 	// ServiceAccount admission plugin off, RBAC) are envtest's defaults.
