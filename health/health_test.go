@@ -3,6 +3,7 @@ package health
 import (
 	"bytes"
 	"context"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -35,6 +36,17 @@ func FuzzDecode(f *testing.F) {
 	Encode(good, 7)
 	f.Add(good)
 	f.Add([]byte("SH"))
+	// Edges: nothing, one byte short, one over, the largest sequence
+	// number, an unknown version.
+	f.Add([]byte{})
+	f.Add(good[:ProbeLen-1])
+	f.Add(append(bytes.Clone(good), 0))
+	top := make([]byte, ProbeLen)
+	Encode(top, math.MaxUint64)
+	f.Add(top)
+	v := bytes.Clone(good)
+	v[2] = 0xff
+	f.Add(v)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		seq, err := Decode(b)
 		if err != nil {

@@ -91,6 +91,18 @@ func TestChecksJudge(t *testing.T) {
 func FuzzDecodeProbe(f *testing.F) {
 	f.Add((&probe{kind: kindEcho, seq: 7, t1: 1}).encode(make([]byte, probeHeaderLen)))
 	f.Add([]byte("STPR"))
+	// Edges: nothing, one byte short, kinds just outside the range, the
+	// largest numbers, a payload after the header.
+	good := (&probe{kind: kindEcho, seq: 7, t1: 1}).encode(make([]byte, probeHeaderLen))
+	f.Add([]byte{})
+	f.Add(good[:probeHeaderLen-1])
+	for _, k := range []probeKind{0, kindFlood + 1, 255} {
+		b := bytes.Clone(good)
+		b[4] = byte(k)
+		f.Add(b)
+	}
+	f.Add((&probe{kind: kindFlood, session: math.MaxUint64, seq: math.MaxUint64, t1: math.MaxInt64, t2: math.MinInt64, t3: -1}).encode(make([]byte, probeHeaderLen)))
+	f.Add(append(bytes.Clone(good), bytes.Repeat([]byte{0xff}, 64)...))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := decodeProbe(b)
 		if err != nil {

@@ -31,10 +31,23 @@ func TestParseBuckets(t *testing.T) {
 
 func FuzzParseBuckets(f *testing.F) {
 	f.Add("id 10 index 0 idle_time 0 nhid 3")
+	// Edges: nothing, numbers past int, a minus sign, invalid UTF-8, a
+	// line cut short, the same bucket twice.
+	f.Add("")
+	f.Add("id 10 index 99999999999999999999 idle_time 0 nhid 3")
+	f.Add("id 10 index -1 idle_time 0 nhid -3")
+	f.Add("id 10 index 0 idle_time \xff\xfe nhid 3\n\xc3")
+	f.Add("id 10 index 0 idle_time 0 nh")
+	f.Add("index 0 nhid 1\nindex 0 nhid 2\n")
 	f.Fuzz(func(t *testing.T, s string) {
 		m, err := nexthop.ParseBuckets(s)
 		if err == nil && m == nil {
 			t.Fatal("nil map without error")
+		}
+		for i, nh := range m {
+			if i < 0 || nh < 0 {
+				t.Fatalf("%q: bucket %d on nexthop %d", s, i, nh)
+			}
 		}
 	})
 }

@@ -25,6 +25,14 @@ func TestEnvoyCounters(t *testing.T) {
 func FuzzEnvoyCounters(f *testing.F) {
 	f.Add("cluster.echo.upstream_cx_total: 3\nserver.state: 0\n")
 	f.Add("a: b: 1\n: 2\nx:  \t7\r\n")
+	// Edges: nothing, a counter past uint64, a negative one, invalid
+	// UTF-8, a line cut after its colon, one counter twice.
+	f.Add("")
+	f.Add("x: 18446744073709551616\ny: 18446744073709551615\n")
+	f.Add("x: -1\n")
+	f.Add("\xff\xfe: 3\nx: \xc3\n")
+	f.Add("cluster.echo.upstream_cx_total: ")
+	f.Add("x: 1\nx: 2\n")
 	f.Fuzz(func(t *testing.T, stats string) {
 		for name, v := range envoyCounters(stats) {
 			found := false
