@@ -340,7 +340,7 @@ func (a *Agent) followGateway(ctx context.Context) error {
 			if dirty && synced {
 				wait = 0 // publish what is pending first
 			}
-			w, err := a.admin.Watch(ctx, string(catalog.KindServiceExport), since, wait)
+			w, err := a.admin.WatchExports(ctx, since, wait)
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -351,11 +351,9 @@ func (a *Agent) followGateway(ctx context.Context) error {
 				if w.Reset {
 					clear(exports)
 				}
-				for _, r := range w.Changed {
-					if se, ok := r.(*catalog.ServiceExport); ok {
-						e := broker.ExportOf(se)
-						exports[e.Key()] = e
-					}
+				for _, se := range w.Changed {
+					e := broker.ExportOf(se)
+					exports[e.Key()] = e
 				}
 				for _, k := range w.Deleted {
 					ns := k.Namespace
