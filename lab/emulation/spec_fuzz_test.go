@@ -9,6 +9,11 @@ func FuzzParseFlag(f *testing.F) {
 		"", "none", "delay=5ms,jitter=1ms,loss=0.08%,rate=1gbit",
 		"delay=20ms,jitter=2ms,distribution=paretonormal,loss=1%,loss-correlation=25%,rate=12.5mbps,limit=100,reorder=true",
 		"delay=0", "rate=0", "loss=100", "limit=-1", "delay=5ms,delay=6ms", "jitter=1ms,distribution=normal",
+		// Edges: numbers past their type, negative, not numbers, invalid
+		// UTF-8, a pair cut short.
+		"delay=9223372036854775808ns", "delay=99999999999h", "rate=1e400gbit", "rate=18446744073709551616bit",
+		"limit=9223372036854775808", "loss=1e-400%", "loss=NaN%", "delay=-5ms", "jitter=-1ms,delay=1ms", "rate=-1gbit",
+		"loss=-0.1%", "loss-correlation=101%", "delay=\xff\xfems", "\xc3=1", "delay=", "delay", ",", "loss=0x10%",
 	} {
 		f.Add(s)
 	}
