@@ -98,6 +98,7 @@ type unit struct {
 	server *topology.PlanNode
 	dir    string
 	opts   Options
+	pod    *pod // where the failover's probe client runs (pod.go)
 }
 
 func runUnit(ctx context.Context, e *Experiment, n int, dir string, opts Options) (any, error) {
@@ -160,6 +161,18 @@ func runUnit(ctx context.Context, e *Experiment, n int, dir string, opts Options
 		return nil, fmt.Errorf("strait setup: %w", err)
 	}
 	u := &unit{lab: l, ctl: tl.(tool.GatewayController), target: targets[svc.Name], client: client, server: server, dir: dir, opts: opts}
+	if e.Kind == KindFailover {
+		p, err := newPod(ctx, client.Netns)
+		defer func() {
+			if err := p.close(); err != nil {
+				opts.Logger.Warn("pod", "err", err)
+			}
+		}()
+		if err != nil {
+			return nil, err
+		}
+		u.pod = p
+	}
 	if e.Kind == KindAggregate {
 		r, err := u.aggregate(ctx, e, n, direct)
 		if r == nil {
@@ -390,8 +403,8 @@ func (u *unit) failover(ctx context.Context, e *Experiment, victim string) (*Fai
 	}
 	probeDone := make(chan done, 1)
 	go func() {
-		out, err := u.runOn(ctx, u.client.ID, u.opts.Binary, "load", "probe", "--addr", u.target, "--rate", strconv.Itoa(p.Rate),
-			"--streams", strconv.Itoa(p.Streams), "--duration", p.Duration.String(), "--timeout", probeTimeout.String(), "--csv", csvFile)
+		out, err := u.pod.command(ctx, u.opts.Binary, "load", "probe", "--addr", u.target, "--rate", strconv.Itoa(p.Rate),
+			"--streams", strconv.Itoa(p.Streams), "--duration", p.Duration.String(), "--timeout", probeTimeout.String(), "--csv", csvFile).CombinedOutput()
 		probeDone <- done{out, err}
 	}()
 	var killAt, restartAt time.Time
@@ -558,14 +571,6 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
-}
-
-func (u *unit) runOn(ctx context.Context, node string, argv ...string) ([]byte, error) {
-	cmd, err := u.lab.Command(ctx, node, argv...)
-	if err != nil {
-		return nil, err
-	}
-	return cmd.CombinedOutput()
 }
 
 // proc is a process started on a lab node whose output goes to a file.
