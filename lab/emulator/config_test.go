@@ -68,6 +68,13 @@ func FuzzLoadConfig(f *testing.F) {
 	f.Add([]byte(`{"links":[{"name":"l","a":{"netns":"x","device":"a0"},"b":{"netns":"y","device":"b0"},"a-to-b":{"delay":"5ms","jitter":"1ms","distribution":"pareto","loss":"0.1%","loss-correlation":"25%","rate":"1gbit","limit":10,"reorder":true}}],"mtu":1500,"seed":3,"ready-file":"r"}`))
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`{"links":[{"name":"","a":{},"b":{}}]}`))
+	// Edges: nothing, cut short, numbers past their types, negative
+	// ones, invalid UTF-8 in names.
+	f.Add([]byte{})
+	f.Add([]byte(`{"links":[{"name":"l","a":{"netns":"x","device":"a0"},"b":{"netns":"y","dev`))
+	f.Add([]byte(`{"links":[{"name":"l","a":{"netns":"x","device":"a0"},"b":{"netns":"y","device":"b0"},"a-to-b":{"delay":"9223372036854775808ns","rate":"1e400gbit","limit":18446744073709551616}}],"mtu":99999999999999999999,"seed":18446744073709551616}`))
+	f.Add([]byte(`{"links":[{"name":"l","a":{"netns":"x","device":"a0"},"b":{"netns":"y","device":"b0"},"a-to-b":{"delay":"-5ms","loss":"-1%","limit":-1}}],"mtu":-1,"seed":-3}`))
+	f.Add([]byte("{\"links\":[{\"name\":\"\xff\xfe\",\"a\":{\"netns\":\"\xc3\",\"device\":\"a0\"},\"b\":{\"netns\":\"y\",\"device\":\"b0\"}}]}"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := parseConfig(b)
 		if err != nil {

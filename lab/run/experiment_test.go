@@ -89,6 +89,13 @@ func FuzzParseExperiment(f *testing.F) {
 	f.Add([]byte("name: q\ntopology: {name: x, clusters: [{name: a, nodes: [{name: n}]}]}\nscenarios: [lcl]\n"))
 	f.Add([]byte("name: e\nworkloads: [{name: echo, payloads: [1KB, '60']}]\n"))
 	f.Add([]byte("name: q\ntopology: {name: x, clusters: [{name: a, nodes: [{name: n}, {name: m}]}]}\nscenarios: [lcl]\nserver: a/n\nclient: a/m\nrate: {rps: [10, 2e3], connections: 3, duration: 1s, warmup: 0s, workloads: [{name: echo, payloads: [1KB]}]}\nthroughput: {rr: [64]}\n"))
+	// Edges: nothing, cut short, numbers past their types, negative ones,
+	// invalid UTF-8.
+	f.Add([]byte{})
+	f.Add([]byte("name: q\ntopology: {name: x, clusters: [{name: a, nod"))
+	f.Add([]byte("name: q\nrepetitions: 99999999999999999999\nrate: {rps: [1e400, 18446744073709551616], connections: 9223372036854775808, duration: 9999999999h}\nworkloads: [{name: echo, payloads: [99999999999999999999KB]}]\n"))
+	f.Add([]byte("name: q\nrepetitions: -1\nrate: {rps: [-10], connections: -3, duration: -1s, warmup: -1s}\nworkloads: [{name: echo, payloads: [-1KB]}]\nthroughput: {rr: [-64]}\n"))
+	f.Add([]byte("name: \xff\xfe\nscenarios: [\xc3]\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		// Must never panic, and never read a file for a fuzzed path.
 		_, _ = Parse(b, "/nonexistent")

@@ -32,6 +32,16 @@ wan:
   - between: [c, b]
   - between: [c, a/g2]
 `,
+		// Edges: nothing, cut short, address ranges too small and out of
+		// range, numbers past their types, negative ones, invalid UTF-8.
+		"",
+		"name: one\nclusters: [{name: c, nodes: [{name: n",
+		"name: w\naddressing: 10.0.0.0/31\nclusters: [{name: c, nodes: [{name: a}, {name: b}]}]\n",
+		"name: w\naddressing: 0.0.0.0/0\nclusters: [{name: c, nodes: [{name: a}]}]\n",
+		"name: w\naddressing: 10.0.0.0/99\nclusters: [{name: c, nodes: [{name: a}]}]\n",
+		"name: w\nclusters:\n  - {name: a, nodes: [{name: gw}], lan: {forward: {delay: 9223372036854775808ns, rate: 1e400gbit, limit: 18446744073709551616}}}\n",
+		"name: w\nclusters:\n  - {name: a, nodes: [{name: gw}], lan: {forward: {delay: -5ms, jitter: -1ms, loss: -1%, limit: -1}}}\n",
+		"name: \xff\xfe\nclusters: [{name: \xc3, nodes: [{name: n}]}]\n",
 	} {
 		f.Add([]byte(s))
 	}
