@@ -392,6 +392,15 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(policyHead + "spec: {priority: 0, action: deny, to: {exportSelector: {}}}\n"))
 	f.Add([]byte(importHead + "spec: {ports: [{port: 1}]}\nstatus: {clusters: []}\n"))
 	f.Add([]byte("a: &x [*x]\n"))
+	// Edges: nothing, cut short, ports and priorities past their types
+	// and negative, invalid UTF-8.
+	f.Add([]byte{})
+	f.Add([]byte(exportHead + "spec: {target: \"[::1]:80\", ports: [{port: 1"))
+	f.Add([]byte(exportHead + "spec: {target: \"10.0.0.1:99999999999999999999\", ports: [{port: 4294967297}, {port: 65536}]}\n"))
+	f.Add([]byte(exportHead + "spec: {target: \"10.0.0.1:-1\", ports: [{port: -1}, {port: 0}]}\n"))
+	f.Add([]byte(policyHead + "spec: {priority: 9223372036854775808, action: deny, to: {exportSelector: {}}}\n"))
+	f.Add([]byte(policyHead + "spec: {priority: -1, action: allow, to: {exportSelector: {}}}\n"))
+	f.Add([]byte(peerHead + "spec: {gateways: [\"\xff\xfe:1\"]}\nmetadata: {labels: {\xc3: x}}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		rs, err := Parse(bytes.NewReader(data))
 		if err != nil {
@@ -564,6 +573,13 @@ func FuzzStoreJournal(f *testing.F) {
 	f.Add([]byte(`{"revision":2,"put":[{"apiVersion":"strait.dev/v1alpha1","kind":"Peer","metadata":{"name":"w"},"spec":{"gateways":["a:1"]}}]}` + "\n"))
 	f.Add([]byte(`{"revision":3,"delete":[{"kind":"Peer","name":"w"}]}` + "\n{\"rev"))
 	f.Add([]byte("\n\n"))
+	// Edges: nothing, revisions past uint64 and negative, invalid UTF-8,
+	// a line cut short.
+	f.Add([]byte{})
+	f.Add([]byte(`{"revision":18446744073709551616,"delete":[{"kind":"Peer","name":"w"}]}` + "\n"))
+	f.Add([]byte(`{"revision":-1,"delete":[{"kind":"Peer","name":"w"}]}` + "\n"))
+	f.Add([]byte(`{"revision":2,"put":[{"apiVersion":"strait.dev/v1alpha1","kind":"Peer","metadata":{"name":"` + "\xff\xfe" + `"},"spec":{"gateways":["a:1"]}}]}` + "\n"))
+	f.Add([]byte(`{"revision":2,"put":[{"apiVersion":"strait.dev/v1alpha1","kind":"Pe`))
 	f.Fuzz(func(t *testing.T, journal []byte) {
 		path := filepath.Join(t.TempDir(), "s.json")
 		if err := os.WriteFile(path+".journal", journal, 0o600); err != nil {
