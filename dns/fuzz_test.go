@@ -48,6 +48,13 @@ func FuzzRespond(f *testing.F) {
 	f.Add(raw(1, 0, 2, 0, 0, 0, append(append([]byte{}, qA...), qA...)...), true)
 	f.Add(raw(1, 0, 1, 0, 0, 0, 0xc0, 12, 0, 1, 0, 1), false)
 	f.Add([]byte{0, 1}, true)
+	// Edges: nothing, a header cut short, counts at their maximum with
+	// no records, a question cut short, a label of invalid UTF-8.
+	f.Add([]byte{}, true)
+	f.Add(raw(1, 0, 1, 0, 0, 0)[:7], false)
+	f.Add(raw(1, 0, 0xffff, 0xffff, 0xffff, 0xffff), true)
+	f.Add(raw(1, 0, 1, 0, 0, 0, qA[:len(qA)-3]...), false)
+	f.Add(raw(1, 0, 1, 0, 0, 0, 2, 0xff, 0xfe, 4, 't', 'e', 's', 't', 3, 's', 'v', 'c', 10, 'c', 'l', 'u', 's', 't', 'e', 'r', 's', 'e', 't', 5, 'l', 'o', 'c', 'a', 'l', 0, 0, 1, 0, 1), true)
 
 	// The fuzz catalog includes a large headless service so that
 	// truncation runs too.
@@ -93,6 +100,9 @@ func FuzzSplitName(f *testing.F) {
 		"a..b", strings.Repeat("a", 64) + ".", strings.Repeat("abc.", 70), `\\.\"`,
 		"42.42.42.10.in-addr.arpa.", "1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.8.b.d.0.1.0.0.2.ip6.arpa.",
 		"256.1.1.1.in-addr.arpa.", "01.1.1.1.in-addr.arpa", "g.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.8.b.d.0.1.0.0.2.ip6.arpa.",
+		// Edges: invalid UTF-8, escapes past a byte, an octet past 255 and
+		// a negative one in a reverse name.
+		"\xff\xfe.c.", "a\xc3.test.svc.clusterset.local.", `\999.`, `\-1.`, "99999999999.1.1.1.in-addr.arpa.", "-1.1.1.1.in-addr.arpa.",
 	} {
 		f.Add(s)
 	}
