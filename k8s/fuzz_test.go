@@ -24,6 +24,15 @@ func FuzzMerge(f *testing.F) {
 	f.Add([]byte{0, 0, 80, 0, 1, 0, 81, 0, 2, 0, 80, 3}, "x", "ClusterSetIP")
 	f.Add([]byte{0, 4, 80, 0, 1, 0, 81, 0}, "99999999999999", "Headless")
 	f.Add([]byte{0, 4, 80, 0, 1, 0, 81, 0}, "-5", "ClusterSetIP")
+	// Edges: no exports, labels empty, past int64, at and beyond the
+	// believed range, not decimal, invalid UTF-8.
+	f.Add([]byte{}, "", "")
+	f.Add([]byte{0, 4, 80, 0, 1, 4, 81, 0}, "9223372036854775808", "Headless")
+	f.Add([]byte{0, 4, 80, 0, 1, 4, 81, 0}, "1099511627776", "ClusterSetIP")
+	f.Add([]byte{0, 4, 80, 0, 1, 4, 81, 0}, "1099511627775", "ClusterSetIP")
+	f.Add([]byte{0, 4, 80, 0, 1, 4, 81, 0}, "+5", "clustersetip")
+	f.Add([]byte{0, 4, 80, 0, 1, 4, 81, 0}, "1e9", "\xff\xfe")
+	f.Add([]byte{0, 4, 80, 0, 1, 4, 81}, "\xc3", "Headless")
 	f.Fuzz(func(t *testing.T, data []byte, created, typ string) {
 		cat := &broker.Catalog{Clusters: map[string]*broker.ClusterState{}}
 		names := []string{"", "http", "web"}
