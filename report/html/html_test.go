@@ -576,6 +576,14 @@ func FuzzReadRequests(f *testing.F) {
 		"lcl,strait,echo,60,1,1,1,1795371196665895,0,74,77,0,187,176,timeout\n"))
 	f.Add([]byte("scenario,tool,workload,payload_bytes\n"))
 	f.Add([]byte("a,b\n\"x"))
+	// Edges: nothing, payloads and repetitions past int and negative,
+	// invalid UTF-8 names, a row cut short.
+	head := "scenario,tool,workload,payload_bytes,repetition," + strings.Join(load.Columns, ",") + "\n"
+	f.Add([]byte{})
+	f.Add([]byte(head + "lcl,direct,echo,99999999999999999999,18446744073709551616,1,1,1795371196665895,0,74,77,200,187,176,\n"))
+	f.Add([]byte(head + "lcl,direct,echo,-60,-1,-1,-1,-1795371196665895,-1,-74,-77,-200,-187,-176,\n"))
+	f.Add([]byte(head + "\xff\xfe,\xc3,echo,60,1,1,1,1795371196665895,0,74,77,200,187,176,\xff\n"))
+	f.Add([]byte(head + "lcl,direct,echo,60,1,1,1,17953"))
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, b []byte) {
 		path := filepath.Join(dir, "requests.csv")
