@@ -189,6 +189,12 @@ func FuzzLoadConfig(f *testing.F) {
 	f.Add([]byte("cluster: a\nidentity: {cert: c, key: k, ca: ca}\nlisten: \":1\"\nsources: [{cidr: 10.0.0.0/8, namespace: x, labels: {a: b}}]\nkeepalive-timeout: 1s\n"))
 	f.Add([]byte("cluster: a\nidentity: {dir: /x}\nresources: [a, /b]\npreconnect: 64\nsessions: 16\n"))
 	f.Add([]byte("cluster: [a\n"))
+	// Edges: nothing, numbers and durations past their types, negative
+	// ones, invalid UTF-8.
+	f.Add([]byte{})
+	f.Add([]byte("cluster: a\nidentity: {dir: /x}\nlisten: \":99999\"\npreconnect: 99999999999999999999\nsessions: 9223372036854775808\nkeepalive-timeout: 9999999999h\nprobe-interval: 9223372036854775808ns\n"))
+	f.Add([]byte("cluster: a\nidentity: {dir: /x}\nlisten: \":-1\"\npreconnect: -1\nsessions: -16\nkeepalive-timeout: -1s\nprobe-interval: -5ms\n"))
+	f.Add([]byte("cluster: \xff\xfe\nidentity: {dir: /\xc3}\nsources: [{cidr: 10.0.0.0/99, namespace: x}]\n"))
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, b []byte) {
 		path := filepath.Join(dir, "gateway.yaml")

@@ -45,6 +45,15 @@ func TestParseHeaderRejects(t *testing.T) {
 func FuzzParseHeader(f *testing.F) {
 	f.Add(Header{Namespace: "default", Export: "echo"}.Marshal())
 	f.Add(Header{Namespace: "n", Export: "e", SourceNamespace: "s", SourceLabels: map[string]string{"k": "v"}}.Marshal())
+	// Edges: nothing, cut short, an over-long and a 10-byte varint, a
+	// label count past the limit, names of invalid UTF-8.
+	good := Header{Namespace: "n", Export: "e", SourceNamespace: "s", SourceLabels: map[string]string{"k": "v"}}.Marshal()
+	f.Add([]byte{})
+	f.Add(good[:len(good)-1])
+	f.Add(append(good[:2:2], 0x81, 0x00, 'n', 1, 'e', 0, 0))
+	f.Add(append(good[:2:2], 1, 'n', 1, 'e', 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01))
+	f.Add(append(good[:2:2], 1, 'n', 1, 'e', 0, 0xff, 0x7f))
+	f.Add(Header{Namespace: "\xff\xfe", Export: "\xc3", SourceLabels: map[string]string{"\xff": "\xfe"}}.Marshal())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, err := ParseHeader(b)
 		if err != nil {
