@@ -23,6 +23,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -55,6 +56,7 @@ type Agent struct {
 	changedKeys map[string]bool
 	changedAll  bool
 	trace       *bufio.Writer
+	traceBuf    []byte // one trace line, reused
 	traceF      *os.File
 	closeMu     sync.Mutex
 	cancel      context.CancelFunc
@@ -187,7 +189,9 @@ func (a *Agent) onConnect(b string) {
 	}
 }
 
-// onUpdate folds the catalog into the agent's view of remote clusters.
+// onUpdate folds the catalog into the agent's view of remote clusters,
+// which only the importer reads: without one the agent keeps no second
+// copy of the catalog (the broker client has one).
 func (a *Agent) onUpdate(u broker.Update) {
 	now := time.Now().UnixNano()
 	a.mu.Lock()
@@ -199,18 +203,30 @@ func (a *Agent) onUpdate(u broker.Update) {
 			if id == a.cfg.Cluster {
 				continue
 			}
-			rc := &remoteCluster{gateways: st.Gateways, exports: make(map[string]broker.Export, len(st.Exports))}
-			for _, e := range st.Exports {
-				rc.exports[e.Key()] = e
-				if a.trace != nil {
-					fmt.Fprintf(a.trace, "%d put %s %s\n", now, id, e.Key())
+			if track {
+				rc := &remoteCluster{gateways: st.Gateways, exports: make(map[string]broker.Export, len(st.Exports))}
+				for _, e := range st.Exports {
+					rc.exports[e.Key()] = e
 				}
+				a.remote[id] = rc
 			}
-			a.remote[id] = rc
+			for _, e := range st.Exports {
+				a.traceLocked(now, "put", id, e)
+			}
 		}
 	}
 	for _, ch := range u.Changes {
 		if ch.Cluster == a.cfg.Cluster {
+			continue
+		}
+		if ch.Export != nil {
+			if ch.Deleted {
+				a.traceLocked(now, "del", ch.Cluster, *ch.Export)
+			} else {
+				a.traceLocked(now, "put", ch.Cluster, *ch.Export)
+			}
+		}
+		if !track {
 			continue
 		}
 		rc := a.remote[ch.Cluster]
@@ -218,36 +234,53 @@ func (a *Agent) onUpdate(u broker.Update) {
 			rc = &remoteCluster{exports: map[string]broker.Export{}}
 			a.remote[ch.Cluster] = rc
 		}
-		if track && ch.Export != nil && !a.changedAll {
-			if a.changedKeys == nil {
-				a.changedKeys = map[string]bool{}
-			}
-			a.changedKeys[ch.Export.Key()] = true
-		}
 		switch {
 		case ch.Export == nil:
 			rc.gateways = ch.Gateways
 			a.changedAll = true
 		case ch.Deleted:
 			delete(rc.exports, ch.Export.Key())
-			if a.trace != nil {
-				fmt.Fprintf(a.trace, "%d del %s %s\n", now, ch.Cluster, ch.Export.Key())
-			}
 		default:
 			rc.exports[ch.Export.Key()] = *ch.Export
-			if a.trace != nil {
-				fmt.Fprintf(a.trace, "%d put %s %s\n", now, ch.Cluster, ch.Export.Key())
+		}
+		if ch.Export != nil && !a.changedAll {
+			if a.changedKeys == nil {
+				a.changedKeys = map[string]bool{}
 			}
+			a.changedKeys[ch.Export.Key()] = true
 		}
 	}
 	if a.trace != nil {
 		a.trace.Flush()
 	}
 	a.mu.Unlock()
-	select {
-	case a.dirty <- struct{}{}:
-	default:
+	if track {
+		select {
+		case a.dirty <- struct{}{}:
+		default:
+		}
 	}
+}
+
+// traceLocked writes "<ns> <what> <cluster> <namespace>/<name>" to the
+// trace, if any, without fmt: it runs for every export received.
+func (a *Agent) traceLocked(now int64, what, cluster string, e broker.Export) {
+	if a.trace == nil {
+		return
+	}
+	b := a.traceBuf[:0]
+	b = strconv.AppendInt(b, now, 10)
+	b = append(b, ' ')
+	b = append(b, what...)
+	b = append(b, ' ')
+	b = append(b, cluster...)
+	b = append(b, ' ')
+	b = append(b, e.Namespace...)
+	b = append(b, '/')
+	b = append(b, e.Name...)
+	b = append(b, '\n')
+	a.trace.Write(b)
+	a.traceBuf = b
 }
 
 // publishLoop publishes the cluster's state whenever its source changes
