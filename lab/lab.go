@@ -36,7 +36,11 @@ const (
 	BackendNone      = "none"      // nothing in the lab is impaired
 	BackendNetem     = "netem"     // kernel netem qdiscs on veth pairs
 	BackendUserspace = "userspace" // TUN pairs driven by `strait lab emulate`
-	BackendAuto      = "auto"      // netem where the kernel has it, else userspace
+	BackendTBF       = "tbf"       // kernel token bucket qdiscs on veth pairs, for rate-only links
+	// BackendAuto shapes rate-only links with tbf and the others with netem
+	// where the kernel has it, else with the userspace emulator. A lab that
+	// mixes two backends records both, e.g. "tbf+userspace".
+	BackendAuto = "auto"
 )
 
 // Options are the knobs of Up and Down. The zero value works when the
@@ -48,7 +52,8 @@ type Options struct {
 	// StateDir is where labs record what they created; empty means
 	// DefaultStateDir.
 	StateDir string
-	// Emulator overrides the plan's backend choice: auto, netem or userspace.
+	// Emulator overrides the plan's backend choice: auto, netem, userspace
+	// or tbf.
 	Emulator string
 	Logger   *slog.Logger
 }
@@ -77,10 +82,10 @@ func (o Options) logger() *slog.Logger {
 // Validate checks the fields that can be checked without a plan.
 func (o Options) Validate() error {
 	switch o.Emulator {
-	case "", BackendAuto, BackendNetem, BackendUserspace:
+	case "", BackendAuto, BackendNetem, BackendUserspace, BackendTBF:
 		return nil
 	}
-	return fmt.Errorf("emulator %q: must be one of auto, netem, userspace", o.Emulator)
+	return fmt.Errorf("emulator %q: must be one of auto, netem, userspace, tbf", o.Emulator)
 }
 
 // Lab is a lab that is up, as recorded in its state directory.

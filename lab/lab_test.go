@@ -2,6 +2,8 @@ package lab_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -213,5 +215,85 @@ func TestDownWithoutState(t *testing.T) {
 	}
 	if testenv.ProcessAlive(l.EmulatorPID) {
 		t.Errorf("emulator %d still running", l.EmulatorPID)
+	}
+}
+
+// TestUpRateOnlyWANUsesTBF checks that auto shapes a link that only caps
+// the rate with the kernel's tbf, without the userspace emulator, and that
+// TCP through it runs at the cap: not below (a bucket too small for the
+// host's timer lateness would lose tokens) and not above.
+func TestUpRateOnlyWANUsesTBF(t *testing.T) {
+	testenv.RequireRoot(t)
+	plan := newPlan(t)
+	rate := emulation.Params{Rate: 100_000_000}
+	var wan topology.PlanLink
+	for i := range plan.Links {
+		if plan.Links[i].Class == topology.WAN {
+			plan.Links[i].AtoB, plan.Links[i].BtoA = rate, rate
+			wan = plan.Links[i]
+		}
+	}
+	opts := options(t)
+	l := up(t, plan, opts)
+	if l.Backend != lab.BackendTBF {
+		t.Fatalf("backend = %s, want %s for a rate-only WAN link", l.Backend, lab.BackendTBF)
+	}
+	if l.EmulatorPID != 0 {
+		t.Errorf("userspace emulator %d started for a rate-only lab", l.EmulatorPID)
+	}
+	for _, end := range []topology.LinkEnd{wan.A, wan.B} {
+		out := testenv.Run(t, "tc", "-n", end.Netns, "qdisc", "show", "dev", end.Device)
+		// tc shows the queue as the line time it takes beyond the bucket.
+		want := fmt.Sprintf("burst %db lat %dms", rate.TBFBurst(), (rate.TBFQueueTime() - time.Duration(rate.TBFBurst())*8*time.Second/time.Duration(rate.Rate)).Milliseconds())
+		if !strings.Contains(out, "qdisc tbf") || !strings.Contains(out, want) {
+			t.Errorf("%s %s: qdisc %q, want tbf with %q", end.Netns, end.Device, out, want)
+		}
+	}
+	srv, err := l.Command(context.Background(), "a/server", "iperf3", "-s", "-1", "-p", "5299")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
+	server, _ := l.Node("a/server")
+	var got float64
+	for attempt := 0; ; attempt++ {
+		// -O 1 leaves slow start out of the figure.
+		cli, _ := l.Command(context.Background(), "b/client", "iperf3", "-J", "-c", server.Addr.String(), "-p", "5299", "-t", "4", "-O", "1")
+		out, err := cli.Output()
+		var r struct {
+			End struct {
+				SumReceived struct {
+					BitsPerSecond float64 `json:"bits_per_second"`
+				} `json:"sum_received"`
+			} `json:"end"`
+			Error string `json:"error"`
+		}
+		if jerr := json.Unmarshal(out, &r); jerr != nil {
+			t.Fatalf("iperf3 (%v) output: %v\n%s", err, jerr, out)
+		}
+		// iperf3 3.12 -J exits 0 even when it could not connect.
+		if strings.Contains(r.Error, "connect") && attempt < 50 {
+			time.Sleep(100 * time.Millisecond) // server not listening yet
+			continue
+		}
+		if err != nil || r.Error != "" {
+			t.Fatalf("iperf3: %v %s\n%s", err, r.Error, out)
+		}
+		got = r.End.SumReceived.BitsPerSecond
+		if got <= 0 {
+			t.Fatalf("iperf3 reports no throughput:\n%s", out)
+		}
+		break
+	}
+	ratio := got / float64(rate.Rate)
+	t.Logf("TCP through a %s tbf link: %.1f Mbit/s, %.3f of the rate", emulation.FormatRate(rate.Rate), got/1e6, ratio)
+	// Generous: the host is shared, but tbf runs in the kernel and 100
+	// Mbit/s of one stream costs little CPU. Above the rate would mean the
+	// bucket lets through more than it should.
+	if ratio < 0.85 || ratio > 1.03 {
+		t.Errorf("throughput %.3f of the rate, want 0.85–1.03", ratio)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -59,7 +60,8 @@ func Up(ctx context.Context, plan *topology.Plan, opts Options) (lab *Lab, err e
 	if err := createNodes(ctx, plan); err != nil {
 		return nil, err
 	}
-	if lab.Backend, err = chooseBackend(ctx, plan, opts); err != nil {
+	var kinds []string
+	if lab.Backend, kinds, err = chooseBackends(ctx, plan, opts); err != nil {
 		return nil, err
 	}
 	if err := lab.save(); err != nil {
@@ -67,20 +69,22 @@ func Up(ctx context.Context, plan *topology.Plan, opts Options) (lab *Lab, err e
 	}
 	var emulated []emulator.Link
 	var veths []topology.PlanLink
-	for _, l := range plan.Links {
-		switch {
-		case !l.Emulated() || lab.Backend == BackendNetem:
-			veths = append(veths, l)
-		default:
+	var vethKinds []string
+	for i, l := range plan.Links {
+		switch kinds[i] {
+		case BackendUserspace:
 			emulated = append(emulated, emulator.Link{
 				Name: l.Name,
 				A:    emulator.Endpoint{Netns: l.A.Netns, Device: l.A.Device},
 				B:    emulator.Endpoint{Netns: l.B.Netns, Device: l.B.Device},
 				AtoB: l.AtoB, BtoA: l.BtoA,
 			})
+		default:
+			veths = append(veths, l)
+			vethKinds = append(vethKinds, kinds[i])
 		}
 	}
-	if err := createVeths(ctx, veths, lab.Backend == BackendNetem); err != nil {
+	if err := createVeths(ctx, veths, vethKinds, log); err != nil {
 		return nil, err
 	}
 	if len(emulated) > 0 {
@@ -97,8 +101,12 @@ func Up(ctx context.Context, plan *topology.Plan, opts Options) (lab *Lab, err e
 	if err := addressAndRoute(ctx, plan); err != nil {
 		return nil, err
 	}
-	log.Info("lab up", "nodes", len(plan.Nodes), "links", len(plan.Links),
-		"emulated", len(emulated), "backend", lab.Backend, "took", time.Since(start).Round(time.Millisecond))
+	attrs := []any{"nodes", len(plan.Nodes), "links", len(plan.Links),
+		"emulated", len(emulated), "backend", lab.Backend}
+	if tbf := tbfSummaries(plan, kinds); len(tbf) > 0 {
+		attrs = append(attrs, "tbf", strings.Join(tbf, "; "))
+	}
+	log.Info("lab up", append(attrs, "took", time.Since(start).Round(time.Millisecond))...)
 	return lab, lab.save()
 }
 
@@ -194,16 +202,14 @@ func allowCongestionControls(ccs map[string]bool) error {
 	return nil
 }
 
-// chooseBackend resolves "auto" by trying a netem qdisc in one of the lab's
-// own namespaces, so the probe leaves nothing on the host.
-func chooseBackend(ctx context.Context, plan *topology.Plan, opts Options) (string, error) {
-	anyEmulated := false
-	for _, l := range plan.Links {
-		anyEmulated = anyEmulated || l.Emulated()
-	}
-	if !anyEmulated {
-		return BackendNone, nil
-	}
+// chooseBackends picks the backend of every link of plan (BackendNone for a
+// link without impairment) and names the lab's backend: the one its
+// emulated links use, or those joined by "+" when they use several. Auto
+// gives rate-only links tbf, which shapes in the kernel without the
+// userspace emulator's per-packet CPU cost, and the others netem if the
+// kernel has it (probed in one of the lab's own namespaces, so the probe
+// leaves nothing on the host) and the userspace emulator otherwise.
+func chooseBackends(ctx context.Context, plan *topology.Plan, opts Options) (string, []string, error) {
 	want := opts.Emulator
 	if want == "" {
 		want = plan.Emulator
@@ -211,18 +217,58 @@ func chooseBackend(ctx context.Context, plan *topology.Plan, opts Options) (stri
 	if want == "" {
 		want = BackendAuto
 	}
-	if want == BackendUserspace {
-		return BackendUserspace, nil
+	kinds := make([]string, len(plan.Links))
+	var general []int // emulated links that tbf cannot shape
+	for i, l := range plan.Links {
+		switch {
+		case !l.Emulated():
+			kinds[i] = BackendNone
+		case rateOnly(l) && (want == BackendAuto || want == BackendTBF):
+			kinds[i] = BackendTBF
+		case want == BackendTBF:
+			return "", nil, fmt.Errorf("emulator tbf: link %s is not rate-only (%s / %s): tbf only caps the rate; use emulator: auto", l.Name, l.AtoB, l.BtoA)
+		default:
+			general = append(general, i)
+		}
 	}
-	netemErr := probeNetem(ctx, plan.Nodes[0].Netns)
-	switch {
-	case netemErr == nil:
-		return BackendNetem, nil
-	case want == BackendNetem:
-		return "", fmt.Errorf("emulator netem: the kernel has no netem qdisc (%v); use emulator: userspace or auto", netemErr)
-	default:
-		return BackendUserspace, nil
+	if len(general) > 0 {
+		kind := want
+		if want == BackendAuto || want == BackendNetem {
+			netemErr := probeNetem(ctx, plan.Nodes[0].Netns)
+			switch {
+			case netemErr == nil:
+				kind = BackendNetem
+			case want == BackendNetem:
+				return "", nil, fmt.Errorf("emulator netem: the kernel has no netem qdisc (%v); use emulator: userspace or auto", netemErr)
+			default:
+				kind = BackendUserspace
+			}
+		}
+		for _, i := range general {
+			kinds[i] = kind
+		}
 	}
+	var used []string
+	for _, k := range kinds {
+		if k != BackendNone && !slices.Contains(used, k) {
+			used = append(used, k)
+		}
+	}
+	if len(used) == 0 {
+		return BackendNone, kinds, nil
+	}
+	sort.Strings(used)
+	return strings.Join(used, "+"), kinds, nil
+}
+
+// rateOnly reports whether every impaired direction of l only caps the rate.
+func rateOnly(l topology.PlanLink) bool {
+	for _, p := range []emulation.Params{l.AtoB, l.BtoA} {
+		if !p.IsZero() && !p.RateOnly() {
+			return false
+		}
+	}
+	return true
 }
 
 func probeNetem(ctx context.Context, netns string) error {
@@ -233,10 +279,37 @@ func probeNetem(ctx context.Context, netns string) error {
 	return err
 }
 
-// createVeths makes the links that need no userspace emulator. With netem,
-// segmentation offloads are turned off on impaired devices: a qdisc sees GSO
-// super-packets, and one drop would remove a whole burst of segments.
-func createVeths(ctx context.Context, links []topology.PlanLink, netem bool) error {
+// tbfSummary states what a tbf-shaped direction is: its rate, bucket and
+// queue, the queue also as line time (the worst queueing delay it adds).
+func tbfSummary(p emulation.Params) string {
+	return fmt.Sprintf("%s burst %d B queue %d B (%v)", emulation.FormatRate(p.Rate), p.TBFBurst(), p.TBFLimit(), p.TBFQueueTime().Round(time.Millisecond))
+}
+
+// tbfSummaries lists the distinct tbf shapings of plan's links, for the
+// "lab up" log line.
+func tbfSummaries(plan *topology.Plan, kinds []string) []string {
+	var out []string
+	for i, l := range plan.Links {
+		if kinds[i] != BackendTBF {
+			continue
+		}
+		for _, p := range []emulation.Params{l.AtoB, l.BtoA} {
+			if s := tbfSummary(p); !p.IsZero() && !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// createVeths makes the links that need no userspace emulator, kinds[i]
+// being links[i]'s backend, and puts the qdisc of each impaired direction
+// on its sending end. With netem, segmentation offloads are turned off on
+// impaired devices: a qdisc sees GSO super-packets, and one drop would
+// remove a whole burst of segments. Tbf keeps them: it drops only from a
+// full queue, as a real uplink does, and splits a super-packet larger than
+// its bucket into segments itself.
+func createVeths(ctx context.Context, links []topology.PlanLink, kinds []string, log *slog.Logger) error {
 	var lines []string
 	for _, l := range links {
 		lines = append(lines, fmt.Sprintf("link add %s netns %s type veth peer name %s netns %s",
@@ -245,10 +318,10 @@ func createVeths(ctx context.Context, links []topology.PlanLink, netem bool) err
 	if err := ipBatch(ctx, "", lines); err != nil {
 		return err
 	}
-	if !netem {
-		return nil
-	}
-	for _, l := range links {
+	for i, l := range links {
+		if kinds[i] != BackendNetem && kinds[i] != BackendTBF {
+			continue
+		}
 		for _, side := range []struct {
 			end    topology.LinkEnd
 			egress emulation.Params
@@ -256,9 +329,18 @@ func createVeths(ctx context.Context, links []topology.PlanLink, netem bool) err
 			if side.egress.IsZero() {
 				continue
 			}
-			args := append([]string{"-n", side.end.Netns, "qdisc", "add", "dev", side.end.Device, "root", "netem"}, side.egress.NetemArgs()...)
+			args := []string{"-n", side.end.Netns, "qdisc", "add", "dev", side.end.Device, "root", kinds[i]}
+			if kinds[i] == BackendTBF {
+				args = append(args, side.egress.TBFArgs()...)
+				log.Debug("tbf", "link", l.Name, "dev", side.end.Device, "shaping", tbfSummary(side.egress))
+			} else {
+				args = append(args, side.egress.NetemArgs()...)
+			}
 			if _, err := run(ctx, "tc", args...); err != nil {
 				return fmt.Errorf("link %s: %w", l.Name, err)
+			}
+			if kinds[i] == BackendTBF {
+				continue
 			}
 			if _, err := run(ctx, "ip", "netns", "exec", side.end.Netns, "ethtool", "-K", side.end.Device, "tso", "off", "gso", "off", "gro", "off"); err != nil {
 				return fmt.Errorf("link %s: %w", l.Name, err)

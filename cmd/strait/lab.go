@@ -47,7 +47,7 @@ With --scenario, the scenario's impairments replace the file's link emulation
 			return l.WriteStatus(cmd.OutOrStdout())
 		},
 	}
-	up.Flags().StringVar(&opts.Emulator, "emulator", "", "emulation backend: auto, netem or userspace (default: the file's, else auto)")
+	up.Flags().StringVar(&opts.Emulator, "emulator", "", "emulation backend: auto, netem, userspace or tbf (rate-only links) (default: the file's, else auto)")
 	up.Flags().StringVar(&scenarioName, "scenario", "", "apply a named scenario's impairments (e.g. edg10, cloud10)")
 
 	var all bool

@@ -60,7 +60,7 @@ func init() {
 	runCmd.Flags().StringVar(&opts.OutDir, "out", "results", "directory for run directories")
 	runCmd.Flags().StringVar(&opts.Resume, "resume", "", "finish an interrupted run: its directory (finished units are not redone)")
 	runCmd.Flags().IntVar(&opts.Parallel, "parallel", 0, "units (scenario × repetition) measured at once, each in its own lab (0: the experiment's setting)")
-	runCmd.Flags().StringVar(&opts.Emulator, "emulator", "", "emulation backend: auto, netem or userspace")
+	runCmd.Flags().StringVar(&opts.Emulator, "emulator", "", "emulation backend: auto, netem, userspace or tbf (rate-only links)")
 	runCmd.Flags().StringSliceVar(&over.Scenarios, "scenarios", nil, "run only these scenarios (comma-separated)")
 	runCmd.Flags().StringSliceVar(&over.Tools, "tools", nil, "compare these tools instead")
 	runCmd.Flags().StringSliceVar(&over.Workloads, "workloads", nil, "run only these workloads")
@@ -146,7 +146,7 @@ print target against measured values.
 	}
 	checkLink.Flags().StringVar(&check.forward, "emulation", "delay=5ms,jitter=1ms,loss=0.08%,rate=1gbit", "impairment of the link (both directions unless --reverse is given)")
 	checkLink.Flags().StringVar(&check.reverse, "reverse", "", "impairment of the reverse direction, if different")
-	checkLink.Flags().StringVar(&check.emulator, "emulator", "", "emulation backend: auto, netem or userspace")
+	checkLink.Flags().StringVar(&check.emulator, "emulator", "", "emulation backend: auto, netem, userspace or tbf (rate-only links)")
 	checkLink.Flags().IntVar(&check.probes, "probes", 0, "RTT probes (0: default)")
 	checkLink.Flags().IntVar(&check.lossPackets, "loss-packets", 0, "packets per direction for the loss measurement (0: default, at least 200000)")
 	checkLink.Flags().DurationVar(&check.bulk, "bulk", 0, "duration of the bulk TCP transfer (0: default)")

@@ -36,6 +36,13 @@ func FuzzParseFlag(f *testing.F) {
 			t.Fatalf("%q renders as %q, then as %q", s, flag, q.Flag())
 		}
 		_ = p.String()
+		if p.RateOnly() {
+			// What tc gets must stay in its ranges whatever the rate.
+			if b, l := p.TBFBurst(), p.TBFLimit(); b < 1514 || l <= 0 || p.TBFQueueTime() < 0 {
+				t.Fatalf("%q: tbf burst %d, limit %d, queue time %v", s, b, l, p.TBFQueueTime())
+			}
+			_ = p.TBFArgs()
+		}
 		mean, sd := p.DelayStats()
 		if mean < 0 || sd < 0 {
 			t.Fatalf("%q: negative delay statistics %v %v", s, mean, sd)

@@ -92,9 +92,11 @@ const (
 // it here when a host offers more.
 var CongestionControls = []string{"reno", "cubic", "bbr"}
 
-// Emulators lists the accepted emulation backends: "auto" picks netem when
-// the kernel has it and strait's userspace emulator otherwise.
-var Emulators = []string{"auto", "netem", "userspace"}
+// Emulators lists the accepted emulation backends: "auto" shapes links that
+// only cap the rate with the kernel's tbf, and the others with netem when
+// the kernel has it and strait's userspace emulator otherwise; "tbf" insists
+// on tbf and accepts only rate-only links.
+var Emulators = []string{"auto", "netem", "userspace", "tbf"}
 
 // Parse decodes a topology file. Unknown fields, duplicate keys and values
 // of the wrong type are errors with line numbers; Parse does not check the
