@@ -146,7 +146,14 @@ func (c *Client) Run(ctx context.Context) error {
 		id, addr := c.pick(&bootstrap)
 		s, err := c.dial(ctx, addr)
 		if err != nil {
-			c.log.Debug("broker unreachable", "broker", id, "addr", addr, "err", err)
+			var pe *ProtocolError
+			if errors.As(err, &pe) {
+				// Reachable but refusing us (another protocol version, a
+				// foreign revision): say so, it will not fix itself.
+				c.log.Warn("broker refused the session", "broker", id, "addr", addr, "err", err)
+			} else {
+				c.log.Debug("broker unreachable", "broker", id, "addr", addr, "err", err)
+			}
 			c.markSuspect(id)
 			if id == "" || c.allSuspect() {
 				select {
@@ -310,7 +317,7 @@ func (c *Client) dial(ctx context.Context, addr string) (*session, error) {
 			c.synced = false
 			c.mu.Unlock()
 		}
-		return nil, fmt.Errorf("broker %s refused: %s: %s", addr, m.Code, m.Msg)
+		return nil, fmt.Errorf("broker %s refused: %w", addr, &ProtocolError{Code: m.Code, Msg: m.Msg})
 	default:
 		tc.Close()
 		return nil, fmt.Errorf("broker %s: %s frame before welcome", addr, m.T)
