@@ -541,6 +541,7 @@ func TestTwoClusters(t *testing.T) {
 		{"IdentityWrongCluster", testWrongCluster},
 		{"ExportTargetRestarts", testTargetRestarts},
 		{"ImportSurvivesFDExhaustion", testFDExhaustion},
+		{"StalledHost", testStalledHost},
 		{"WANPartition", testPartition},
 		{"LiveChangesAndRestart", testLiveChanges},
 		{"PeerGatewayDies", testPeerDies},
@@ -1054,6 +1055,30 @@ func (e *env) waitClientGone(t *testing.T, why string) {
 		}
 	}
 	e.b.waitMetric(t, `strait_streams_open{point="egress"}`, func(v float64) bool { return v == 0 }, "stream ends with its peer")
+}
+
+// testStalledHost stops both gateway processes for longer than the
+// keepalive timeout (1 s), as a starved host does, then lets them run
+// again. Each wakes to a silence that was its own — and its kernel heard
+// nothing either, the peer was stopped too — so no session may end: an
+// upload that was open carries on.
+func testStalledHost(t *testing.T, e *env) {
+	send := e.openUpload(t)
+	procs := []*proc{e.a.proc, e.b.proc}
+	signal := func(sig syscall.Signal) {
+		for _, p := range procs {
+			_ = p.cmd.Process.Signal(sig)
+		}
+	}
+	t.Cleanup(func() { signal(syscall.SIGCONT) })
+	signal(syscall.SIGSTOP)
+	time.Sleep(2500 * time.Millisecond)
+	signal(syscall.SIGCONT)
+	out, err := send()
+	if err != nil || !strings.HasSuffix(out, "more\n") {
+		t.Fatalf("upload across a 2.5 s stall of both gateways: %v: %q", err, out[max(0, len(out)-200):])
+	}
+	e.mustEcho(t, portEcho, "after the stall")
 }
 
 // testPartition drops every packet between the gateways (blackhole routes

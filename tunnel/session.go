@@ -528,6 +528,7 @@ func (s *session) keepalive() {
 	defer s.wg.Done()
 	interval, timeout := s.cfg.KeepaliveInterval, s.cfg.KeepaliveTimeout
 	nextPing := time.Duration(s.now()) + interval
+	due := nextPing
 	t := time.NewTimer(interval)
 	defer t.Stop()
 	for {
@@ -538,11 +539,17 @@ func (s *session) keepalive() {
 		}
 		now := time.Duration(s.now())
 		silent := now - time.Duration(s.lastRecv.Load())
+		// A timer that fires half a timeout late means this process did
+		// not run (a starved host): the silence may be our own reader's,
+		// which has not read what the kernel holds. Judge again once it
+		// has had an interval to catch up — but not for ever, so a dead
+		// peer on a starved host is still found.
+		stalled := now-due >= timeout/2 && silent < stuckSilenceFactor*timeout
 		// Frames can be stuck behind a lost segment that TCP is still
 		// retransmitting (a saturated, lossy path backs off for seconds)
 		// while the peer's kernel keeps acknowledging: the peer is alive,
 		// up to a limit that also ends a session to a hung process.
-		if silent >= timeout && (silent >= stuckSilenceFactor*timeout || !s.kernelHears(timeout)) {
+		if !stalled && silent >= timeout && (silent >= stuckSilenceFactor*timeout || !s.kernelHears(timeout)) {
 			s.closeWithError(fmt.Errorf("%w: nothing received for %v", ErrPeerUnresponsive, silent.Round(time.Millisecond)))
 			return
 		}
@@ -550,7 +557,12 @@ func (s *session) keepalive() {
 			s.sendPing()
 			nextPing = now + interval
 		}
-		t.Reset(max(min(nextPing-now, timeout-silent), time.Millisecond))
+		wait := max(min(nextPing-now, timeout-silent), time.Millisecond)
+		if stalled {
+			wait = interval
+		}
+		due = now + wait
+		t.Reset(wait)
 	}
 }
 
