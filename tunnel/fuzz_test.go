@@ -33,6 +33,12 @@ func fuzzSeeds() [][]byte {
 		cat(rawFrame(frameOpen, 0, 3, nil), rawFrame(frameOpen, 0, 1, nil)),
 		rawFrame(frameData, 0, 5, []byte("x")),
 		{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+		rawFrame(frameOpen, 0, 1, []byte("export=web"))[:frameHeaderLen+3],
+		cat(rawFrame(frameOpen, 0, 1, nil), rawFrame(frameWindow, 0, 1, u64(1<<64-1)), rawFrame(frameWindow, 0, 1, u64(1<<64-1)), rawFrame(frameData, 0, 1, []byte("x"))),
+		cat(rawFrame(frameWindow, 0, 0, u64(1<<64-1)), rawFrame(frameWindow, 0, 0, u64(1<<64-1))),
+		cat(rawFrame(framePing, flagACK, 0, u64(1<<64-1)), rawFrame(framePing, flagACK, 0, u64(0))),
+		rawFrame(frameOpen, 0, 1<<32-1, []byte("\xff\xfe")),
+		rawFrame(frameReset, 0, 1, []byte("\xff\xfe\xc3")),
 	}
 }
 

@@ -58,6 +58,14 @@ func FuzzParse(f *testing.F) {
 		b, _ := builtin.ReadFile("builtin/" + name + ".yaml")
 		f.Add(b)
 	}
+	// Edges: nothing, cut short, numbers past their types, negative
+	// ones, invalid UTF-8.
+	f.Add([]byte{})
+	f.Add([]byte("kind: aggregate\ngateways: [1, 2"))
+	f.Add([]byte("kind: aggregate\ngateways: [99999999999999999999, 9223372036854775807]\nuplink: {delay: 2ms, rate: 100mbit}\nstream: {parallel: 9223372036854775807, duration: 9999999999h}\n"))
+	f.Add([]byte("kind: failover\ngateways: [-1, 0]\nprobe: {rate: -5, streams: -1, duration: -1s, kill-at: -1s, restart-at: -2s}\nstream: {parallel: -48, duration: -8s}\n"))
+	f.Add([]byte("kind: failover\ngateways: [3]\nprobe: {rate: 2147483648, streams: 1, duration: 2s, kill-at: 9223372036854775807ns, restart-at: 1s}\n"))
+	f.Add([]byte("kind: \xff\xfe\ngateways: [2]\nvictims: [\xc3]\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		e, err := Parse(b)
 		if err != nil {
