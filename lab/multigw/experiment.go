@@ -57,7 +57,7 @@ type Experiment struct {
 	Probe    ProbeSettings   `yaml:"probe,omitempty"`
 	Victims  []string        `yaml:"victims,omitempty"`
 	Stream   StreamSettings  `yaml:"stream,omitempty"`
-	// Emulator as in topology files: auto, netem or userspace.
+	// Emulator as in topology files: auto, netem, tbf or userspace.
 	Emulator string `yaml:"emulator,omitempty"`
 }
 
