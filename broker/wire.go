@@ -36,7 +36,7 @@ const (
 	// ProtocolVersion is the hello's v. 2: entries carry exports typed
 	// (x). 3: snapshots and deltas are binary frames (wirebin.go).
 	ProtocolVersion = 3
-	// MaxFrame bounds one frame's JSON.
+	// MaxFrame bounds one frame's body, JSON or binary.
 	MaxFrame = 4 << 20
 	// MaxExportsPerFrame bounds a publish frame's put and del lists; the
 	// client splits larger publishes (also by size, see publishChunk).

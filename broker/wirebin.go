@@ -18,8 +18,8 @@ import (
 // export's value in the same encoding (exportMarker first), so it copies
 // stored bytes into frames without decoding them either.
 //
-// A frame whose first body byte is binEntries is binary; every other frame
-// is JSON (which starts with '{').
+// A frame whose first body byte is binEntries or binPublish is binary;
+// every other frame is JSON (which starts with '{').
 //
 //	entries frame: binEntries, flags (1 snapshot, 2 more), uvarint rev,
 //	               uvarint count, count × entry
@@ -173,6 +173,19 @@ func (r *binReader) count(what string, min int) int {
 	return int(n)
 }
 
+// boundedCount is count for a list the protocol bounds: a decoded item
+// takes many times its wire size, so the bound is checked before
+// allocating, not after (a 4 MiB frame of 2-byte puts would otherwise
+// cost 128 MiB).
+func (r *binReader) boundedCount(what string, min, limit int) int {
+	n := r.count(what, min)
+	if n > limit {
+		r.fail("%s: %d, at most %d", what, n, limit)
+		return 0
+	}
+	return n
+}
+
 func (r *binReader) bytes(what string) []byte {
 	n := r.uvarint(what)
 	if r.err != nil {
@@ -300,7 +313,7 @@ func decodeEntriesFrame(data []byte) (*message, error) {
 		m.T = msgSnapshot
 	}
 	m.Rev = r.uvarint("rev")
-	n := r.count("entries", 3)
+	n := r.boundedCount("entries", 3, snapshotChunk)
 	if n > 0 {
 		m.Entries = make([]wireEntry, n)
 	}
@@ -436,7 +449,7 @@ func decodePublishFrame(data []byte) (*message, error) {
 	m.Cont = flags&flagCont != 0
 	m.Cluster = r.str("cluster")
 	if flags&flagGateways != 0 {
-		gws := make([]Gateway, r.count("gateways", 2))
+		gws := make([]Gateway, r.boundedCount("gateways", 2, MaxGateways))
 		for i := range gws {
 			gws[i].Addr = r.str("gateway addr")
 			switch h := r.byte("gateway healthy"); h {
@@ -448,7 +461,7 @@ func decodePublishFrame(data []byte) (*message, error) {
 		}
 		m.Gateways = &gws
 	}
-	if n := r.count("put", 2); n > 0 {
+	if n := r.boundedCount("put", 2, MaxExportsPerFrame); n > 0 {
 		m.Put = make([]Export, n)
 		for i := 0; i < n && r.err == nil; i++ {
 			v := r.bytes("put export")
@@ -467,7 +480,7 @@ func decodePublishFrame(data []byte) (*message, error) {
 			r.intern, r.ports = sub.intern, sub.ports
 		}
 	}
-	if n := r.count("del", 1); n > 0 {
+	if n := r.boundedCount("del", 1, MaxExportsPerFrame); n > 0 {
 		m.Del = make([]string, n)
 		for i := range m.Del {
 			m.Del[i] = r.str("del")

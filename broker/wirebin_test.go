@@ -3,6 +3,7 @@ package broker
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"reflect"
 	"strings"
@@ -49,6 +50,7 @@ func TestEntriesFrameRejects(t *testing.T) {
 		{"export under another key", "entries[0].x", entriesBody(msgDelta, 1, false, Entry{Key: exportKey("a", "d/y"), Value: good, ModRev: 1})},
 		{"export under a gateway key", "entries[0].x", entriesBody(msgDelta, 1, false, Entry{Key: gwKey("a"), Value: good, ModRev: 1})},
 		{"empty key", "entries[0].k", entriesBody(msgDelta, 1, false, Entry{Key: "", ModRev: 1})},
+		{"too many entries", "at most 5000", append(binary.AppendUvarint([]byte{binEntries, 0, 1}, snapshotChunk+1), make([]byte, 3*(snapshotChunk+1))...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := readFrame(bufio.NewReader(bytes.NewReader(frameBytes(string(tc.body)))))
@@ -198,6 +200,7 @@ func TestPublishFrameRejects(t *testing.T) {
 		{"bad del", "del[0]", publishBody(&message{T: msgPublish, Seq: 1, Del: []string{"nokey"}})},
 		{"base and cont", "exclusive", publishBody(&message{T: msgPublish, Seq: 1, Base: 3, Cont: true})},
 		{"bad gateway", "gateways[0].addr", publishBody(&message{T: msgPublish, Seq: 1, Gateways: &[]Gateway{{Addr: "nohost"}}})},
+		{"too many puts", "at most 10000", append(binary.AppendUvarint([]byte{binPublish, 1, 0, 0, 0}, MaxExportsPerFrame+1), make([]byte, 2*(MaxExportsPerFrame+1))...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := readFrame(bufio.NewReader(bytes.NewReader(frameBytes(string(tc.body)))))
