@@ -542,6 +542,7 @@ func TestTwoClusters(t *testing.T) {
 		{"ExportTargetRestarts", testTargetRestarts},
 		{"ImportSurvivesFDExhaustion", testFDExhaustion},
 		{"StalledHost", testStalledHost},
+		{"BBROnlyForLossyBulk", testBBROnlyForLossyBulk},
 		{"WANPartition", testPartition},
 		{"LiveChangesAndRestart", testLiveChanges},
 		{"PeerGatewayDies", testPeerDies},
@@ -1079,6 +1080,44 @@ func testStalledHost(t *testing.T, e *env) {
 		t.Fatalf("upload across a 2.5 s stall of both gateways: %v: %q", err, out[max(0, len(out)-200):])
 	}
 	e.mustEcho(t, portEcho, "after the stall")
+}
+
+// testBBROnlyForLossyBulk checks the WAN sockets' congestion control:
+// after every earlier step's bulk over the lossless WAN they all still run
+// cubic, and a bulk upload through a queue that drops (tbf, 100 Mbit/s,
+// 30 KB) switches the sending gateway's socket to bbr.
+func testBBROnlyForLossyBulk(t *testing.T, e *env) {
+	avail, err := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
+	if err != nil || !strings.Contains(string(avail), "bbr") {
+		t.Skipf("kernel lacks bbr: %q %v", avail, err)
+	}
+	wanSockets := func(g *gw) string {
+		return testenv.Run(t, "ip", "netns", "exec", g.netns, "ss", "-tin", "state", "established", "( sport = :"+strconv.Itoa(wanPort)+" or dport = :"+strconv.Itoa(wanPort)+" )")
+	}
+	for _, g := range []*gw{e.a, e.b} {
+		if out := wanSockets(g); strings.Contains(out, "bbr") || !strings.Contains(out, "cubic") {
+			t.Fatalf("%s: WAN sockets after bulk over a lossless link, want all cubic:\n%s", g.cluster, out)
+		}
+	}
+	var route []struct{ Dev string }
+	if err := json.Unmarshal([]byte(testenv.Run(t, "ip", "-n", e.b.netns, "-j", "route", "get", e.a.addr)), &route); err != nil || len(route) != 1 {
+		t.Fatalf("route from b to a: %v %+v", err, route)
+	}
+	testenv.Run(t, "ip", "netns", "exec", e.b.netns, "tc", "qdisc", "replace", "dev", route[0].Dev, "root", "tbf", "rate", "100mbit", "burst", "16kb", "limit", "30kb")
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "netns", "exec", e.b.netns, "tc", "qdisc", "del", "dev", route[0].Dev, "root").Run()
+	})
+	in := filepath.Join(tmpDir, "bulk")
+	if err := os.WriteFile(in, make([]byte, 8<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(in)
+	if msg, code := e.curl(t, "--fail", "--data-binary", "@"+in, "-o", "/dev/null", e.url(portEcho)); code != 0 {
+		t.Fatalf("curl exit %d: %s", code, msg)
+	}
+	if out := wanSockets(e.b); !strings.Contains(out, "bbr") {
+		t.Fatalf("b: WAN sockets after 8 MiB through a dropping queue, want one on bbr:\n%s", out)
+	}
 }
 
 // testPartition drops every packet between the gateways (blackhole routes

@@ -20,19 +20,20 @@ import (
 // run per session: the reader (frames in), the writer (frames out, batched
 // in a buffered writer flushed when its queue is empty) and the keepalive.
 type session struct {
-	conn       net.Conn
-	rd         io.Reader
-	bw         *bufio.Writer
-	batch      *recordBatcher // below TLS; nil on other connections
-	ramp       int            // small records written since the writer was idle (writer goroutine only)
-	bulkRun    int            // bytes written since the writer last idled for bulkAfterIdle (writer goroutine only)
-	ccUpgrade  string         // congestion control to switch to at the first bulk transfer (writer goroutine only)
-	client     bool
-	peer       string
-	congestion atomic.Pointer[string]
-	cfg        *Config
-	log        *slog.Logger
-	start      time.Time
+	conn        net.Conn
+	rd          io.Reader
+	bw          *bufio.Writer
+	batch       *recordBatcher // below TLS; nil on other connections
+	ramp        int            // small records written since the writer was idle (writer goroutine only)
+	bulkRun     int            // bytes written since the writer last idled for bulkAfterIdle (writer goroutine only)
+	ccUpgrade   string         // congestion control to switch to at the first lossy bulk transfer (writer goroutine only)
+	bulkRetrans uint32         // the socket's retransmissions at the last bulk check (writer goroutine only)
+	client      bool
+	peer        string
+	congestion  atomic.Pointer[string]
+	cfg         *Config
+	log         *slog.Logger
+	start       time.Time
 
 	mu         sync.Mutex // guards the fields below
 	streams    map[uint32]*stream
@@ -345,8 +346,13 @@ func (s *session) writeLoop() {
 			s.bulkRun += len(r.payload)
 			if s.ccUpgrade != "" && s.bulkRun >= bulkBytes {
 				s.bulkRun = 0
-				if s.batch != nil && cwndLimited(s.batch.Conn) {
-					s.upgradeCongestion()
+				if s.batch != nil {
+					if n, ok := retransmits(s.batch.Conn); ok {
+						if n != s.bulkRetrans {
+							s.upgradeCongestion()
+						}
+						s.bulkRetrans = n
+					}
 				}
 			}
 		}
@@ -391,14 +397,14 @@ const (
 	rampAfterIdle       = time.Millisecond
 )
 
-// A session carries bulk data, and switches to its bulk congestion control
-// (Config.Congestion), when its writer sent bulkBytes without idling for
-// bulkAfterIdle in between and the congestion window is what holds the data
-// back (checked then, once per bulkBytes). A transfer the socket holds back
-// (cubic's window after a loss) keeps the writer busy, so it gets there
-// however slow it is; requests and responses a round trip apart over a WAN
-// do not add up, and on a LAN, where the window is never the limit, the
-// session stays unpaced.
+// A session switches to its bulk congestion control (Config.Congestion)
+// when it carries bulk data over a path that loses it: its writer sent
+// bulkBytes without idling for bulkAfterIdle in between, and the kernel
+// retransmitted segments since the last such check. That is where cubic
+// collapses (it halves its window at every loss; seed 000's lossy link) and
+// bbr keeps the link full. Requests and responses a round trip apart over a
+// WAN do not add up to bulk, and a LAN, which loses nothing, stays unpaced
+// however much it carries.
 const (
 	bulkBytes     = 512 << 10
 	bulkAfterIdle = 5 * time.Millisecond

@@ -74,23 +74,23 @@ func setCongestion(conn net.Conn, name string) string {
 	return algo
 }
 
-// cwndLimited reports whether the congestion window holds data back on
-// conn: data waits in the socket unsent, or a full window is in flight.
-func cwndLimited(conn net.Conn) bool {
-	tc, ok := conn.(*net.TCPConn)
-	if !ok {
-		return false
+// retransmits returns the number of segments the kernel retransmitted on
+// conn so far; ok is false when conn is not a TCP socket.
+func retransmits(conn net.Conn) (n uint32, ok bool) {
+	tc, isTCP := conn.(*net.TCPConn)
+	if !isTCP {
+		return 0, false
 	}
 	raw, err := tc.SyscallConn()
 	if err != nil {
-		return false
+		return 0, false
 	}
 	var info *unix.TCPInfo
 	cerr := raw.Control(func(fd uintptr) { info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
 	if cerr != nil || err != nil {
-		return false
+		return 0, false
 	}
-	return info.Notsent_bytes > 0 || info.Unacked >= info.Snd_cwnd
+	return info.Total_retrans, true
 }
 
 // kernelSilence reports how long ago the kernel last received anything from

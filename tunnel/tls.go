@@ -30,9 +30,9 @@ type Config struct {
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	// Congestion is the TCP congestion control for WAN sockets. "" means
-	// cubic until the session carries bulk data, then bbr for good, when
-	// the kernel offers both: bbr keeps a lossy long link full where cubic
-	// collapses, but paces every burst at its bandwidth estimate, which on a
+	// cubic until the session carries bulk data and the kernel retransmits
+	// some of it, then bbr for good, when the kernel offers both: bbr keeps
+	// a lossy long link full where cubic collapses, but paces every burst at its bandwidth estimate, which on a
 	// session carrying requests and responses is the rate of those small
 	// bursts (seen at seed 000's edg10: 4-7 Mbit/s after 60-byte echoes,
 	// 65 Mbit/s during 10 KB ones, bbr stuck in startup because every

@@ -76,12 +76,13 @@ func TestCongestionControlReported(t *testing.T) {
 	}
 }
 
-// TestCongestionSwitchesForBulk checks the default congestion control: a
-// session starts on cubic, and the side that sends bulk data the socket
-// holds back moves to bbr, while the side that only received stays on
-// cubic. A small receive buffer makes loopback hold data back as a slow
-// link's congestion window would.
-func TestCongestionSwitchesForBulk(t *testing.T) {
+// TestCongestionStaysCubicWithoutLoss checks the default congestion
+// control's negative half: a session starts on cubic, and bulk over a path
+// that loses nothing (loopback, with a small receive buffer that keeps the
+// sender waiting as a slow link would) leaves both sides on cubic. The
+// switch to bbr on a lossy path needs real drops: the gateway's namespace
+// test (BBROnlyForLossyBulk) puts a dropping queue on the WAN.
+func TestCongestionStaysCubicWithoutLoss(t *testing.T) {
 	avail, err := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
 	if err != nil || !strings.Contains(string(avail), "bbr") || !strings.Contains(string(avail), "cubic") {
 		t.Skipf("kernel lacks bbr or cubic: %q %v", avail, err)
@@ -105,8 +106,8 @@ func TestCongestionSwitchesForBulk(t *testing.T) {
 	if n, err := io.Copy(io.Discard, peer); err != nil || n != 16<<20 {
 		t.Fatalf("received %d bytes, %v", n, err)
 	}
-	if cc, sc := client.Stats().Congestion, server.Stats().Congestion; cc != "bbr" || sc != "cubic" {
-		t.Fatalf("after 16 MiB from dialer to listener: dialer %q (want bbr), listener %q (want cubic)", cc, sc)
+	if cc, sc := client.Stats().Congestion, server.Stats().Congestion; cc != "cubic" || sc != "cubic" {
+		t.Fatalf("after 16 MiB over loopback: dialer %q, listener %q, want cubic on both", cc, sc)
 	}
 }
 
