@@ -25,7 +25,7 @@ type session struct {
 	bw          *bufio.Writer
 	batch       *recordBatcher // below TLS; nil on other connections
 	ramp        int            // small records written since the writer was idle (writer goroutine only)
-	bulkRun     int            // bytes written since the writer last idled for bulkAfterIdle (writer goroutine only)
+	bulkRun     int            // DATA bytes written since the last bulk check (writer goroutine only)
 	ccUpgrade   string         // congestion control to switch to at the first lossy bulk transfer (writer goroutine only)
 	bulkRetrans uint32         // the socket's retransmissions at the last bulk check (writer goroutine only)
 	client      bool
@@ -331,14 +331,8 @@ func (s *session) writeLoop() {
 			s.batch.cork()
 			corked = true
 		}
-		if !idleSince.IsZero() {
-			idle := time.Since(idleSince)
-			if idle >= rampAfterIdle {
-				s.ramp = 0
-			}
-			if idle >= bulkAfterIdle {
-				s.bulkRun = 0
-			}
+		if !idleSince.IsZero() && time.Since(idleSince) >= rampAfterIdle {
+			s.ramp = 0
 		}
 		idleSince = time.Time{}
 		err = s.writeReq(r)
@@ -347,8 +341,8 @@ func (s *session) writeLoop() {
 			if s.ccUpgrade != "" && s.bulkRun >= bulkBytes {
 				s.bulkRun = 0
 				if s.batch != nil {
-					if n, ok := retransmits(s.batch.Conn); ok {
-						if n != s.bulkRetrans {
+					if n, queued, ok := lossState(s.batch.Conn); ok {
+						if n != s.bulkRetrans && queued {
 							s.upgradeCongestion()
 						}
 						s.bulkRetrans = n
@@ -398,17 +392,18 @@ const (
 )
 
 // A session switches to its bulk congestion control (Config.Congestion)
-// when it carries bulk data over a path that loses it: its writer sent
-// bulkBytes without idling for bulkAfterIdle in between, and the kernel
-// retransmitted segments since the last such check. That is where cubic
-// collapses (it halves its window at every loss; seed 000's lossy link) and
-// bbr keeps the link full. Requests and responses a round trip apart over a
-// WAN do not add up to bulk, and a LAN, which loses nothing, stays unpaced
-// however much it carries.
-const (
-	bulkBytes     = 512 << 10
-	bulkAfterIdle = 5 * time.Millisecond
-)
+// when it carries bulk data over a path that loses it. Every bulkBytes of
+// DATA it looks at its socket: if the kernel retransmitted segments since
+// the last look and data waits in the socket unsent (the network, not the
+// application, sets the pace), it switches. That is where cubic collapses
+// (it halves its window at every loss; seed 000's lossy link) and bbr keeps
+// the link full. A LAN loses nothing, so it stays unpaced however much it
+// carries; requests and responses over a WAN rarely leave data unsent,
+// since each fits the congestion window. (Counting only bytes written
+// without an idle gap, as an earlier version did, missed bulk that the
+// streams' flow-control windows pace: their writer idles a few ms every
+// round trip.)
+const bulkBytes = 512 << 10
 
 // The congestion controls of Config.Congestion's default: the one a session
 // starts with and the one it switches to for bulk.

@@ -74,23 +74,24 @@ func setCongestion(conn net.Conn, name string) string {
 	return algo
 }
 
-// retransmits returns the number of segments the kernel retransmitted on
-// conn so far; ok is false when conn is not a TCP socket.
-func retransmits(conn net.Conn) (n uint32, ok bool) {
+// lossState returns how many segments the kernel retransmitted on conn so
+// far and whether data waits in the socket unsent; ok is false when conn is
+// not a TCP socket.
+func lossState(conn net.Conn) (retrans uint32, queued, ok bool) {
 	tc, isTCP := conn.(*net.TCPConn)
 	if !isTCP {
-		return 0, false
+		return 0, false, false
 	}
 	raw, err := tc.SyscallConn()
 	if err != nil {
-		return 0, false
+		return 0, false, false
 	}
 	var info *unix.TCPInfo
 	cerr := raw.Control(func(fd uintptr) { info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
 	if cerr != nil || err != nil {
-		return 0, false
+		return 0, false, false
 	}
-	return info.Total_retrans, true
+	return info.Total_retrans, info.Notsent_bytes > 0, true
 }
 
 // kernelSilence reports how long ago the kernel last received anything from
