@@ -192,6 +192,13 @@ func runUnit(ctx context.Context, e *Experiment, n int, dir string, opts Options
 			r.print(opts.Out)
 		}
 	}
+	if len(phases) > 0 {
+		if err := writeLoadPage(u.dir, n, phases); err != nil {
+			errs = append(errs, err)
+		} else {
+			fmt.Fprintf(opts.Out, "per-gateway load plots: %s\n", filepath.Join(u.dir, "load.html"))
+		}
+	}
 	return phases, errors.Join(errs...)
 }
 

@@ -65,9 +65,9 @@ func lighten(c color.RGBA) color.RGBA {
 
 var kpiColor = color.RGBA{0xc0, 0x00, 0x00, 0xff}
 
-// newPlot makes a plot in sans-serif type, which reads better on screen
+// NewPlot makes a plot in sans-serif type, which reads better on screen
 // than gonum's default serif at these sizes.
-func newPlot() *plot.Plot {
+func NewPlot() *plot.Plot {
 	p := plot.New()
 	sans := func(f *font.Font, size vg.Length) {
 		f.Typeface, f.Variant, f.Size = "Liberation", "Sans", size
@@ -85,7 +85,7 @@ func newPlot() *plot.Plot {
 // boxPlot draws response time per scenario, boxes grouped by tool: seed
 // 000's Figs 3, 4, 6, 7, 9 for one workload and payload.
 func (m *model) boxPlot(workload string, payload int) ([]byte, error) {
-	p := newPlot()
+	p := NewPlot()
 	p.Title.Text = fmt.Sprintf("%s, payload %s: response time per scenario", workload, report.FormatSize(payload))
 	p.X.Label.Text = "scenario"
 	p.Y.Label.Text = "response time (ms)"
@@ -156,7 +156,7 @@ func (m *model) boxPlot(workload string, payload int) ([]byte, error) {
 	p.Legend.XOffs, p.Legend.YOffs = vg.Points(8), vg.Points(-4)
 	p.Legend.ThumbnailWidth = vg.Points(14)
 	p.Legend.Padding = vg.Points(2)
-	return renderSVG(p)
+	return RenderSVG(p)
 }
 
 // tukey replaces gonum's quartiles (medians of halves) with the report's
@@ -227,7 +227,7 @@ func (logTicks) Ticks(lo, hi float64) []plot.Tick {
 // payloadPlot draws the IQR mean against payload size for one scenario,
 // one line per tool with its bootstrap interval: seed 000's Figs 5 and 8.
 func (m *model) payloadPlot(workload, scenario string, payloads []int) ([]byte, error) {
-	p := newPlot()
+	p := NewPlot()
 	p.Title.Text = fmt.Sprintf("%s, scenario %s: IQR mean response time vs payload (95%% CI)", workload, scenario)
 	p.X.Label.Text = "payload (bytes, log scale)"
 	p.Y.Label.Text = "IQR mean (ms)"
@@ -305,12 +305,12 @@ func (m *model) payloadPlot(workload, scenario string, payloads []int) ([]byte, 
 	p.Legend.Top, p.Legend.Left = true, true
 	p.Legend.XOffs, p.Legend.YOffs = vg.Points(8), vg.Points(-4)
 	p.Legend.Padding = vg.Points(2)
-	return renderSVG(p)
+	return RenderSVG(p)
 }
 
-// renderSVG draws p as an SVG element to inline: without the XML prolog,
+// RenderSVG draws p as an SVG element to inline: without the XML prolog,
 // with a viewBox so the page can scale it.
-func renderSVG(p *plot.Plot) ([]byte, error) {
+func RenderSVG(p *plot.Plot) ([]byte, error) {
 	c := vgsvg.New(plotWidth, plotHeight)
 	p.Draw(draw.New(c))
 	var buf bytes.Buffer
