@@ -116,6 +116,7 @@ type Pool struct {
 	closed  bool
 	cancel  context.CancelFunc
 	done    chan struct{}
+	closing chan struct{} // closed by the first Close, whether Run ran or not
 }
 
 type slot struct {
@@ -174,7 +175,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pool config: %w", err)
 	}
-	p := &Pool{cfg: cfg, log: cfg.Logger, firstRound: make(chan struct{}), firstLive: make(chan struct{}), done: make(chan struct{}),
+	p := &Pool{cfg: cfg, log: cfg.Logger, firstRound: make(chan struct{}), firstLive: make(chan struct{}), done: make(chan struct{}), closing: make(chan struct{}),
 		base: base, kick: make(chan struct{}, 1)}
 	if p.log == nil {
 		p.log = slog.Default()
@@ -240,6 +241,9 @@ func (p *Pool) Run(ctx context.Context) error {
 // Idempotent.
 func (p *Pool) Close() error {
 	p.mu.Lock()
+	if !p.closed {
+		close(p.closing)
+	}
 	p.closed = true
 	running, cancel := p.running, p.cancel
 	p.mu.Unlock()
@@ -348,6 +352,8 @@ func (p *Pool) WaitLive(ctx context.Context) bool {
 	case <-p.firstLive:
 		return true
 	case <-ctx.Done():
+		return false
+	case <-p.closing:
 		return false
 	case <-p.done:
 		return false

@@ -3,6 +3,7 @@ package tunnel_test
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"testing"
 	"time"
@@ -135,5 +136,25 @@ func TestPoolWaitLive(t *testing.T) {
 	}
 	if g := pool.Gateways(); !g[0].Live {
 		t.Errorf("WaitLive returned but the gateway is not live: %+v", g)
+	}
+}
+
+// TestPoolWaitLiveAfterClose: a pool closed before it ever ran answers
+// WaitLive at once with false, instead of holding a starting gateway until
+// its context ends.
+func TestPoolWaitLiveAfterClose(t *testing.T) {
+	tr := newTLS(t, nil, nil)
+	pool, err := tunnel.NewPool(tunnel.PoolConfig{Transport: tr, Peer: "cluster-b", Addrs: []string{"127.0.0.1:1"}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if pool.WaitLive(ctx) {
+		t.Fatal("WaitLive true on a closed pool")
+	}
+	if ctx.Err() != nil {
+		t.Fatal("WaitLive on a closed pool returned only when its context ended")
 	}
 }
