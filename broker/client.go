@@ -559,7 +559,7 @@ func (c *Client) Publish(ctx context.Context, st ClusterState) (uint64, error) {
 	// broker accepted already. An agent republishes its whole state on
 	// every change, so validating all of it each time cost more than
 	// sending the change.
-	if err := c.validateChanged(st.Exports, want); err != nil {
+	if err := c.validateChanged(st.Exports); err != nil {
 		return 0, err
 	}
 	if err := checkGateways(st.Gateways); err != nil {
@@ -665,31 +665,31 @@ func (c *Client) ownRevLocked() uint64 {
 	return 0
 }
 
-// validateChanged validates the exports of st that are not in the
-// mirror as they are.
-func (c *Client) validateChanged(exports []Export, want map[string]Export) error {
+// validateChanged validates the exports that differ from the broker's
+// copy of this cluster's (namespace defaulted as Publish does).
+func (c *Client) validateChanged(exports []Export) error {
+	type changed struct {
+		i int
+		e Export
+	}
+	var check []changed
 	c.mu.Lock()
 	var own map[string]Export
 	if x := c.m.clusters[c.cfg.Cluster]; x != nil {
 		own = x.exports
 	}
-	var check []int
 	for i, e := range exports {
 		if e.Namespace == "" {
 			e.Namespace = "default"
 		}
 		if old, ok := own[e.Key()]; !ok || !sameExport(old, e) {
-			check = append(check, i)
+			check = append(check, changed{i, e})
 		}
 	}
 	c.mu.Unlock()
-	for _, i := range check {
-		e := exports[i]
-		if e.Namespace == "" {
-			e.Namespace = "default"
-		}
-		if err := e.Validate(); err != nil {
-			return fmt.Errorf("publish: exports[%d]: %w", i, err)
+	for _, x := range check {
+		if err := x.e.Validate(); err != nil {
+			return fmt.Errorf("publish: exports[%d]: %w", x.i, err)
 		}
 	}
 	return nil
