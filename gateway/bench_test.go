@@ -151,26 +151,12 @@ func mustApply(tb testing.TB, c *gateway.AdminClient, yaml string) {
 	}
 }
 
-// echoServer is a TCP echo server on loopback, closed when b ends.
+// echoServer is a TCP echo server on loopback, closed when tb ends.
 func echoServer(tb testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_, _ = io.Copy(c, c)
-			}()
-		}
-	}()
-	return ln.Addr().String()
+	return relayListener(tb, func(c *net.TCPConn) {
+		defer c.Close()
+		_, _ = io.Copy(c, c)
+	})
 }
 
 // freeAddr returns a loopback address nothing listens on now.

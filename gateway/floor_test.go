@@ -68,6 +68,8 @@ func startRelayPair(tb testing.TB, target string) string {
 	})
 }
 
+// relayListener accepts TCP connections on loopback and serves each in
+// its own goroutine until tb ends.
 func relayListener(tb testing.TB, serve func(*net.TCPConn)) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
