@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/strait-net/strait/catalog"
@@ -30,6 +31,11 @@ func (e Export) Validate() error {
 	if err := se.Validate(); err != nil {
 		return fmt.Errorf("export %s: %w", e.Key(), err)
 	}
+	for i, p := range e.Ports {
+		if p.Target != "" {
+			return fmt.Errorf("export %s: ports[%d].target: must be empty: targets are private to the exporting cluster", e.Key(), i)
+		}
+	}
 	return nil
 }
 
@@ -42,13 +48,20 @@ func (e Export) ServiceExport() *catalog.ServiceExport {
 }
 
 // ExportOf returns what the broker publishes of a ServiceExport: all but
-// its target.
+// its targets, spec.target and the ports' own.
 func ExportOf(se *catalog.ServiceExport) Export {
 	ns := se.Metadata.Namespace
 	if ns == "" {
 		ns = "default"
 	}
-	return Export{Namespace: ns, Name: se.Metadata.Name, Ports: se.Spec.Ports, Labels: se.Metadata.Labels}
+	ports := se.Spec.Ports
+	if slices.ContainsFunc(ports, func(p catalog.ServicePort) bool { return p.Target != "" }) {
+		ports = slices.Clone(ports) // the resource is the caller's
+		for i := range ports {
+			ports[i].Target = ""
+		}
+	}
+	return Export{Namespace: ns, Name: se.Metadata.Name, Ports: ports, Labels: se.Metadata.Labels}
 }
 
 // Gateway is one of a cluster's gateways: the address peer gateways dial

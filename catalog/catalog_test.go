@@ -30,7 +30,7 @@ spec:
   target: 127.0.0.1:8080
   ports:
   - {name: http, protocol: TCP, port: 80}
-  - {name: grpc, port: 9090, appProtocol: grpc}
+  - {name: grpc, port: 9090, appProtocol: grpc, target: "127.0.0.1:9091"}
 ---
 ---
 apiVersion: multicluster.x-k8s.io/v1alpha1
@@ -164,6 +164,12 @@ func TestParseErrors(t *testing.T) {
 		{"export ports", exportHead + "spec:\n  target: a:1\n  ports: [{port: 80}, {port: 0, protocol: ICMP}, {name: a, port: 1}, {name: a, port: 2}]\n",
 			[]string{"spec.ports[0].name: required when there is more than one port", `spec.ports[1].protocol: "ICMP" is not one of TCP, UDP, SCTP`,
 				"spec.ports[1].port: 0 is not in 1..65535", `spec.ports[3].name: duplicate port name "a"`}},
+		{"export port targets", exportHead + "spec:\n  ports: [{name: a, port: 80, target: x}, {name: b, port: 80}, {name: c, port: 80, protocol: UDP, target: \"h:1\"}, {name: d, port: 81, target: \"h:0\"}]\n",
+			[]string{`spec.ports[0].target: "x" is not host:port`, "spec.ports[1].port: duplicate port 80/TCP (also spec.ports[0])",
+				`spec.ports[3].target: "h:0": port "0" is not a number`, "spec.target: required: host:port, unless every port in spec.ports has a target of its own"}},
+		{"export without any target", exportHead + "spec: {}\n", []string{"spec.target: required"}},
+		{"import port target", importHead + "spec: {ports: [{name: a, port: 1, target: \"h:1\"}, {name: b, port: 1, protocol: TCP}]}\n",
+			[]string{"spec.ports[0].target: only an export's ports have a target", "spec.ports[1].port: duplicate port 1/TCP (also spec.ports[0])"}},
 		{"import without ports", importHead + "spec: {}\n", []string{"spec.ports: required"}},
 		{"import bad type", importHead + "spec: {type: LoadBalancer, ports: [{port: 1}]}\n", []string{`spec.type: "LoadBalancer" is not one of ClusterSetIP, Headless`}},
 		{"import headless with ips", importHead + "spec: {type: Headless, ips: [10.0.0.1]}\n", []string{"spec.ips: must be empty for type Headless"}},
@@ -391,6 +397,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(exportHead + "spec: {target: \"[::1]:80\", ports: [{port: 1}]}\n"))
 	f.Add([]byte(policyHead + "spec: {priority: 0, action: deny, to: {exportSelector: {}}}\n"))
 	f.Add([]byte(importHead + "spec: {ports: [{port: 1}]}\nstatus: {clusters: []}\n"))
+	f.Add([]byte(exportHead + "spec: {ports: [{name: a, port: 1, target: \"h:1\"}, {name: b, port: 2, target: \"[::1]:2\"}]}\n"))
+	f.Add([]byte(importHead + "spec: {ports: [{port: 1, target: \"h:1\"}]}\n"))
 	f.Add([]byte("a: &x [*x]\n"))
 	// Edges: nothing, cut short, ports and priorities past their types
 	// and negative, invalid UTF-8.

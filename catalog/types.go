@@ -17,6 +17,7 @@ package catalog
 
 import (
 	"fmt"
+	"slices"
 )
 
 // API group versions of the resources.
@@ -138,6 +139,13 @@ type ServicePort struct {
 	Protocol    Protocol `json:"protocol,omitempty" yaml:"protocol,omitempty"`
 	AppProtocol string   `json:"appProtocol,omitempty" yaml:"appProtocol,omitempty"`
 	Port        int32    `json:"port" yaml:"port"`
+	// Target is strait's extension for an export's ports: the host:port
+	// this port's connections go to, for a service whose ports are served
+	// at different addresses (spec.target, a single address, cannot say
+	// that). Empty means the export's spec.target. Like spec.target it is
+	// private to the exporting cluster: imports have none, and the broker
+	// never publishes it.
+	Target string `json:"target,omitempty" yaml:"target,omitempty"`
 }
 
 // Peer is another cluster of the clusterset: metadata.name is its cluster
@@ -166,12 +174,72 @@ type ServiceExport struct {
 // ServiceExportSpec is strait's standalone extension of ServiceExport (the
 // MCS API ServiceExport has no spec).
 type ServiceExportSpec struct {
-	// Target is the host:port of the local service the gateway forwards to.
-	// Required in standalone mode; the Kubernetes agent derives it from the
-	// Service.
+	// Target is the host:port of the local service the gateway forwards
+	// to: for every port when Ports is empty, else for the ports without a
+	// target of their own. Required unless every port has its own target;
+	// the Kubernetes controller derives per-port targets from the Service.
 	Target string `json:"target,omitempty" yaml:"target,omitempty"`
-	// Ports optionally describe the service's ports, copied into imports.
+	// Ports optionally describe the service's ports, copied into imports
+	// (without their targets). A client reaches an import's port; the
+	// stream carries that port number, and the exporting gateway serves
+	// only the TCP ports listed here (any port when none is listed).
 	Ports []ServicePort `json:"ports,omitempty" yaml:"ports,omitempty"`
+}
+
+// TargetFor returns where the export sends a connection a client made to
+// its TCP port port: that port's own target, else spec.target. An export
+// without ports sends every port to spec.target. Port 0 means the sending
+// gateway did not say (a version that predates multi-port exports): that
+// works only when the export has a single target, since guessing would send
+// a client of one port to another port's server.
+func (s *ServiceExport) TargetFor(port int32) (string, error) {
+	if port == 0 {
+		switch ts := s.Targets(); len(ts) {
+		case 0:
+			return "", fmt.Errorf("export %s/%s has no TCP port", s.Metadata.Namespace, s.Metadata.Name)
+		case 1:
+			return ts[0], nil
+		}
+		return "", fmt.Errorf("export %s/%s has a target per port, and the peer did not say which port (a gateway too old for multi-port exports)",
+			s.Metadata.Namespace, s.Metadata.Name)
+	}
+	if len(s.Spec.Ports) == 0 {
+		return s.Spec.Target, nil
+	}
+	for _, p := range s.Spec.Ports {
+		if p.Port == port && (p.Protocol == TCP || p.Protocol == "") {
+			if p.Target != "" {
+				return p.Target, nil
+			}
+			return s.Spec.Target, nil
+		}
+	}
+	return "", fmt.Errorf("export %s/%s has no TCP port %d", s.Metadata.Namespace, s.Metadata.Name, port)
+}
+
+// Targets returns the distinct addresses TargetFor can return, in port
+// order: what the gateway keeps warm connections to.
+func (s *ServiceExport) Targets() []string {
+	var out []string
+	add := func(t string) {
+		if t != "" && !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	if len(s.Spec.Ports) == 0 {
+		add(s.Spec.Target)
+	}
+	for _, p := range s.Spec.Ports {
+		if p.Protocol != TCP && p.Protocol != "" {
+			continue // the data plane carries TCP only
+		}
+		if p.Target != "" {
+			add(p.Target)
+		} else {
+			add(s.Spec.Target)
+		}
+	}
+	return out
 }
 
 // ServiceImportType is the MCS API import type.

@@ -173,11 +173,15 @@ func (e *errs) hostPort(path, s string) {
 	}
 }
 
-func (e *errs) ports(path string, ps []ServicePort, required bool) {
+// ports checks a port list; export says whether ports may have targets.
+func (e *errs) ports(path string, ps []ServicePort, required, export bool) {
 	if required && len(ps) == 0 {
 		e.add(path, "required: at least one port")
 	}
 	names := map[string]bool{}
+	// A port number and protocol is one port of a Service: two entries for
+	// it would make the port's target (and the import's port) ambiguous.
+	numbers := map[ServicePort]int{}
 	for i, p := range ps {
 		pp := fmt.Sprintf("%s[%d]", path, i)
 		if p.Name == "" && len(ps) > 1 {
@@ -198,6 +202,22 @@ func (e *errs) ports(path string, ps []ServicePort, required bool) {
 		}
 		if p.Port < 1 || p.Port > 65535 {
 			e.add(pp+".port", "%d is not in 1..65535", p.Port)
+		}
+		k := ServicePort{Port: p.Port, Protocol: p.Protocol}
+		if k.Protocol == "" {
+			k.Protocol = TCP
+		}
+		if j, dup := numbers[k]; dup {
+			e.add(pp+".port", "duplicate port %d/%s (also %s[%d])", k.Port, k.Protocol, path, j)
+		} else {
+			numbers[k] = i
+		}
+		switch {
+		case p.Target == "":
+		case !export:
+			e.add(pp+".target", "only an export's ports have a target (where the exporting cluster sends the port's connections)")
+		default:
+			e.hostPort(pp+".target", p.Target)
 		}
 	}
 }
@@ -263,8 +283,16 @@ func (p *Peer) Validate() error {
 func (s *ServiceExport) Validate() error {
 	var e errs
 	e.meta(&s.Metadata, KindServiceExport)
-	e.hostPort("spec.target", s.Spec.Target)
-	e.ports("spec.ports", s.Spec.Ports, false)
+	ownTargets := len(s.Spec.Ports) > 0
+	for _, p := range s.Spec.Ports {
+		ownTargets = ownTargets && p.Target != ""
+	}
+	if s.Spec.Target == "" && !ownTargets {
+		e.add("spec.target", "required: host:port, unless every port in spec.ports has a target of its own")
+	} else if s.Spec.Target != "" {
+		e.hostPort("spec.target", s.Spec.Target)
+	}
+	e.ports("spec.ports", s.Spec.Ports, false, true)
 	return e.err()
 }
 
@@ -274,12 +302,12 @@ func (s *ServiceImport) Validate() error {
 	e.meta(&s.Metadata, KindServiceImport)
 	switch s.Spec.Type {
 	case ClusterSetIP, "":
-		e.ports("spec.ports", s.Spec.Ports, true)
+		e.ports("spec.ports", s.Spec.Ports, true, false)
 	case Headless:
 		if len(s.Spec.IPs) != 0 {
 			e.add("spec.ips", "must be empty for type Headless")
 		}
-		e.ports("spec.ports", s.Spec.Ports, false)
+		e.ports("spec.ports", s.Spec.Ports, false, false)
 	default:
 		e.add("spec.type", "%q is not one of ClusterSetIP, Headless", s.Spec.Type)
 	}

@@ -22,6 +22,7 @@ type importRoute struct {
 // importListener accepts client connections on one address of an import.
 type importListener struct {
 	ln    *net.TCPListener
+	port  uint16 // the import's port: the exporting gateway picks the target by it
 	route atomic.Pointer[importRoute]
 }
 
@@ -32,7 +33,7 @@ func (g *Gateway) listenImport(addr string, route *importRoute) (*importListener
 	if err != nil {
 		return nil, err
 	}
-	l := &importListener{ln: ln.(*net.TCPListener)}
+	l := &importListener{ln: ln.(*net.TCPListener), port: uint16(ln.Addr().(*net.TCPAddr).Port)}
 	l.route.Store(route)
 	g.spawn(func() {
 		var delay time.Duration
@@ -54,7 +55,7 @@ func (g *Gateway) listenImport(addr string, route *importRoute) (*importListener
 				continue
 			}
 			delay = 0
-			g.spawn(func() { g.serveClient(c, l.route.Load()) })
+			g.spawn(func() { g.serveClient(c, l.route.Load(), l.port) })
 		}
 	})
 	g.log.Info("import listening", "import", route.ns+"/"+route.name, "addr", addr)
@@ -67,11 +68,11 @@ func flowKey(c *net.TCPConn) uint64 {
 	return ring.KeyOf(6, c.RemoteAddr().(*net.TCPAddr).AddrPort(), c.LocalAddr().(*net.TCPAddr).AddrPort())
 }
 
-// serveClient carries one client connection of an import to the exporting
-// cluster. The client's TCP handshake ended here, and the stream opens on a
-// warm session with the header in front of the first bytes, so the WAN
-// sees the request itself first.
-func (g *Gateway) serveClient(c *net.TCPConn, route *importRoute) {
+// serveClient carries one client connection of an import's port to the
+// exporting cluster. The client's TCP handshake ended here, and the stream
+// opens on a warm session with the header in front of the first bytes, so
+// the WAN sees the request itself first.
+func (g *Gateway) serveClient(c *net.TCPConn, route *importRoute, port uint16) {
 	g.metrics.clientConns.Add(1)
 	src := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr()
 	ns, labels := g.cfg.source(src)
@@ -85,7 +86,7 @@ func (g *Gateway) serveClient(c *net.TCPConn, route *importRoute) {
 		abort(c)
 		return
 	}
-	hdr := Header{Namespace: route.ns, Export: route.name, SourceNamespace: ns, SourceLabels: labels}.Marshal()
+	hdr := Header{Namespace: route.ns, Export: route.name, Port: port, SourceNamespace: ns, SourceLabels: labels}.Marshal()
 	key := flowKey(c)
 	var lastErr error = errors.New("no exporting cluster configured (spec.clusters of the ServiceImport)")
 	for _, cluster := range route.clusters {

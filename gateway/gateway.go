@@ -537,11 +537,12 @@ func (g *Gateway) setRoutes(set *catalog.Set, changedExports []catalog.Key, poli
 	}
 	g.routes.Store(rt)
 
-	// Warm connections to export targets.
+	// Warm connections to export targets, per target: a warm connection
+	// to one port's server is no use to another port.
 	wantTargets := map[string]bool{}
 	for _, e := range rt.exports {
-		if e.Spec.Target != "" {
-			wantTargets[e.Spec.Target] = true
+		for _, t := range e.Targets() {
+			wantTargets[t] = true
 		}
 	}
 	for addr, t := range g.targets {

@@ -14,22 +14,33 @@ import (
 // cluster. Namespace and labels are the sending gateway's word; that gateway
 // is trusted for its own cluster.
 type Header struct {
-	Namespace       string // export namespace
-	Export          string // export name
+	Namespace string // export namespace
+	Export    string // export name
+	// Port is the import's port the client connected to, which the
+	// exporting gateway maps to that port's target; 0 when the sender did
+	// not say (version 1).
+	Port            uint16
 	SourceNamespace string
 	SourceLabels    map[string]string
 }
 
-// Wire format, version 1 (all lengths are unsigned varints):
+// Wire format (all lengths and numbers are unsigned varints):
 //
-//	'S' 0x01
+//	'S' version
 //	len namespace, len export, len source namespace   (each followed by its bytes)
+//	version 2 only: port, 1..65535
 //	count of labels, then per label: len key, key, len value, value
 //
 // Labels are sorted by key so equal headers encode to equal bytes.
+// Version 2 added the port, so that each port of a multi-port export
+// reaches its own target. Marshal writes version 1 when Port is 0, which is
+// what a version-1 gateway sends, and ParseHeader reads both; a version-1
+// gateway refuses version 2 with a reason naming the version, which the
+// sending gateway logs.
 const (
 	headerMagic   = 'S'
-	headerVersion = 1
+	headerV1      = 1
+	headerVersion = 2
 	maxNameLen    = 253
 	maxLabels     = 64
 	maxLabelKey   = 317 // a DNS-subdomain prefix, '/', a 63-byte name
@@ -42,10 +53,17 @@ var ErrBadHeader = errors.New("bad stream header")
 // Marshal encodes h.
 func (h Header) Marshal() []byte {
 	b := make([]byte, 0, 16+len(h.Namespace)+len(h.Export)+len(h.SourceNamespace)+32*len(h.SourceLabels))
-	b = append(b, headerMagic, headerVersion)
+	version := byte(headerVersion)
+	if h.Port == 0 {
+		version = headerV1
+	}
+	b = append(b, headerMagic, version)
 	b = appendString(b, h.Namespace)
 	b = appendString(b, h.Export)
 	b = appendString(b, h.SourceNamespace)
+	if version >= 2 {
+		b = binary.AppendUvarint(b, uint64(h.Port))
+	}
 	keys := make([]string, 0, len(h.SourceLabels))
 	for k := range h.SourceLabels {
 		keys = append(keys, k)
@@ -72,14 +90,23 @@ func ParseHeader(b []byte) (Header, error) {
 	if len(b) < 2 || b[0] != headerMagic {
 		return Header{}, fmt.Errorf("%w: not a strait stream header", ErrBadHeader)
 	}
-	if b[1] != headerVersion {
-		return Header{}, fmt.Errorf("%w: version %d, this gateway speaks %d", ErrBadHeader, b[1], headerVersion)
+	version := b[1]
+	if version < headerV1 || version > headerVersion {
+		return Header{}, fmt.Errorf("%w: version %d, this gateway speaks %d to %d", ErrBadHeader, version, headerV1, headerVersion)
 	}
 	d.b = b[2:]
 	var h Header
 	h.Namespace = d.str("namespace", maxNameLen)
 	h.Export = d.str("export", maxNameLen)
 	h.SourceNamespace = d.str("source namespace", maxNameLen)
+	if version >= 2 {
+		// Port 0 has the version-1 encoding; here it would be a second one.
+		if p := d.uvarint("port"); d.err == nil && (p == 0 || p > 65535) {
+			d.fail("port %d is not in 1..65535", p)
+		} else {
+			h.Port = uint16(p)
+		}
+	}
 	n := d.uvarint("label count")
 	if d.err == nil && n > maxLabels {
 		d.fail("%d labels, at most %d", n, maxLabels)

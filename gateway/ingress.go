@@ -43,8 +43,9 @@ func (g *Gateway) serveSession(ctx context.Context, s tunnel.Session) {
 }
 
 // serveStream checks an incoming stream against the exports and policies,
-// and connects it to the export's target. A refused stream is reset with
-// the reason, which the sending gateway sees at once.
+// and connects it to the target of the export's port the client chose. A
+// refused stream is reset with the reason, which the sending gateway sees
+// at once.
 func (g *Gateway) serveStream(peerCluster string, st tunnel.Stream) {
 	h, err := ParseHeader(st.Header())
 	if err != nil {
@@ -66,9 +67,16 @@ func (g *Gateway) serveStream(peerCluster string, st tunnel.Stream) {
 		_ = st.Reset("denied by policy: " + dec.Reason)
 		return
 	}
-	target, err := g.dialTarget(exp.Spec.Target)
+	// The port's own target, never another port's: a client of one port
+	// must not reach the server of another.
+	addr, err := exp.TargetFor(int32(h.Port))
 	if err != nil {
-		g.refuse(st, h.Namespace+"/"+h.Export, fmt.Sprintf("export target %s unreachable: %v", exp.Spec.Target, err))
+		g.refuse(st, h.Namespace+"/"+h.Export, err.Error())
+		return
+	}
+	target, err := g.dialTarget(addr)
+	if err != nil {
+		g.refuse(st, h.Namespace+"/"+h.Export, fmt.Sprintf("export target %s unreachable: %v", addr, err))
 		return
 	}
 	g.metrics.streamOpened(pointIngress)

@@ -77,7 +77,7 @@ func (g *Gateway) writeMetrics(w io.Writer) {
 	for p, name := range pointNames {
 		fmt.Fprintf(w, "strait_policy_denials_total{point=%q} %d\n", name, m.denials[p].Load())
 	}
-	counter("strait_streams_refused_total", "Incoming streams refused: unknown export, bad header, unreachable target.")
+	counter("strait_streams_refused_total", "Incoming streams refused: unknown export or port, bad header, unreachable target.")
 	fmt.Fprintf(w, "strait_streams_refused_total %d\n", m.refused.Load())
 	counter("strait_stream_open_failures_total", "Client connections no peer gateway could take.")
 	fmt.Fprintf(w, "strait_stream_open_failures_total %d\n", m.openFailures.Load())

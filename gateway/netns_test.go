@@ -62,6 +62,10 @@ const (
 	portPrio    = 8083 // denied at ingress unless a higher-precedence allow
 	portGhost   = 8084 // imported, never exported
 	portLate    = 8085 // added and removed while running
+	// One import of a two-port export: each port has its own server.
+	portMulti1    = 8086 // the export's spec.target
+	portMulti2    = 8087 // the port's own target
+	portMultiNone = 8088 // in the import, not in the export
 )
 
 // proc is a process started in a namespace whose output the test reads.
@@ -535,6 +539,7 @@ func TestTwoClusters(t *testing.T) {
 		{"PolicyIngressDeny", testIngressDeny},
 		{"PolicyPriority", testPolicyPriority},
 		{"UnknownExport", testUnknownExport},
+		{"MultiPortExport", testMultiPort},
 		{"BadAdminInput", testBadAdminInput},
 		{"ImportAddressNotLocal", testImportNotLocal},
 		{"IdentityOtherCA", testOtherCA},
@@ -773,6 +778,111 @@ func testUnknownExport(t *testing.T, e *env) {
 	}
 	if log := e.a.proc.out.String(); !strings.Contains(log, "unknown export default/ghost") {
 		t.Errorf("a's log does not give the reason (unknown export default/ghost)")
+	}
+}
+
+// testMultiPort: one export with two ports served by two processes, each
+// naming itself, is reached through one import at clusterset-IP:port1 and
+// :port2, each port on its own server (before multi-port exports, both went
+// to spec.target); the exporting gateway keeps warm connections to both;
+// an import port the export does not have is refused with the reason, not
+// carried to another port's server.
+func testMultiPort(t *testing.T, e *env) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("needs python3 for the file servers")
+	}
+	host, _, _ := net.SplitHostPort(e.target)
+	names := []string{"first", "second"}
+	var targets []string
+	for i, name := range names {
+		www := filepath.Join(t.TempDir(), name)
+		if err := os.MkdirAll(www, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(www, "id"), []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		port := strconv.Itoa(9101 + i)
+		startIn(t, e.server, "python3", "-m", "http.server", "--bind", host, "--directory", www, port)
+		targets = append(targets, net.JoinHostPort(host, port))
+	}
+	for _, tg := range targets {
+		url := "http://" + tg + "/id"
+		for deadline := time.Now().Add(patience); ; time.Sleep(50 * time.Millisecond) {
+			if err := exec.Command("ip", "netns", "exec", e.server, "curl", "-sf", "--max-time", "2", "-o", "/dev/null", url).Run(); err == nil {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("%s not answering: %v", url, err)
+			}
+		}
+	}
+	export := fmt.Sprintf(`apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceExport
+metadata: {name: multi, namespace: default}
+spec:
+  target: "%s"
+  ports:
+  - {name: first, port: %d}
+  - {name: second, port: %d, target: "%s"}
+---
+`, targets[0], portMulti1, portMulti2, targets[1])
+	imp := fmt.Sprintf(`apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceImport
+metadata: {name: multi, namespace: default}
+spec:
+  type: ClusterSetIP
+  ips: [%s]
+  ports: [{name: first, port: %d}, {name: second, port: %d}, {name: none, port: %d}]
+  clusters: [{cluster: a}]
+---
+`, e.b.addr, portMulti1, portMulti2, portMultiNone)
+	e.a.apply(t, export)
+	e.b.apply(t, imp)
+	t.Cleanup(func() {
+		e.b.delete(t, imp)
+		e.a.delete(t, export)
+	})
+
+	// Warm connections per target: the second port's server gets its own.
+	for _, tg := range targets {
+		h, p, _ := net.SplitHostPort(tg)
+		for deadline := time.Now().Add(patience); ; time.Sleep(50 * time.Millisecond) {
+			out, err := exec.Command("ip", "netns", "exec", e.a.netns, "ss", "-tnH", "state", "established", "dst", h, "dport", "= :"+p).CombinedOutput()
+			if err != nil {
+				t.Fatalf("ss: %v: %s", err, out)
+			}
+			if strings.TrimSpace(string(out)) != "" {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("gateway a holds no connection to target %s after %v", tg, patience)
+			}
+		}
+	}
+	// Each port twice, alternating: a port must not stick to the server
+	// the previous connection reached.
+	for _, i := range []int{1, 0, 1, 0} {
+		port := []int{portMulti1, portMulti2}[i]
+		u := fmt.Sprintf("http://%s/id", net.JoinHostPort(e.b.addr, strconv.Itoa(port)))
+		if out, code := e.curl(t, "--fail", u); code != 0 || out != names[i] {
+			t.Errorf("curl %s: exit %d, %q; want the %q server", u, code, out, names[i])
+		}
+	}
+
+	const refused = "strait_streams_refused_total"
+	before := e.a.metric(t, refused)
+	e.mustRefuse(t, portMultiNone)
+	if got := e.a.metric(t, refused) - before; got != 1 {
+		t.Errorf("streams refused on a went up by %v, want 1", got)
+	}
+	if want := fmt.Sprintf("export default/multi has no TCP port %d", portMultiNone); !strings.Contains(e.a.proc.out.String(), want) {
+		t.Errorf("a's log does not give the reason (%s)", want)
+	}
+	// b logs the reset once its splice ends, which may be after curl's.
+	want := fmt.Sprintf("no TCP port %d", portMultiNone)
+	for deadline := time.Now().Add(patience); !strings.Contains(e.b.proc.out.String(), want); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("b's log does not give the exporting gateway's reason (%s)", want)
+		}
 	}
 }
 

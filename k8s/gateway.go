@@ -21,8 +21,9 @@ import (
 
 // GatewayResources derives a gateway's configuration from the cluster's
 // objects: every Peer and AccessPolicy; an export for every valid
-// ServiceExport, with the Service's cluster IP and first port as target
-// (the first ready endpoint for a headless Service); an import for every
+// ServiceExport, with a target per port of the Service, its cluster IP and
+// the port (a headless Service's first ready endpoint for the port, left
+// out while it has none); an import for every
 // ClusterSetIP ServiceImport that has an IP, from the clusters in its
 // status other than this one. Invalid objects are skipped and reported in
 // the returned problems.
@@ -52,15 +53,29 @@ func (c *Controller) GatewayResources(ctx context.Context) (rs []catalog.Resourc
 		if le.svc == nil {
 			continue
 		}
-		target, err := c.target(ctx, le.svc)
+		targets, err := c.targets(ctx, le.svc)
 		if err != nil {
-			problems = append(problems, err.Error())
+			// Not a problem to skip: the push would delete the export
+			// from the gateways over a failed list.
+			return nil, nil, err
+		}
+		// Every port carries its own target, so spec.target stays empty;
+		// clusterExport lists the ports in the Service's order.
+		var ports []catalog.ServicePort
+		for i, p := range le.clusterExport(c.cfg.Cluster).Ports {
+			if targets[i] == "" {
+				problems = append(problems, fmt.Sprintf("export %s/%s: headless service has no ready endpoint for port %q", le.svc.Namespace, le.svc.Name, p.Name))
+				continue
+			}
+			p.Target = targets[i]
+			ports = append(ports, p)
+		}
+		if len(ports) == 0 {
 			continue
 		}
-		ce := le.clusterExport(c.cfg.Cluster)
 		rs = append(rs, &catalog.ServiceExport{
 			Metadata: catalog.ObjectMeta{Name: le.obj.Name, Namespace: le.obj.Namespace, Labels: le.svc.Labels},
-			Spec:     catalog.ServiceExportSpec{Target: target, Ports: ce.Ports},
+			Spec:     catalog.ServiceExportSpec{Ports: ports},
 		})
 	}
 	var imports mcs.ServiceImportList
@@ -101,29 +116,40 @@ func (c *Controller) GatewayResources(ctx context.Context) (rs []catalog.Resourc
 	return valid, problems, nil
 }
 
-// target is where the exporting gateway sends an export's connections.
-func (c *Controller) target(ctx context.Context, svc *corev1.Service) (string, error) {
-	port := svc.Spec.Ports[0]
+// targets returns where the exporting gateway sends each port's
+// connections, in the order of svc.Spec.Ports: the cluster IP and the port
+// (kube-proxy maps it to the pods' target port), or for a headless Service
+// a ready endpoint with the EndpointSlice port of the same name; "" for a
+// headless port without a ready endpoint.
+func (c *Controller) targets(ctx context.Context, svc *corev1.Service) ([]string, error) {
+	out := make([]string, len(svc.Spec.Ports))
 	if ip := svc.Spec.ClusterIP; ip != "" && ip != corev1.ClusterIPNone {
-		return net.JoinHostPort(ip, strconv.Itoa(int(port.Port))), nil
+		for i, p := range svc.Spec.Ports {
+			out[i] = net.JoinHostPort(ip, strconv.Itoa(int(p.Port)))
+		}
+		return out, nil
 	}
 	var list discoveryv1.EndpointSliceList
 	if err := c.client.List(ctx, &list, client.InNamespace(svc.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
-		return "", fmt.Errorf("list endpointslices of %s/%s: %w", svc.Namespace, svc.Name, err)
+		return nil, fmt.Errorf("list endpointslices of %s/%s: %w", svc.Namespace, svc.Name, err)
 	}
-	for _, es := range list.Items {
-		for _, p := range es.Ports {
-			if p.Port == nil || deref(p.Name) != port.Name {
-				continue
-			}
-			for _, ep := range es.Endpoints {
-				if (ep.Conditions.Ready == nil || *ep.Conditions.Ready) && len(ep.Addresses) > 0 {
-					return net.JoinHostPort(ep.Addresses[0], strconv.Itoa(int(*p.Port))), nil
+	for i, port := range svc.Spec.Ports {
+	search:
+		for _, es := range list.Items {
+			for _, p := range es.Ports {
+				if p.Port == nil || deref(p.Name) != port.Name {
+					continue
+				}
+				for _, ep := range es.Endpoints {
+					if (ep.Conditions.Ready == nil || *ep.Conditions.Ready) && len(ep.Addresses) > 0 {
+						out[i] = net.JoinHostPort(ep.Addresses[0], strconv.Itoa(int(*p.Port)))
+						break search
+					}
 				}
 			}
 		}
 	}
-	return "", fmt.Errorf("export %s/%s: headless service has no ready endpoint for port %q", svc.Namespace, svc.Name, port.Name)
+	return out, nil
 }
 
 // syncGateways pushes the derived configuration to every gateway: apply

@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -56,6 +57,27 @@ func TestGatewayResources(t *testing.T) {
 			},
 			Ports: []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8080))}}},
 		&mcs.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "db"}},
+		// Two-port services: each port gets its own target.
+		service(ns, "multi", func(s *corev1.Service) {
+			s.Spec.ClusterIP = "10.0.0.92"
+			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "metrics", Protocol: corev1.ProtocolTCP, Port: 9090})
+		}),
+		&mcs.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "multi"}},
+		service(ns, "hmulti", func(s *corev1.Service) {
+			s.Spec.ClusterIP = corev1.ClusterIPNone
+			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "admin", Protocol: corev1.ProtocolTCP, Port: 9000},
+				corev1.ServicePort{Name: "debug", Protocol: corev1.ProtocolTCP, Port: 7000})
+		}),
+		// The ports in two slices, each with its own pod; "debug" in none.
+		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hmulti-1", Labels: map[string]string{discoveryv1.LabelServiceName: "hmulti"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.1.3.5"}}},
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr("admin"), Port: ptr(int32(9001))}}},
+		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hmulti-2", Labels: map[string]string{discoveryv1.LabelServiceName: "hmulti"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.1.3.6"}}},
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr(int32(8080))}}},
+		&mcs.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hmulti"}},
 		service(ns, "lonely", func(s *corev1.Service) { s.Spec.ClusterIP = corev1.ClusterIPNone }),
 		&mcs.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lonely"}},
 		&mcs.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ghost"}},
@@ -103,11 +125,30 @@ func TestGatewayResources(t *testing.T) {
 		r, _ := got[catalog.Key{Kind: catalog.KindServiceExport, Namespace: ns, Name: name}].(*catalog.ServiceExport)
 		return r
 	}
-	if e := export("web"); e == nil || e.Spec.Target != "10.0.0.91:80" || len(e.Spec.Ports) != 1 {
-		t.Errorf("web: %+v, want target the cluster IP 10.0.0.91:80", e)
+	// targets returns the export's port → target, as the gateway picks them.
+	targets := func(e *catalog.ServiceExport) map[int32]string {
+		if e == nil {
+			return nil
+		}
+		out := map[int32]string{}
+		for _, p := range e.Spec.Ports {
+			out[p.Port], _ = e.TargetFor(p.Port)
+		}
+		return out
 	}
-	if e := export("db"); e == nil || e.Spec.Target != "10.1.2.4:8080" {
-		t.Errorf("db: %+v, want the headless service's first ready endpoint 10.1.2.4:8080", e)
+	for _, tt := range []struct {
+		name string
+		want map[int32]string
+		why  string
+	}{
+		{"web", map[int32]string{80: "10.0.0.91:80"}, "the cluster IP and port"},
+		{"db", map[int32]string{80: "10.1.2.4:8080"}, "the headless service's first ready endpoint"},
+		{"multi", map[int32]string{80: "10.0.0.92:80", 9090: "10.0.0.92:9090"}, "the cluster IP and each port"},
+		{"hmulti", map[int32]string{80: "10.1.3.6:8080", 9000: "10.1.3.5:9001"}, "per port, the ready endpoint of the slice port of the same name; debug, without one, left out"},
+	} {
+		if got := targets(export(tt.name)); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%s: targets %v, want %v: %s", tt.name, got, tt.want, tt.why)
+		}
 	}
 	if export("lonely") != nil || export("ghost") != nil {
 		t.Error("exports without a target (no endpoint, no service) must be left out")
@@ -126,7 +167,7 @@ func TestGatewayResources(t *testing.T) {
 		t.Error("a peer the gateway would refuse must be left out")
 	}
 	all := strings.Join(problems, "\n")
-	for _, want := range []string{"lonely: headless service has no ready endpoint", "Peer bad-" + ns} {
+	for _, want := range []string{"lonely: headless service has no ready endpoint", `hmulti: headless service has no ready endpoint for port "debug"`, "Peer bad-" + ns} {
 		if !strings.Contains(all, want) {
 			t.Errorf("problems %q lack %q", all, want)
 		}
