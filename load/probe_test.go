@@ -56,18 +56,8 @@ func TestDecodeProbeErrors(t *testing.T) {
 // TestProbeLoopback runs both modes against a real server on loopback:
 // every probe is answered, and the sequence numbers are complete.
 func TestProbeLoopback(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- ServeProbes(ctx, ln) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	samples, err := RunProbe(context.Background(), ProbeConfig{Addr: ln.Addr().String(), Modes: []string{ProbeNew, ProbeStream},
+	addr := startProbeServer(t)
+	samples, err := RunProbe(context.Background(), ProbeConfig{Addr: addr, Modes: []string{ProbeNew, ProbeStream},
 		Rate: 500, Duration: 200 * time.Millisecond, Streams: 3, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -253,18 +243,8 @@ func FuzzReadProbeCSV(f *testing.F) {
 // without leaving their ephemeral ports in TIME_WAIT: at 2000/s the port
 // range fills in seconds otherwise and connect grinds (see probeNew).
 func TestProbeNewLeavesNoTimeWait(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- ServeProbes(ctx, ln) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	samples, err := RunProbe(context.Background(), ProbeConfig{Addr: ln.Addr().String(), Modes: []string{ProbeNew},
+	addr := startProbeServer(t)
+	samples, err := RunProbe(context.Background(), ProbeConfig{Addr: addr, Modes: []string{ProbeNew},
 		Rate: 500, Duration: 100 * time.Millisecond, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -283,7 +263,7 @@ func TestProbeNewLeavesNoTimeWait(t *testing.T) {
 	}
 	// Lines: sl local_address rem_address st ...; addresses are hex
 	// IP:port, state 06 is TIME_WAIT.
-	_, srvPort, _ := net.SplitHostPort(ln.Addr().String())
+	_, srvPort, _ := net.SplitHostPort(addr)
 	waiting := 0
 	for _, line := range strings.Split(string(b), "\n")[1:] {
 		f := strings.Fields(line)
@@ -300,4 +280,22 @@ func TestProbeNewLeavesNoTimeWait(t *testing.T) {
 	if waiting > 0 {
 		t.Errorf("%d of the %d probe connections' ports are in TIME_WAIT", waiting, len(ports))
 	}
+}
+
+// startProbeServer serves probes on a loopback port until t ends and
+// returns its address.
+func startProbeServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ServeProbes(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return ln.Addr().String()
 }
