@@ -327,7 +327,11 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	cpu0 := map[*proc]float64{}
 	for _, p := range append(append(append(procsOf(brokers), etcdProc), agents...), gateways...) {
 		if p != nil {
-			cpu0[p] = cpuSeconds(p.cmd.Process.Pid)
+			c, err := cpuSeconds(p.cmd.Process.Pid)
+			if err != nil {
+				return res, err
+			}
+			cpu0[p] = c
 		}
 	}
 	peak := newPeakWatcher(append(procsOf(brokers), etcdProc))
@@ -406,7 +410,11 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		}
 		p := brokers[victim]
 		peak.sample()
-		res.BrokerCPU += cpuSeconds(p.cmd.Process.Pid) - cpu0[p]
+		c, err := cpuSeconds(p.cmd.Process.Pid)
+		if err != nil {
+			return res, err
+		}
+		res.BrokerCPU += c - cpu0[p]
 		killAt = time.Now()
 		_ = p.cmd.Process.Kill()
 		_ = p.cmd.Wait()
@@ -463,7 +471,14 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		isAgent[agents[i]], isGateway[gateways[i]] = true, true
 	}
 	for p, c0 := range cpu0 {
-		d := cpuSeconds(p.cmd.Process.Pid) - c0
+		if p.cmd.ProcessState != nil {
+			continue // the killed broker, counted before the kill
+		}
+		c, err := cpuSeconds(p.cmd.Process.Pid)
+		if err != nil {
+			return res, err
+		}
+		d := c - c0
 		switch {
 		case p == etcdProc:
 			res.EtcdCPU = d
@@ -471,7 +486,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 			res.AgentCPU += d
 		case isGateway[p]:
 			res.GatewayCPU += d
-		case p.cmd.ProcessState == nil:
+		default:
 			res.BrokerCPU += d
 		}
 	}
@@ -628,20 +643,33 @@ func waitAdmin(ctx context.Context, a *gateway.AdminClient) error {
 	return err
 }
 
-// cpuSeconds is utime+stime of pid from /proc (clock ticks of 100 Hz).
-func cpuSeconds(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+// cpuSeconds is utime+stime of pid from /proc (clock ticks of 100 Hz). A
+// process that has not yet used a tick reads 0, which is a measurement; a
+// stat that cannot be read or parsed is an error, never a silent 0.
+func cpuSeconds(pid int) (float64, error) {
+	path := fmt.Sprintf("/proc/%d/stat", pid)
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0
+		return 0, fmt.Errorf("cpu time: %w", err)
 	}
 	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	if len(f) < 13 {
-		return 0
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 > len(s) {
+		return 0, fmt.Errorf("cpu time: %s: no command field", path)
 	}
-	u, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (u + st) / 100
+	f := strings.Fields(s[i+2:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("cpu time: %s: %d fields after the command, want at least 13", path, len(f))
+	}
+	u, err := strconv.ParseUint(f[11], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("cpu time: %s utime: %w", path, err)
+	}
+	st, err := strconv.ParseUint(f[12], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("cpu time: %s stime: %w", path, err)
+	}
+	return float64(u+st) / 100, nil
 }
 
 // peakRSS is VmHWM of pid in bytes.
