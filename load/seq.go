@@ -35,6 +35,11 @@ type SeqConfig struct {
 	Payload int
 	// Requests is the number of measured requests per thread; zero means 1.
 	Requests int
+	// Duration, when set, keeps each thread sending measured requests until
+	// Duration has passed since its first one, Requests being the least it
+	// sends: one setting gives thousands of samples on a fast path and
+	// still a useful number on a slow one.
+	Duration time.Duration
 	// Threads is the number of concurrent threads; zero means 1.
 	Threads int
 	// Warmup is the number of requests each thread sends before the
@@ -84,6 +89,9 @@ func (c SeqConfig) Validate() error {
 	}
 	if c.Warmup < 0 {
 		return fmt.Errorf("warmup %d: must not be negative", c.Warmup)
+	}
+	if c.Duration < 0 {
+		return fmt.Errorf("duration %v: must not be negative", c.Duration)
 	}
 	if c.ThinkTime < 0 {
 		return fmt.Errorf("think time %v: must not be negative", c.ThinkTime)
@@ -198,7 +206,8 @@ func runThread(ctx context.Context, cfg SeqConfig, c *client, thread, requests i
 	defer c.close()
 	payload := make([]byte, cfg.Payload)
 	var think *time.Timer
-	for seq := 1 - cfg.Warmup; seq <= requests; seq++ {
+	var first time.Time // of the first measured request
+	for seq := 1 - cfg.Warmup; seq <= requests || cfg.Duration > 0 && time.Since(first) < cfg.Duration; seq++ {
 		if seq > 1-cfg.Warmup && cfg.ThinkTime > 0 {
 			if think == nil {
 				think = time.NewTimer(cfg.ThinkTime)
@@ -215,6 +224,9 @@ func runThread(ctx context.Context, cfg SeqConfig, c *client, thread, requests i
 			return
 		}
 		FillPayload(payload, thread, seq)
+		if seq == 1 {
+			first = time.Now()
+		}
 		s := Sample{Thread: thread, Seq: seq}
 		c.do(ctx, payload, &s)
 		if ctx.Err() != nil {

@@ -467,3 +467,28 @@ func TestEarlyAnswer(t *testing.T) {
 		t.Logf("%s", s.Err)
 	}
 }
+
+// TestDuration: with Duration a thread goes on past Requests until the
+// time is up, numbering its requests on; without it, it stops at Requests.
+func TestDuration(t *testing.T) {
+	url := startApp(t, apps.Config{Kind: apps.Echo})
+	samples, err := RunSeq(t.Context(), SeqConfig{URL: url, Requests: 2, Duration: time.Second, Payload: 10, VerifyEcho: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(samples) <= 2 {
+		t.Fatalf("%d samples in a second of loopback echoes, want more than --requests (2)", len(samples))
+	}
+	first, last := samples[0], samples[len(samples)-1]
+	if first.Seq != 1 || last.Seq != len(samples) {
+		t.Errorf("seq %d..%d over %d samples", first.Seq, last.Seq, len(samples))
+	}
+	for _, s := range samples {
+		if !s.OK() {
+			t.Fatalf("seq %d: %s", s.Seq, s.Err)
+		}
+	}
+	if err := (SeqConfig{Duration: -time.Second}).Validate(); err == nil || !strings.Contains(err.Error(), "duration") {
+		t.Errorf("negative duration: %v", err)
+	}
+}

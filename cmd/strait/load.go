@@ -68,6 +68,7 @@ request; --verify-echo checks that the response body is the same bytes.`,
 	f.StringVar(&cfg.Method, "method", "", "HTTP method (default POST when --payload > 0, else GET)")
 	f.IntVar(&cfg.Payload, "payload", 0, "request body size in bytes")
 	f.IntVar(&cfg.Requests, "requests", 1, "measured requests per thread")
+	f.DurationVar(&cfg.Duration, "duration", 0, "keep each thread sending until this long after its first measured request (--requests is then the least it sends)")
 	f.IntVar(&cfg.Threads, "threads", 1, "concurrent threads")
 	f.IntVar(&cfg.Warmup, "warmup", 0, "unrecorded requests per thread before the measured ones")
 	f.BoolVar(&keepAlive, "keepalive", true, "reuse one connection per thread (false: connect for every request)")

@@ -77,8 +77,29 @@ type Workload struct {
 	// for remote maintenance, 100 ms for vehicle decision assist); reports
 	// flag cells above it.
 	KPI string `yaml:"kpi" json:"kpi,omitempty"`
+	// KeepAlive, when set, overrides load.keepalive for this workload, so
+	// one experiment can measure a workload on kept connections and on a
+	// new connection per request; the second is reported as
+	// "<name>-newconn".
+	KeepAlive *bool `yaml:"keepalive" json:"keepalive,omitempty"`
 
 	sizes []int
+}
+
+// label is the workload's name in cells, tables and file names.
+func (w Workload) label() string {
+	if w.KeepAlive != nil && !*w.KeepAlive {
+		return w.Name + "-newconn"
+	}
+	return w.Name
+}
+
+// keepAlive is whether the workload's requests reuse their connection.
+func (w Workload) keepAlive(l Load) bool {
+	if w.KeepAlive != nil {
+		return *w.KeepAlive
+	}
+	return l.keepAlive()
 }
 
 // Workload kinds and the port each listens on, on the server node.
@@ -101,13 +122,20 @@ type Throughput struct {
 	Duration string `yaml:"duration" json:"duration"`
 	Reverse  bool   `yaml:"reverse" json:"reverse"`
 	RR       []int  `yaml:"rr" json:"rr,omitempty"`
+	// Scenarios, when set, limits the measurement to these of the
+	// experiment's scenarios (e.g. only where a lossy link makes it say
+	// something); by default it runs in every scenario.
+	Scenarios []string `yaml:"scenarios" json:"scenarios,omitempty"`
 
 	duration time.Duration
 }
 
 // Load are the load generator's settings, as `strait load seq` takes them.
 type Load struct {
-	Requests        int    `yaml:"requests" json:"requests"`
+	Requests int `yaml:"requests" json:"requests"`
+	// Duration, when set, makes each cell send requests for this long,
+	// Requests being the least it sends (see load.SeqConfig.Duration).
+	Duration        string `yaml:"duration" json:"duration,omitempty"`
 	Threads         int    `yaml:"threads" json:"threads"`
 	KeepAlive       *bool  `yaml:"keepalive" json:"keepalive"`
 	Think           string `yaml:"think" json:"think,omitempty"`
@@ -264,6 +292,11 @@ func (e *Experiment) resolve(dir string) error {
 			}
 			tp.duration = d
 		}
+		for i, name := range tp.Scenarios {
+			if !slices.Contains(e.Scenarios, name) {
+				return fmt.Errorf("throughput.scenarios[%d] %q: not one of the experiment's scenarios (%s)", i, name, strings.Join(e.Scenarios, ", "))
+			}
+		}
 		for i, n := range tp.RR {
 			if n < 1 || n > 1<<20 {
 				return fmt.Errorf("throughput.rr[%d] %d: message size must be between 1 and 1048576 bytes", i, n)
@@ -275,10 +308,16 @@ func (e *Experiment) resolve(dir string) error {
 			return err
 		}
 	}
+	labels := map[string]int{}
 	for i := range e.Workloads {
 		if err := e.Workloads[i].resolve(fmt.Sprintf("workloads[%d]", i)); err != nil {
 			return err
 		}
+		l := e.Workloads[i].label()
+		if j, dup := labels[l]; dup {
+			return fmt.Errorf("workloads[%d]: %s is also workloads[%d]; list its payloads once, or set keepalive: false on one of them to measure new connections", i, l, j)
+		}
+		labels[l] = i
 	}
 	return e.Load.validate()
 }
@@ -350,7 +389,7 @@ func (l *Load) validate() error {
 	if l.Requests < 0 || l.Threads < 0 || l.Warmup < 0 {
 		return errors.New("load: requests, threads and warmup must not be negative")
 	}
-	for field, v := range map[string]string{"think": l.Think, "connect-timeout": l.ConnectTimeout, "response-timeout": l.ResponseTimeout} {
+	for field, v := range map[string]string{"think": l.Think, "connect-timeout": l.ConnectTimeout, "response-timeout": l.ResponseTimeout, "duration": l.Duration} {
 		if v == "" {
 			continue
 		}
@@ -397,7 +436,7 @@ func (e *Experiment) kpis() map[string]float64 {
 	}
 	for _, w := range ws {
 		if v := w.kpiMS(); v > 0 {
-			m[w.Name] = v
+			m[w.label()] = v
 		}
 	}
 	return m

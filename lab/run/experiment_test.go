@@ -60,6 +60,10 @@ topology:
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nrate: {rps: 100, workloads: [{name: ftp}]}\n", "rate.workloads[0].name \"ftp\""},
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nrate: {rps: fast}\n", "rps \"fast\""},
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nthroughput: {rr: [0]}\n", "throughput.rr[0] 0"},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nthroughput: {scenarios: [edg10]}\n", "throughput.scenarios[0] \"edg10\""},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nworkloads: [{name: echo}]\nload: {duration: forever}\n", "load.duration"},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nworkloads: [{name: echo}, {name: echo, payloads: [1KB]}]\n", "workloads[1]: echo is also workloads[0]"},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nworkloads: [{name: echo}, {name: echo, keepalive: false}]\n", ""},
 	} {
 		_, err := Parse([]byte(tc.body), t.TempDir())
 		if tc.err == "" {
@@ -166,5 +170,40 @@ client: b/client
 	}
 	if err := e.Override(Overrides{Workloads: []string{"static"}}); err == nil || !strings.Contains(err.Error(), `no workload "static"`) {
 		t.Errorf("--workloads static: %v", err)
+	}
+}
+
+// TestWorkloadConnections checks that one experiment measures a workload on
+// kept connections and on new ones as two cells, and that throughput can
+// be limited to some scenarios, also after --scenarios narrows them.
+func TestWorkloadConnections(t *testing.T) {
+	e, err := LoadExperiment("quickstart")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &runner{e: e}
+	var labels []string
+	for _, c := range r.cells() {
+		if c.Scenario == "lcl" && c.Tool == "direct" {
+			labels = append(labels, c.Workload)
+		}
+	}
+	if !slices.Equal(labels, []string{"echo", "echo-newconn"}) {
+		t.Errorf("lcl direct cells %v, want echo and echo-newconn", labels)
+	}
+	if ka := []bool{e.Workloads[0].keepAlive(e.Load), e.Workloads[1].keepAlive(e.Load)}; !ka[0] || ka[1] {
+		t.Errorf("keep-alive per workload %v, want [true false]", ka)
+	}
+	if n := len(e.Throughput.cells("lcl", "strait")); n != 0 {
+		t.Errorf("%d throughput cells at lcl, want none (throughput.scenarios: [cloud10])", n)
+	}
+	if n := len(e.Throughput.cells("cloud10", "strait")); n != 1 {
+		t.Errorf("%d throughput cells at cloud10, want 1", n)
+	}
+	if err := e.Override(Overrides{Scenarios: []string{"lcl"}}); err != nil {
+		t.Fatal(err)
+	}
+	if e.Throughput != nil {
+		t.Errorf("--scenarios lcl kept throughput %+v, which runs only at cloud10", e.Throughput)
 	}
 }

@@ -25,6 +25,12 @@ func (e *Experiment) Override(o Overrides) error {
 	var notes []string
 	if len(o.Scenarios) > 0 {
 		e.Scenarios = o.Scenarios
+		if tp := e.Throughput; tp != nil && len(tp.Scenarios) > 0 {
+			tp.Scenarios = slices.DeleteFunc(tp.Scenarios, func(s string) bool { return !slices.Contains(o.Scenarios, s) })
+			if len(tp.Scenarios) == 0 {
+				e.Throughput = nil // measured in none of the scenarios kept
+			}
+		}
 		notes = append(notes, "scenarios="+strings.Join(o.Scenarios, ","))
 	}
 	if len(o.Tools) > 0 {

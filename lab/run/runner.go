@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/strait-net/strait/lab"
+	"github.com/strait-net/strait/lab/emulation"
 	"github.com/strait-net/strait/lab/scenario"
 	"github.com/strait-net/strait/lab/tool"
 	"github.com/strait-net/strait/load"
@@ -416,8 +417,8 @@ func (r *runner) measureTool(ctx context.Context, t tool.Tool, env tool.Env, u u
 	for _, w := range r.e.Workloads {
 		target := targets[w.Name]
 		for _, size := range w.sizes {
-			cell := Cell{Scenario: u.scenario.Name, Tool: t.Name(), Workload: w.Name, Payload: size}
-			samples, err := r.measure(ctx, env, cell, target, u.rep)
+			cell := Cell{Scenario: u.scenario.Name, Tool: t.Name(), Workload: w.label(), Payload: size}
+			samples, err := r.measure(ctx, env, cell, w, target, u.rep)
 			if err != nil {
 				return err
 			}
@@ -488,14 +489,14 @@ func rawPath(dir string, cell Cell, rep int) string {
 
 // measure runs the load generator on the client node for one cell and
 // repetition; its CSV stays in raw/ and is what every later step reads.
-func (r *runner) measure(ctx context.Context, env tool.Env, cell Cell, target string, rep int) ([]load.Sample, error) {
+func (r *runner) measure(ctx context.Context, env tool.Env, cell Cell, w Workload, target string, rep int) ([]load.Sample, error) {
 	raw := rawPath(r.dir, cell, rep)
 	l := r.e.Load
 	args := []string{r.opts.Binary, "load", "seq",
 		"--url", "http://" + target + "/",
 		"--requests", strconv.Itoa(l.Requests),
 		"--threads", strconv.Itoa(l.Threads),
-		"--keepalive=" + strconv.FormatBool(l.keepAlive()),
+		"--keepalive=" + strconv.FormatBool(w.keepAlive(l)),
 		"--payload", strconv.Itoa(cell.Payload),
 		"--warmup", strconv.Itoa(l.Warmup),
 		"--csv", raw + ".tmp",
@@ -504,13 +505,17 @@ func (r *runner) measure(ctx context.Context, env tool.Env, cell Cell, target st
 	if l.Think != "" {
 		args = append(args, "--think", l.Think)
 	}
+	if l.Duration != "" {
+		d, _ := emulation.ParseDuration(l.Duration) // checked by Load.validate
+		args = append(args, "--duration", d.String())
+	}
 	if l.ConnectTimeout != "" {
 		args = append(args, "--connect-timeout", l.ConnectTimeout)
 	}
 	if l.ResponseTimeout != "" {
 		args = append(args, "--response-timeout", l.ResponseTimeout)
 	}
-	if cell.Workload == "echo" {
+	if w.Name == "echo" {
 		args = append(args, "--verify-echo")
 	}
 	cmd, err := env.Lab.Command(ctx, env.Client.ID, args...)
@@ -549,7 +554,7 @@ func (r *runner) cells() []Cell {
 		for _, t := range r.e.Tools {
 			for _, w := range r.e.Workloads {
 				for _, size := range w.sizes {
-					cells = append(cells, Cell{Scenario: sc.Name, Tool: t, Workload: w.Name, Payload: size})
+					cells = append(cells, Cell{Scenario: sc.Name, Tool: t, Workload: w.label(), Payload: size})
 				}
 			}
 		}
@@ -720,6 +725,9 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 		if err := report.WriteThroughputTable(table, tput); err != nil {
 			return err
 		}
+	}
+	if err := WriteVerdicts(table, res.Cells, tput); err != nil {
+		return err
 	}
 	// A table.txt that did not reach the disk is an error, not a
 	// deferred close's silence.

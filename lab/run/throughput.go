@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,9 @@ func throughputPath(dir string, c report.ThroughputCell, rep int) string {
 // cells lists the stream cells of one scenario and tool: bulk
 // for every stream count, then rr for every message size and count.
 func (tp *Throughput) cells(scenario, tool string) []report.ThroughputCell {
+	if len(tp.Scenarios) > 0 && !slices.Contains(tp.Scenarios, scenario) {
+		return nil
+	}
 	var cells []report.ThroughputCell
 	for _, rr := range append([]int{0}, tp.RR...) {
 		for _, n := range tp.Streams {

@@ -1,0 +1,121 @@
+package run
+
+import (
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/strait-net/strait/report"
+)
+
+// absoluteBelowMS is the direct response time under which a tool's cost is
+// stated in milliseconds rather than as a ratio: on a link of a tenth of a
+// millisecond, "2.8× direct" says less than "+0.25 ms per request".
+const absoluteBelowMS = 2
+
+// WriteVerdicts says in one line of plain words, for every cell of a tool
+// other than direct, what the tool costs or gains there: a time difference
+// on fast paths, a ratio with its 95 % interval elsewhere, "at par" when the
+// interval holds 1. Throughput cells compare Gbit/s with direct's in the same
+// scenario and stream count.
+func WriteVerdicts(w io.Writer, cells []CellResult, tput []report.ThroughputSummary) error {
+	direct := map[Cell]CellResult{}
+	for _, c := range cells {
+		if c.Tool == report.Baseline {
+			k := c.Cell
+			k.Tool = ""
+			direct[k] = c
+		}
+	}
+	var lines []string
+	for _, c := range cells {
+		k := c.Cell
+		k.Tool = ""
+		d, ok := direct[k]
+		if c.Tool == report.Baseline || !ok || c.RatioIQRMean == nil {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("%s %s %s: %s", c.Scenario, c.Workload, report.FormatSize(c.Payload), requestVerdict(c, d)))
+	}
+	bulk := map[report.ThroughputCell]report.ThroughputSummary{}
+	for _, s := range tput {
+		if s.Tool == report.Baseline && s.RR == 0 {
+			k := s.ThroughputCell
+			k.Tool = ""
+			bulk[k] = s
+		}
+	}
+	for _, s := range tput {
+		k := s.ThroughputCell
+		k.Tool = ""
+		d, ok := bulk[k]
+		if s.Tool == report.Baseline || s.RR != 0 || !ok || d.MeanGbps <= 0 {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("%s bulk ×%d: %s", s.Scenario, s.Streams, throughputVerdict(s, d)))
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	if _, err := fmt.Fprintln(w, "\nIn plain words (IQR mean of each cell against direct's; 95 % bootstrap intervals):"); err != nil {
+		return err
+	}
+	for _, l := range lines {
+		if _, err := fmt.Fprintln(w, "  "+l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func requestVerdict(c, d CellResult) string {
+	x, y := c.IQRMeanMS, d.IQRMeanMS
+	r := *c.RatioIQRMean
+	iv := ""
+	atPar := false
+	if ci := c.RatioIQRMeanCI; ci != nil && ci.Valid() {
+		iv = fmt.Sprintf(" [%.2f, %.2f]", ci.Lo, ci.Hi)
+		atPar = ci.Lo <= 1 && ci.Hi >= 1
+	}
+	both := fmt.Sprintf("%s ms against %s ms direct", ms(x), ms(y))
+	switch {
+	case y < absoluteBelowMS && !atPar:
+		verb := "costs"
+		if x < y {
+			verb = "saves"
+		}
+		return fmt.Sprintf("%s %s %s ms per request (%s)", c.Tool, verb, ms(math.Abs(x-y)), both)
+	case atPar:
+		return fmt.Sprintf("%s is at par with direct (%s; %.3f×%s)", c.Tool, both, r, iv)
+	case r < 1:
+		return fmt.Sprintf("%s is %.2f× faster than direct (%s; %.3f×%s)", c.Tool, 1/r, both, r, iv)
+	default:
+		return fmt.Sprintf("%s costs %.0f %% more than direct, +%s ms (%s; %.3f×%s)", c.Tool, (r-1)*100, ms(x-y), both, r, iv)
+	}
+}
+
+func throughputVerdict(s, d report.ThroughputSummary) string {
+	r := s.MeanGbps / d.MeanGbps
+	both := fmt.Sprintf("%.3g Gbit/s against %.3g Gbit/s direct", s.MeanGbps, d.MeanGbps)
+	switch {
+	case r >= 1.05:
+		return fmt.Sprintf("%s moves %.1f× as much as direct (%s)", s.Tool, r, both)
+	case r <= 0.95:
+		return fmt.Sprintf("%s moves %.2f× what direct moves (%s)", s.Tool, r, both)
+	default:
+		return fmt.Sprintf("%s moves as much as direct (%s)", s.Tool, both)
+	}
+}
+
+// ms formats milliseconds with three significant digits, at least to the
+// microsecond below 1 ms.
+func ms(v float64) string {
+	switch {
+	case v < 1:
+		return fmt.Sprintf("%.3f", v)
+	case v < 100:
+		return fmt.Sprintf("%.3g", v)
+	default:
+		return fmt.Sprintf("%.0f", v)
+	}
+}
