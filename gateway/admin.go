@@ -67,12 +67,15 @@ type ApplyResult struct {
 
 // Status is a gateway's view of itself.
 type Status struct {
-	Cluster  string       `json:"cluster"`
-	WAN      string       `json:"wan"`
-	Revision uint64       `json:"revision"`
-	Peers    []PeerStatus `json:"peers"`
-	Imports  []string     `json:"imports"`
-	Exports  []string     `json:"exports"`
+	Cluster  string `json:"cluster"`
+	WAN      string `json:"wan"`
+	Revision uint64 `json:"revision"`
+	// Intercept is how imports receive connections: "steer" (one listener
+	// for every IPv4 import address, see Config.Intercept) or "listeners".
+	Intercept string       `json:"intercept"`
+	Peers     []PeerStatus `json:"peers"`
+	Imports   []string     `json:"imports"`
+	Exports   []string     `json:"exports"`
 }
 
 // PeerStatus describes the sessions to one peer cluster.
@@ -268,6 +271,10 @@ func (g *Gateway) status() Status {
 		st.WAN = g.wan.Addr().String()
 	}
 	g.mu.Lock()
+	st.Intercept = InterceptListeners
+	if g.steering != nil {
+		st.Intercept = InterceptSteer
+	}
 	for addr, l := range g.listeners {
 		r := l.route.Load()
 		st.Imports = append(st.Imports, r.ns+"/"+r.name+" "+addr)
