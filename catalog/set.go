@@ -466,6 +466,34 @@ func (st *Store) Apply(rs ...Resource) (changed int, err error) {
 	})
 }
 
+// ApplyDecoded is Apply for resources fresh from DecodeJSON (decoded,
+// normalized and validated) that the caller hands over: the store keeps
+// them as they are, without Apply's copy and second validation (a JSON
+// round trip each, a third of an admin apply's CPU with 20 000 imports).
+// The caller must not use them afterwards.
+func (st *Store) ApplyDecoded(rs ...Resource) (changed int, err error) {
+	es := make([]entry, len(rs))
+	for i, r := range rs {
+		normalize(r)
+		data, err := json.Marshal(r)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", r.Key(), err)
+		}
+		es[i] = entry{res: r, json: data}
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.update(func(s *Set) int {
+		n := 0
+		for _, e := range es {
+			if s.applyLocked(e) {
+				n++
+			}
+		}
+		return n
+	})
+}
+
 // Delete removes resources by key and persists the result, returning how
 // many were there.
 func (st *Store) Delete(keys ...Key) (deleted int, err error) {
