@@ -138,6 +138,9 @@ func testImportsIncremental(t *testing.T, mode string) {
 	step("off host", false, []catalog.Resource{imp("w", "192.0.2.1")}, "import ns/w", at("x", "127.77.0.3"))
 	step("unrelated apply", false, []catalog.Resource{imp("v", "127.77.0.4")}, "import ns/w", at("x", "127.77.0.3"), at("v", "127.77.0.4"))
 	step("fix w", false, []catalog.Resource{imp("w", "127.77.0.5")}, "", at("x", "127.77.0.3"), at("v", "127.77.0.4"), at("w", "127.77.0.5"))
+	if h, err := ad.Health(); err != nil || h.ImportCount != 3 || h.Imports != nil || h.Intercept != mode {
+		t.Fatalf("health: %+v, %v; want 3 imports counted, not listed", h, err)
+	}
 }
 
 // startAdminGateway runs gateway "a" of a fresh clusterset in this process,

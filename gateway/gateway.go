@@ -356,6 +356,9 @@ func (g *Gateway) reconcileAll(set *catalog.Set) error {
 		}
 		g.listeners[addr] = l
 	}
+	if err := g.flushSteering(); err != nil {
+		errs = append(errs, err)
+	}
 	rec.namesErr = g.names.Set(rec.names)
 	if rec.namesErr != nil {
 		rec.namesErr = fmt.Errorf("dns names: %w", rec.namesErr)
@@ -476,6 +479,9 @@ func (g *Gateway) reconcileChanges(set *catalog.Set, changed []catalog.Resource,
 			}
 			g.listeners[a] = l
 		}
+	}
+	if err := g.flushSteering(); err != nil {
+		errs = append(errs, err)
 	}
 	if len(imports) > 0 {
 		rec.namesErr = g.names.Set(rec.names)

@@ -280,13 +280,27 @@ func (s *Steerer) Add(ds ...Dest) error {
 
 // Remove stops steering the destinations; those not steered are ignored.
 func (s *Steerer) Remove(ds ...Dest) error {
-	for _, d := range ds {
-		k, _, err := keyOf(d)
-		if err != nil {
+	keys := make([]destKey, len(ds))
+	for i, d := range ds {
+		var err error
+		if keys[i], _, err = keyOf(d); err != nil {
 			return err
 		}
+	}
+	if len(keys) > 1 {
+		// A batch stops at the first key missing; the rest go one by one.
+		n, err := s.dests.BatchDelete(keys, nil)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, ebpf.ErrKeyNotExist) && !errors.Is(err, ebpf.ErrNotSupported) {
+			return fmt.Errorf("steer: remove %d destinations: %w", len(ds), err)
+		}
+		keys, ds = keys[n:], ds[n:]
+	}
+	for i, k := range keys {
 		if err := s.dests.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("steer: remove %s:%d: %w", d.Addr, d.Port, err)
+			return fmt.Errorf("steer: remove %s:%d: %w", ds[i].Addr, ds[i].Port, err)
 		}
 	}
 	return nil
