@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 )
@@ -665,5 +666,37 @@ func TestStoreApplyDecoded(t *testing.T) {
 	}
 	if re.Set().Len() != len(rs) {
 		t.Fatalf("reopened: %d resources, want %d", re.Set().Len(), len(rs))
+	}
+}
+
+// TestChangesShared: the same resources and deletions as Changes, by
+// key and content, since any revision.
+func TestChangesShared(t *testing.T) {
+	var s Set
+	rs, err := Parse(strings.NewReader(example))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		if _, err := s.Apply(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Delete(rs[0].Key())
+	enc := func(rs []Resource) string {
+		sort.Slice(rs, func(i, j int) bool { return rs[i].Key().less(rs[j].Key()) })
+		var b bytes.Buffer
+		if err := Encode(&b, rs); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	for since := uint64(0); since <= s.Revision(); since++ {
+		c, d, rev, reset := s.Changes(since)
+		cs, ds, revs, resets := s.ChangesShared(since)
+		sort.Slice(ds, func(i, j int) bool { return ds[i].less(ds[j]) })
+		if enc(c) != enc(cs) || fmt.Sprint(d) != fmt.Sprint(ds) || rev != revs || reset != resets {
+			t.Errorf("since %d: ChangesShared differs from Changes", since)
+		}
 	}
 }

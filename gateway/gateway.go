@@ -302,7 +302,7 @@ func (g *Gateway) reconcile() error {
 	}
 	set := g.store.Set()
 	if g.rec.rev != 0 {
-		changed, deleted, rev, reset := set.Changes(g.rec.rev)
+		changed, deleted, rev, reset := set.ChangesShared(g.rec.rev) // read only
 		if !reset {
 			if err, ok := g.reconcileChanges(set, changed, deleted); ok {
 				g.rec.rev = rev
