@@ -27,6 +27,7 @@ import (
 //	state: /var/lib/strait/a.json     # resources survive restarts here
 //	dns: 127.0.0.1:5353               # clusterset.local DNS ("" = off)
 //	metrics: 127.0.0.1:9464           # Prometheus /metrics ("" = off)
+//	intercept: auto                   # imports: steer (sk_lookup), listeners, or auto
 //	sources:                          # who a client address is, for policies
 //	  - {cidr: 10.0.0.0/8, namespace: default, labels: {app: web}}
 //	resources: [exports.yaml]         # applied at start, before the admin API opens
