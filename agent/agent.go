@@ -358,7 +358,7 @@ func (a *Agent) followGateway(ctx context.Context) error {
 	}
 	for ctx.Err() == nil {
 		if time.Since(lastStatus) >= healthEvery || wan == "" {
-			s, err := a.admin.Status()
+			s, err := a.admin.Health()
 			if err != nil {
 				fail("gateway status", err)
 			} else {

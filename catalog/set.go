@@ -145,10 +145,33 @@ func (s *Set) Wait(rev uint64) <-chan struct{} {
 // reset is true and changed holds every resource of those kinds: the
 // caller drops whatever it holds that is not in it.
 func (s *Set) Changes(since uint64, kinds ...Kind) (changed []Resource, deleted []Key, rev uint64, reset bool) {
+	keep, deleted, rev, reset := s.changes(since, kinds)
+	sort.Slice(keep, func(i, j int) bool { return keep[i].res.Key().less(keep[j].res.Key()) })
+	sort.Slice(deleted, func(i, j int) bool { return deleted[i].less(deleted[j]) })
+	changed = make([]Resource, len(keep))
+	for i, e := range keep {
+		changed[i] = e.clone()
+	}
+	return changed, deleted, rev, reset
+}
+
+// ChangesShared is Changes without the copies and the order: the stored
+// resources themselves, which the caller must not modify. It is for a
+// reader that only looks (the gateway realizing thousands of imports per
+// apply, where the copies were half of its reconcile).
+func (s *Set) ChangesShared(since uint64, kinds ...Kind) (changed []Resource, deleted []Key, rev uint64, reset bool) {
+	keep, deleted, rev, reset := s.changes(since, kinds)
+	changed = make([]Resource, len(keep))
+	for i, e := range keep {
+		changed[i] = e.res
+	}
+	return changed, deleted, rev, reset
+}
+
+func (s *Set) changes(since uint64, kinds []Kind) (keep []entry, deleted []Key, rev uint64, reset bool) {
 	s.mu.RLock()
 	rev = s.rev
 	reset = since < s.floor || since > s.rev
-	var keep []entry
 	for k, e := range s.items {
 		if (reset || e.rev > since) && (len(kinds) == 0 || contains(kinds, k.Kind)) {
 			keep = append(keep, e)
@@ -162,13 +185,7 @@ func (s *Set) Changes(since uint64, kinds ...Kind) (changed []Resource, deleted 
 		}
 	}
 	s.mu.RUnlock()
-	sort.Slice(keep, func(i, j int) bool { return keep[i].res.Key().less(keep[j].res.Key()) })
-	sort.Slice(deleted, func(i, j int) bool { return deleted[i].less(deleted[j]) })
-	changed = make([]Resource, len(keep))
-	for i, e := range keep {
-		changed[i] = e.clone()
-	}
-	return changed, deleted, rev, reset
+	return keep, deleted, rev, reset
 }
 
 // clone deep-copies the entry's resource. Stored resources went through
@@ -452,6 +469,34 @@ func (st *Store) Apply(rs ...Resource) (changed int, err error) {
 		if es[i], err = prepare(r); err != nil {
 			return 0, err
 		}
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.update(func(s *Set) int {
+		n := 0
+		for _, e := range es {
+			if s.applyLocked(e) {
+				n++
+			}
+		}
+		return n
+	})
+}
+
+// ApplyDecoded is Apply for resources fresh from DecodeJSON (decoded,
+// normalized and validated) that the caller hands over: the store keeps
+// them as they are, without Apply's copy and second validation (a JSON
+// round trip each, a third of an admin apply's CPU with 20 000 imports).
+// The caller must not use them afterwards.
+func (st *Store) ApplyDecoded(rs ...Resource) (changed int, err error) {
+	es := make([]entry, len(rs))
+	for i, r := range rs {
+		normalize(r)
+		data, err := json.Marshal(r)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", r.Key(), err)
+		}
+		es[i] = entry{res: r, json: data}
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()

@@ -33,7 +33,8 @@ import (
 //	GET    /v1/watch?since=R[&kind=K][&wait=D]   → Changes after revision R (JSON); with
 //	                                               wait (a Go duration, at most 20s) it
 //	                                               long-polls until something changed
-//	GET    /v1/status                            → Status
+//	GET    /v1/status[?lists=false]              → Status (without the import and
+//	                                               export lists: counts only)
 const maxAdminBody = 8 << 20
 
 // maxWatchWait bounds a watch's long poll.
@@ -67,12 +68,19 @@ type ApplyResult struct {
 
 // Status is a gateway's view of itself.
 type Status struct {
-	Cluster  string       `json:"cluster"`
-	WAN      string       `json:"wan"`
-	Revision uint64       `json:"revision"`
-	Peers    []PeerStatus `json:"peers"`
-	Imports  []string     `json:"imports"`
-	Exports  []string     `json:"exports"`
+	Cluster  string `json:"cluster"`
+	WAN      string `json:"wan"`
+	Revision uint64 `json:"revision"`
+	// Intercept is how imports receive connections: "steer" (one listener
+	// for every IPv4 import address, see Config.Intercept) or "listeners".
+	Intercept string       `json:"intercept"`
+	Peers     []PeerStatus `json:"peers"`
+	Imports   []string     `json:"imports"`
+	Exports   []string     `json:"exports"`
+	// ImportCount counts import addresses served, ExportCount exports
+	// (also when the lists are left out: AdminClient.Health).
+	ImportCount int `json:"importCount"`
+	ExportCount int `json:"exportCount"`
 }
 
 // PeerStatus describes the sessions to one peer cluster.
@@ -120,8 +128,8 @@ func (g *Gateway) serveAdmin(ctx context.Context) (*http.Server, error) {
 	mux.HandleFunc("POST /v1/delete", g.handleChange(true))
 	mux.HandleFunc("GET /v1/resources", g.handleGet)
 	mux.HandleFunc("GET /v1/watch", g.handleWatch)
-	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, g.status())
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, g.status(r.URL.Query().Get("lists") != "false"))
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	g.spawn(func() { _ = srv.Serve(ln) })
@@ -137,7 +145,8 @@ func (g *Gateway) handleChange(del bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var rs []catalog.Resource
 		var err error
-		if r.Header.Get("Content-Type") == "application/json" {
+		decoded := r.Header.Get("Content-Type") == "application/json"
+		if decoded {
 			rs, err = decodeResources(io.LimitReader(r.Body, maxAdminBody))
 		} else {
 			rs, err = catalog.Parse(io.LimitReader(r.Body, maxAdminBody))
@@ -153,6 +162,8 @@ func (g *Gateway) handleChange(del bool) http.HandlerFunc {
 				keys[i] = res.Key()
 			}
 			n, err = g.store.Delete(keys...)
+		} else if decoded {
+			n, err = g.store.ApplyDecoded(rs...) // DecodeJSON validated them, and they are ours
 		} else {
 			n, err = g.store.Apply(rs...)
 		}
@@ -262,19 +273,33 @@ func (g *Gateway) handleWatch(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (g *Gateway) status() Status {
+// status is the gateway's Status; without lists, Imports and Exports are
+// left out (tens of thousands of lines an agent's health check has no use
+// for) and only counted.
+func (g *Gateway) status(lists bool) Status {
 	st := Status{Cluster: g.cfg.Cluster, Revision: g.store.Set().Revision(), Peers: g.peerStatus()}
 	if g.wan != nil {
 		st.WAN = g.wan.Addr().String()
 	}
 	g.mu.Lock()
-	for addr, l := range g.listeners {
-		r := l.route.Load()
-		st.Imports = append(st.Imports, r.ns+"/"+r.name+" "+addr)
+	st.Intercept = InterceptListeners
+	if g.steering != nil {
+		st.Intercept = InterceptSteer
+	}
+	st.ImportCount = len(g.listeners)
+	if lists {
+		for addr, l := range g.listeners {
+			r := l.route.Load()
+			st.Imports = append(st.Imports, r.ns+"/"+r.name+" "+addr)
+		}
 	}
 	g.mu.Unlock()
-	for k := range g.routes.Load().exports {
-		st.Exports = append(st.Exports, k.ns+"/"+k.name)
+	exports := g.routes.Load().exports
+	st.ExportCount = len(exports)
+	if lists {
+		for k := range exports {
+			st.Exports = append(st.Exports, k.ns+"/"+k.name)
+		}
 	}
 	sort.Strings(st.Imports)
 	sort.Strings(st.Exports)
@@ -504,4 +529,12 @@ type WatchResult struct {
 func (c *AdminClient) Status() (Status, error) {
 	var s Status
 	return s, c.do("GET", "/v1/status", nil, &s)
+}
+
+// Health returns the gateway's status without the lists of imports and
+// exports (only their counts): what a health check polling every second
+// should ask, as the lists grow with the clusterset.
+func (c *AdminClient) Health() (Status, error) {
+	var s Status
+	return s, c.do("GET", "/v1/status?lists=false", nil, &s)
 }

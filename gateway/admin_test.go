@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -80,9 +81,23 @@ func TestAdminWatch(t *testing.T) {
 // the result is what realizing everything would give: a moved import
 // frees its old address, an address claimed by two imports stays open
 // for the one left when the other goes, and an import whose address is
-// not on this host is reported on every apply until it is fixed.
+// not on this host is reported on every apply until it is fixed. It runs
+// with a listener per import address and, as root, steered.
 func TestAdminImportsIncremental(t *testing.T) {
-	ad, _ := startAdminGateway(t, "incr")
+	modes := []string{gateway.InterceptListeners}
+	if os.Geteuid() == 0 {
+		modes = append(modes, gateway.InterceptSteer)
+	}
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) { testImportsIncremental(t, mode) })
+	}
+}
+
+func testImportsIncremental(t *testing.T, mode string) {
+	ad, _ := startAdminGatewayWith(t, "incr", mode)
+	if st, err := ad.Status(); err != nil || st.Intercept != mode {
+		t.Fatalf("intercept %q, %v; want %s", st.Intercept, err, mode)
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -123,12 +138,20 @@ func TestAdminImportsIncremental(t *testing.T) {
 	step("off host", false, []catalog.Resource{imp("w", "192.0.2.1")}, "import ns/w", at("x", "127.77.0.3"))
 	step("unrelated apply", false, []catalog.Resource{imp("v", "127.77.0.4")}, "import ns/w", at("x", "127.77.0.3"), at("v", "127.77.0.4"))
 	step("fix w", false, []catalog.Resource{imp("w", "127.77.0.5")}, "", at("x", "127.77.0.3"), at("v", "127.77.0.4"), at("w", "127.77.0.5"))
+	if h, err := ad.Health(); err != nil || h.ImportCount != 3 || h.Imports != nil || h.Intercept != mode {
+		t.Fatalf("health: %+v, %v; want 3 imports counted, not listed", h, err)
+	}
 }
 
 // startAdminGateway runs gateway "a" of a fresh clusterset in this process,
 // without peers or preconnection, and returns its admin client once the
 // admin socket answers, and the socket's path.
 func startAdminGateway(t *testing.T, clusterset string) (*gateway.AdminClient, string) {
+	t.Helper()
+	return startAdminGatewayWith(t, clusterset, gateway.InterceptListeners)
+}
+
+func startAdminGatewayWith(t *testing.T, clusterset, intercept string) (*gateway.AdminClient, string) {
 	t.Helper()
 	dir := t.TempDir()
 	if _, err := fabric.InitDir(dir, clusterset, 24*time.Hour, false); err != nil {
@@ -139,7 +162,7 @@ func startAdminGateway(t *testing.T, clusterset string) (*gateway.AdminClient, s
 	}
 	sock := filepath.Join(dir, "a.sock")
 	g, err := gateway.New(gateway.Config{Cluster: "a", Identity: gateway.IdentityFiles{Dir: dir}, Listen: "127.0.0.1:0",
-		Admin: sock, State: filepath.Join(dir, "state.json"), Preconnect: -1})
+		Admin: sock, State: filepath.Join(dir, "state.json"), Preconnect: -1, Intercept: intercept})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,6 +39,7 @@ type pair struct {
 	a, b       *gateway.AdminClient
 	aWAN       string
 	importAddr string
+	metrics    map[string]string // cluster → its /metrics address
 }
 
 // startPair starts the pair and waits for b's session to a. In-process
@@ -59,13 +60,13 @@ func startPairWith(tb testing.TB, transport string) *pair {
 		}
 	}
 	target := echoServer(tb)
-	p := &pair{importAddr: freeAddr(tb)}
+	p := &pair{importAddr: freeAddr(tb), metrics: map[string]string{"a": freeAddr(tb), "b": freeAddr(tb)}}
 	ctx, cancel := context.WithCancel(context.Background())
 	start := func(cluster string) *gateway.AdminClient {
 		g, err := gateway.New(gateway.Config{
 			Cluster: cluster, Identity: gateway.IdentityFiles{Dir: dir}, Listen: "127.0.0.1:0",
 			Admin: filepath.Join(dir, cluster+".sock"), State: filepath.Join(dir, cluster+".json"),
-			Transport: transport,
+			Transport: transport, Metrics: p.metrics[cluster],
 		})
 		if err != nil {
 			tb.Fatal(err)

@@ -27,6 +27,7 @@ import (
 //	state: /var/lib/strait/a.json     # resources survive restarts here
 //	dns: 127.0.0.1:5353               # clusterset.local DNS ("" = off)
 //	metrics: 127.0.0.1:9464           # Prometheus /metrics ("" = off)
+//	intercept: auto                   # imports: steer (sk_lookup), listeners, or auto
 //	sources:                          # who a client address is, for policies
 //	  - {cidr: 10.0.0.0/8, namespace: default, labels: {app: web}}
 //	resources: [exports.yaml]         # applied at start, before the admin API opens
@@ -79,6 +80,13 @@ type Config struct {
 	// the cluster's gateways (e.g. a resilient nexthop group) can drop a
 	// dead one.
 	Health string `yaml:"health"`
+	// Intercept is how the gateway receives its imports' connections:
+	// "steer" gives every IPv4 import address:port to one listener with an
+	// eBPF sk_lookup program (needs CAP_BPF and CAP_NET_ADMIN; an import
+	// costs a map entry), "listeners" opens a listening socket per import
+	// address:port, "auto" (the default) steers where the program loads
+	// and falls back to listeners with a warning where it does not.
+	Intercept string `yaml:"intercept"`
 
 	Logger *slog.Logger `yaml:"-"`
 }
@@ -101,6 +109,13 @@ type Source struct {
 
 	prefix netip.Prefix
 }
+
+// Intercept modes.
+const (
+	InterceptAuto      = "auto"
+	InterceptSteer     = "steer"
+	InterceptListeners = "listeners"
+)
 
 // Transports.
 const (
@@ -204,6 +219,11 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("transport %q: must be %s or %s", c.Transport, TransportTLS, TransportQUIC)
 	}
+	switch c.Intercept {
+	case "", InterceptAuto, InterceptSteer, InterceptListeners:
+	default:
+		return fmt.Errorf("intercept %q: must be %s, %s or %s", c.Intercept, InterceptAuto, InterceptSteer, InterceptListeners)
+	}
 	if c.Preconnect < -1 || c.Preconnect > 64 {
 		return fmt.Errorf("preconnect %d: must be -1 (off), 0 (default %d) or up to 64", c.Preconnect, defaultPrecon)
 	}
@@ -271,6 +291,13 @@ func (c *Config) probeInterval() time.Duration {
 		return defaultProbeInterval
 	}
 	return c.ProbeInterval
+}
+
+func (c *Config) intercept() string {
+	if c.Intercept == "" {
+		return InterceptAuto
+	}
+	return c.Intercept
 }
 
 func (c *Config) probeMisses() int {

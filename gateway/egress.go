@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"sync/atomic"
 	"time"
 
@@ -19,16 +20,29 @@ type importRoute struct {
 	labels   map[string]string
 }
 
-// importListener accepts client connections on one address of an import.
+// importListener accepts client connections on one address of an import:
+// its own listening socket, or the steering's shared one.
 type importListener struct {
 	ln    *net.TCPListener
 	port  uint16 // the import's port: the exporting gateway picks the target by it
 	route atomic.Pointer[importRoute]
+
+	steered *steering      // set when steered instead of ln
+	dst     netip.AddrPort // the steered destination
 }
 
-func (l *importListener) close() { l.ln.Close() }
+func (l *importListener) close() {
+	if l.steered != nil {
+		l.steered.unsteer(l)
+		return
+	}
+	l.ln.Close()
+}
 
 func (g *Gateway) listenImport(addr string, route *importRoute) (*importListener, error) {
+	if l, ok, err := g.steerImport(addr, route); ok {
+		return l, err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -95,13 +109,15 @@ func (g *Gateway) serveClient(c *net.TCPConn, route *importRoute, port uint16) {
 			lastErr = errors.New("no Peer resource for cluster " + cluster)
 			continue
 		}
+		start := time.Now()
 		st, err := pool.OpenStream(context.Background(), key, hdr)
 		if err != nil {
 			lastErr = err
 			continue
 		}
+		g.metrics.openTime.Observe(time.Since(start).Seconds())
 		g.metrics.streamOpened(pointEgress)
-		up, down, err := splice(c, st)
+		up, down, err := splice(c, st, nil)
 		g.metrics.streamClosed(pointEgress, up, down)
 		var reset *tunnel.ResetError
 		if errors.As(err, &reset) && reset.Remote {

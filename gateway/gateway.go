@@ -52,6 +52,7 @@ type Gateway struct {
 	rec       reconciled                 // what reconcile made of the store so far
 	wg        sync.WaitGroup             // every goroutine the gateway starts
 	wan       tunnel.Listener
+	steering  *steering // nil: a listener per import address
 	closeOnce sync.Once
 }
 
@@ -100,6 +101,7 @@ func New(cfg Config) (*Gateway, error) {
 		metrics: newMetrics(), names: &dns.Static{},
 		peers: map[string]*peer{}, listeners: map[string]*importListener{}, targets: map[string]*preconnector{},
 	}
+	g.metrics.reg.MustRegister(stateCollector{g})
 	for _, path := range cfg.Resources {
 		f, err := os.Open(path)
 		if err != nil {
@@ -126,7 +128,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.ctx = ctx
 	g.mu.Unlock()
 
-	server, err := g.transport(nil, mutualServerTLS(g.id))
+	server, err := g.transport(nil, mutualServerTLS(g.id), nil)
 	if err != nil {
 		return err
 	}
@@ -134,6 +136,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 		return fmt.Errorf("listen for peer gateways: %w", err)
 	}
 	g.log.Info("gateway listening", "wan", g.wan.Addr().String(), "admin", g.cfg.admin())
+	if err := g.startSteering(); err != nil {
+		g.wan.Close()
+		return err
+	}
 	errc := make(chan error, 5)
 	g.spawn(func() { errc <- ignoreClosed(g.id.Run(ctx)) })
 	if err := g.reconcile(); err != nil {
@@ -242,6 +248,9 @@ func (g *Gateway) shutdown() {
 			l.close()
 			delete(g.listeners, k)
 		}
+		if g.steering != nil {
+			g.steering.close()
+		}
 		for k, p := range g.peers {
 			p.cancel()
 			p.pool.Close()
@@ -293,7 +302,7 @@ func (g *Gateway) reconcile() error {
 	}
 	set := g.store.Set()
 	if g.rec.rev != 0 {
-		changed, deleted, rev, reset := set.Changes(g.rec.rev)
+		changed, deleted, rev, reset := set.ChangesShared(g.rec.rev) // read only
 		if !reset {
 			if err, ok := g.reconcileChanges(set, changed, deleted); ok {
 				g.rec.rev = rev
@@ -346,6 +355,9 @@ func (g *Gateway) reconcileAll(set *catalog.Set) error {
 			continue
 		}
 		g.listeners[addr] = l
+	}
+	if err := g.flushSteering(); err != nil {
+		errs = append(errs, err)
 	}
 	rec.namesErr = g.names.Set(rec.names)
 	if rec.namesErr != nil {
@@ -467,6 +479,9 @@ func (g *Gateway) reconcileChanges(set *catalog.Set, changed []catalog.Resource,
 			}
 			g.listeners[a] = l
 		}
+	}
+	if err := g.flushSteering(); err != nil {
+		errs = append(errs, err)
 	}
 	if len(imports) > 0 {
 		rec.namesErr = g.names.Set(rec.names)
@@ -597,7 +612,7 @@ func (g *Gateway) setPeers(set *catalog.Set, errs []error) []error {
 }
 
 func (g *Gateway) newPeer(id string, addrs []string) (*peer, error) {
-	tr, err := g.transport(g.id.ClientTLS(id), nil)
+	tr, err := g.transport(g.id.ClientTLS(id), nil, g.metrics.rttObserver(id))
 	if err != nil {
 		return nil, err
 	}
@@ -621,14 +636,15 @@ func (g *Gateway) newPeer(id string, addrs []string) (*peer, error) {
 }
 
 // transport makes the configured transport, for dialing one peer (client
-// set) or for listening (server set).
-func (g *Gateway) transport(client, server *tls.Config) (tunnel.Transport, error) {
+// set) or for listening (server set); onRTT receives the TLS sessions'
+// round-trip samples.
+func (g *Gateway) transport(client, server *tls.Config, onRTT func(time.Duration)) (tunnel.Transport, error) {
 	if g.cfg.Transport == TransportQUIC {
 		return quic.New(quic.Config{ClientTLS: client, ServerTLS: server, PeerIdentity: g.id.PeerCluster,
 			KeepaliveInterval: g.cfg.probeInterval(), KeepaliveTimeout: g.cfg.KeepaliveTimeout, Logger: g.log})
 	}
 	return tunnel.NewTLS(tunnel.Config{ClientTLS: client, ServerTLS: server, PeerIdentity: g.id.PeerCluster,
-		Congestion: g.cfg.Congestion, KeepaliveInterval: g.cfg.probeInterval(), KeepaliveTimeout: g.cfg.KeepaliveTimeout, Logger: g.log})
+		Congestion: g.cfg.Congestion, KeepaliveInterval: g.cfg.probeInterval(), KeepaliveTimeout: g.cfg.KeepaliveTimeout, OnRTT: onRTT, Logger: g.log})
 }
 
 func (g *Gateway) peer(id string) *tunnel.Pool {

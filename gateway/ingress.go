@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"time"
 
 	"github.com/strait-net/strait/policy"
 	"github.com/strait-net/strait/tunnel"
@@ -47,6 +48,7 @@ func (g *Gateway) serveSession(ctx context.Context, s tunnel.Session) {
 // refused stream is reset with the reason, which the sending gateway sees
 // at once.
 func (g *Gateway) serveStream(peerCluster string, st tunnel.Stream) {
+	arrived := time.Now()
 	h, err := ParseHeader(st.Header())
 	if err != nil {
 		g.refuse(st, "", err.Error())
@@ -81,7 +83,7 @@ func (g *Gateway) serveStream(peerCluster string, st tunnel.Stream) {
 	}
 	g.metrics.streamOpened(pointIngress)
 	// toPeer is the export's reply, which goes toward the other cluster.
-	toPeer, toTarget, _ := splice(target, st)
+	toPeer, toTarget, _ := splice(target, st, func() { g.metrics.firstByte.Observe(time.Since(arrived).Seconds()) })
 	g.metrics.streamClosed(pointIngress, toPeer, toTarget)
 }
 

@@ -3,14 +3,13 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"slices"
-	"sync/atomic"
 	"time"
 
-	"github.com/strait-net/strait/fabric"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 const (
@@ -20,114 +19,170 @@ const (
 
 var pointNames = [2]string{"egress", "ingress"}
 
-// metrics are the gateway's counters. They are plain atomics, updated per
-// connection (never per packet) and rendered in Prometheus text format.
+// metrics are the gateway's Prometheus metrics, in a registry of its own
+// (tests run several gateways in one process), with the process and Go
+// runtime collectors: RSS, file descriptors, goroutines. Counters are
+// updated per connection or stream, never per packet; the children of
+// labeled vectors are resolved once here, not on every update.
 type metrics struct {
-	clientConns      atomic.Uint64
-	sessionsAccepted atomic.Uint64
-	openFailures     atomic.Uint64
-	refused          atomic.Uint64
-	warmDials        atomic.Uint64
-	coldDials        atomic.Uint64
-	streamsOpen      [2]atomic.Int64
-	streamsTotal     [2]atomic.Uint64
-	denials          [2]atomic.Uint64
-	bytesOut         [2]atomic.Uint64 // toward the peer cluster
-	bytesIn          [2]atomic.Uint64 // from the peer cluster
+	reg *prometheus.Registry
+
+	clientConns      prometheus.Counter
+	sessionsAccepted prometheus.Counter
+	openFailures     prometheus.Counter
+	refused          prometheus.Counter
+	unknownImport    prometheus.Counter
+	warmDials        prometheus.Counter
+	coldDials        prometheus.Counter
+	streamsOpen      [2]prometheus.Gauge
+	streamsTotal     [2]prometheus.Counter
+	denials          [2]prometheus.Counter
+	bytesOut         [2]prometheus.Counter // toward the peer cluster
+	bytesIn          [2]prometheus.Counter // from the peer cluster
+
+	// openTime is how long opening a stream on a peer session took at the
+	// importing gateway: a counter of streams hides a slow tail.
+	openTime prometheus.Histogram
+	// firstByte is, at the exporting gateway, the time from a stream's
+	// arrival to the first byte of its target's answer: the export's own
+	// response time plus the target connection, seen where it happens.
+	firstByte prometheus.Histogram
+	// rtt holds every keepalive round-trip sample per peer cluster; the
+	// gauge strait_peer_rtt_seconds is only the smoothed value.
+	rtt *prometheus.HistogramVec
 }
 
-func newMetrics() *metrics { return &metrics{} }
+// latencyBuckets span 10 µs to about 2.6 s by factors of 2: a stream
+// opens in microseconds on a warm session, a WAN round trip takes
+// milliseconds, and a stalled host shows up at the top.
+var latencyBuckets = prometheus.ExponentialBuckets(10e-6, 2, 19)
 
-func (m *metrics) denied(point int) { m.denials[point].Add(1) }
+func newMetrics() *metrics {
+	m := &metrics{reg: prometheus.NewRegistry()}
+	counter := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+		m.reg.MustRegister(c)
+		return c
+	}
+	counterVec := func(name, help string, labels ...string) *prometheus.CounterVec {
+		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+		m.reg.MustRegister(c)
+		return c
+	}
+	m.clientConns = counter("strait_client_connections_total", "Client connections accepted on imports.")
+	m.sessionsAccepted = counter("strait_sessions_accepted_total", "Sessions accepted from peer gateways.")
+	m.openFailures = counter("strait_stream_open_failures_total", "Client connections no peer gateway could take.")
+	m.refused = counter("strait_streams_refused_total", "Incoming streams refused: unknown export or port, bad header, unreachable target.")
+	m.unknownImport = counter("strait_import_unknown_total", "Connections steered to the gateway for an address:port no import holds any more (reset).")
+	dials := counterVec("strait_target_dials_total", "Connections to export targets, warm (preconnected) or cold.", "kind")
+	m.warmDials, m.coldDials = dials.WithLabelValues("warm"), dials.WithLabelValues("cold")
+	open := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "strait_streams_open", Help: "Streams open now, by where the gateway sits on them."}, []string{"point"})
+	m.reg.MustRegister(open)
+	total := counterVec("strait_streams_total", "Streams carried since start.", "point")
+	bytes := counterVec("strait_stream_bytes_total", "Payload bytes of finished streams, toward (out) and from (in) the other cluster.", "point", "direction")
+	denials := counterVec("strait_policy_denials_total", "Connections closed because a policy denied them.", "point")
+	for p, name := range pointNames {
+		m.streamsOpen[p] = open.WithLabelValues(name)
+		m.streamsTotal[p] = total.WithLabelValues(name)
+		m.bytesOut[p] = bytes.WithLabelValues(name, "out")
+		m.bytesIn[p] = bytes.WithLabelValues(name, "in")
+		m.denials[p] = denials.WithLabelValues(name)
+	}
+	m.openTime = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "strait_stream_open_seconds",
+		Help: "Time to open a stream on a peer gateway's session, at the importing gateway.", Buckets: latencyBuckets})
+	m.firstByte = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "strait_target_first_byte_seconds",
+		Help: "Time from a stream's arrival at the exporting gateway to the first byte of its target's answer.", Buckets: latencyBuckets})
+	m.rtt = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "strait_peer_rtt_sample_seconds",
+		Help: "Keepalive round-trip samples to each peer cluster's gateways (TLS transport).", Buckets: latencyBuckets}, []string{"peer"})
+	m.reg.MustRegister(m.openTime, m.firstByte, m.rtt,
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
+	return m
+}
+
+func (m *metrics) denied(point int) { m.denials[point].Inc() }
 
 func (m *metrics) streamOpened(point int) {
-	m.streamsOpen[point].Add(1)
-	m.streamsTotal[point].Add(1)
+	m.streamsOpen[point].Inc()
+	m.streamsTotal[point].Inc()
 }
 
 // streamClosed records a finished stream; out is what went toward the
 // other cluster, in what came from it.
 func (m *metrics) streamClosed(point int, out, in int64) {
-	m.streamsOpen[point].Add(-1)
-	m.bytesOut[point].Add(uint64(out))
-	m.bytesIn[point].Add(uint64(in))
+	m.streamsOpen[point].Dec()
+	m.bytesOut[point].Add(float64(out))
+	m.bytesIn[point].Add(float64(in))
 }
 
-// writeMetrics renders every counter, the fabric's handshake rejections and
-// each peer's RTT.
-func (g *Gateway) writeMetrics(w io.Writer) {
-	m := g.metrics
-	gauge := func(name, help string) { fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name) }
-	counter := func(name, help string) { fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n", name, help, name) }
+// stateCollector reports what the gateway's fabric and peer pools hold
+// at scrape time: handshake rejections and each peer's sessions, RTT and
+// gateways.
+type stateCollector struct{ g *Gateway }
 
-	gauge("strait_streams_open", "Streams open now, by where the gateway sits on them.")
-	for p, name := range pointNames {
-		fmt.Fprintf(w, "strait_streams_open{point=%q} %d\n", name, m.streamsOpen[p].Load())
-	}
-	counter("strait_streams_total", "Streams carried since start.")
-	for p, name := range pointNames {
-		fmt.Fprintf(w, "strait_streams_total{point=%q} %d\n", name, m.streamsTotal[p].Load())
-	}
-	counter("strait_stream_bytes_total", "Payload bytes of finished streams, toward (out) and from (in) the other cluster.")
-	for p, name := range pointNames {
-		fmt.Fprintf(w, "strait_stream_bytes_total{point=%q,direction=\"out\"} %d\n", name, m.bytesOut[p].Load())
-		fmt.Fprintf(w, "strait_stream_bytes_total{point=%q,direction=\"in\"} %d\n", name, m.bytesIn[p].Load())
-	}
-	counter("strait_policy_denials_total", "Connections closed because a policy denied them.")
-	for p, name := range pointNames {
-		fmt.Fprintf(w, "strait_policy_denials_total{point=%q} %d\n", name, m.denials[p].Load())
-	}
-	counter("strait_streams_refused_total", "Incoming streams refused: unknown export or port, bad header, unreachable target.")
-	fmt.Fprintf(w, "strait_streams_refused_total %d\n", m.refused.Load())
-	counter("strait_stream_open_failures_total", "Client connections no peer gateway could take.")
-	fmt.Fprintf(w, "strait_stream_open_failures_total %d\n", m.openFailures.Load())
-	counter("strait_client_connections_total", "Client connections accepted on imports.")
-	fmt.Fprintf(w, "strait_client_connections_total %d\n", m.clientConns.Load())
-	counter("strait_target_dials_total", "Connections to export targets, warm (preconnected) or cold.")
-	fmt.Fprintf(w, "strait_target_dials_total{kind=\"warm\"} %d\n", m.warmDials.Load())
-	fmt.Fprintf(w, "strait_target_dials_total{kind=\"cold\"} %d\n", m.coldDials.Load())
-	counter("strait_sessions_accepted_total", "Sessions accepted from peer gateways.")
-	fmt.Fprintf(w, "strait_sessions_accepted_total %d\n", m.sessionsAccepted.Load())
+var (
+	descHandshake = prometheus.NewDesc("strait_handshake_failures_total", "TLS handshakes rejected by certificate verification, by reason.", []string{"reason"}, nil)
+	descRTT       = prometheus.NewDesc("strait_peer_rtt_seconds", "Smoothed round-trip time to each peer cluster's gateways, from keepalives.", []string{"peer"}, nil)
+	descLive      = prometheus.NewDesc("strait_peer_sessions_live", "Live sessions to each peer cluster.", []string{"peer"}, nil)
+	descUp        = prometheus.NewDesc("strait_peer_gateway_up", "1 while the table sends flows to the peer gateway, 0 while it is taken out as dead.", []string{"peer", "gateway"}, nil)
+	descShare     = prometheus.NewDesc("strait_peer_gateway_share", "The peer gateway's share of the table's buckets, its inherited ones included.", []string{"peer", "gateway"}, nil)
+	descGwStreams = prometheus.NewDesc("strait_peer_gateway_streams_total", "Streams opened on each peer gateway.", []string{"peer", "gateway"}, nil)
+	descDowns     = prometheus.NewDesc("strait_peer_gateway_downs_total", "Times each peer gateway was taken out as dead.", []string{"peer", "gateway"}, nil)
+	descImports   = prometheus.NewDesc("strait_imports", "Import addresses served, by how the gateway receives their connections (steer or listeners).", []string{"intercept"}, nil)
+)
 
-	counter("strait_handshake_failures_total", "TLS handshakes rejected by certificate verification, by reason.")
-	rej := g.id.Rejections()
-	reasons := make([]fabric.Reason, 0, len(rej))
-	for r := range rej {
-		reasons = append(reasons, r)
+func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descHandshake, descRTT, descLive, descUp, descShare, descGwStreams, descDowns, descImports} {
+		ch <- d
 	}
-	slices.Sort(reasons)
-	for _, r := range reasons {
-		fmt.Fprintf(w, "strait_handshake_failures_total{reason=%q} %d\n", r, rej[r])
-	}
+}
 
-	gauge("strait_peer_rtt_seconds", "Smoothed round-trip time to each peer cluster's gateways, from keepalives.")
-	gauge("strait_peer_sessions_live", "Live sessions to each peer cluster.")
-	peers := g.peerStatus()
-	for _, p := range peers {
-		fmt.Fprintf(w, "strait_peer_rtt_seconds{peer=%q} %g\n", p.Cluster, p.RTT.Seconds())
-		fmt.Fprintf(w, "strait_peer_sessions_live{peer=%q} %d\n", p.Cluster, len(p.Live))
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	g := c.g
+	for r, n := range g.id.Rejections() {
+		ch <- prometheus.MustNewConstMetric(descHandshake, prometheus.CounterValue, float64(n), string(r))
 	}
-	gauge("strait_peer_gateway_up", "1 while the table sends flows to the peer gateway, 0 while it is taken out as dead.")
-	gauge("strait_peer_gateway_share", "The peer gateway's share of the table's buckets, its inherited ones included.")
-	for _, p := range peers {
+	for _, p := range g.peerStatus() {
+		ch <- prometheus.MustNewConstMetric(descRTT, prometheus.GaugeValue, p.RTT.Seconds(), p.Cluster)
+		ch <- prometheus.MustNewConstMetric(descLive, prometheus.GaugeValue, float64(len(p.Live)), p.Cluster)
 		for _, r := range p.Gateways {
-			up := 0
+			up := 0.0
 			if r.Live {
 				up = 1
 			}
-			fmt.Fprintf(w, "strait_peer_gateway_up{peer=%q,gateway=%q} %d\n", p.Cluster, r.Addr, up)
-			fmt.Fprintf(w, "strait_peer_gateway_share{peer=%q,gateway=%q} %g\n", p.Cluster, r.Addr, float64(r.Buckets)/float64(max(r.Size, 1)))
+			ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, up, p.Cluster, r.Addr)
+			ch <- prometheus.MustNewConstMetric(descShare, prometheus.GaugeValue, float64(r.Buckets)/float64(max(r.Size, 1)), p.Cluster, r.Addr)
+			ch <- prometheus.MustNewConstMetric(descGwStreams, prometheus.CounterValue, float64(r.Streams), p.Cluster, r.Addr)
+			ch <- prometheus.MustNewConstMetric(descDowns, prometheus.CounterValue, float64(r.Downs), p.Cluster, r.Addr)
 		}
 	}
-	counter("strait_peer_gateway_streams_total", "Streams opened on each peer gateway.")
-	counter("strait_peer_gateway_downs_total", "Times each peer gateway was taken out as dead.")
-	for _, p := range peers {
-		for _, r := range p.Gateways {
-			fmt.Fprintf(w, "strait_peer_gateway_streams_total{peer=%q,gateway=%q} %d\n", p.Cluster, r.Addr, r.Streams)
-			fmt.Fprintf(w, "strait_peer_gateway_downs_total{peer=%q,gateway=%q} %d\n", p.Cluster, r.Addr, r.Downs)
+	g.mu.Lock()
+	steered := 0
+	for _, l := range g.listeners {
+		if l.steered != nil {
+			steered++
 		}
 	}
+	n := len(g.listeners)
+	g.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(descImports, prometheus.GaugeValue, float64(steered), InterceptSteer)
+	ch <- prometheus.MustNewConstMetric(descImports, prometheus.GaugeValue, float64(n-steered), InterceptListeners)
 }
+
+// rttObserver returns the function the peer's transport calls with each
+// keepalive round-trip sample.
+func (m *metrics) rttObserver(peer string) func(time.Duration) {
+	h := m.rtt.WithLabelValues(peer)
+	return func(d time.Duration) { h.Observe(d.Seconds()) }
+}
+
+func (g *Gateway) metricsHandler() http.Handler {
+	return promhttp.HandlerFor(g.metrics.reg, promhttp.HandlerOpts{ErrorLog: slogPrinter{g}})
+}
+
+// slogPrinter hands the library's collection errors to the gateway's log.
+type slogPrinter struct{ g *Gateway }
+
+func (p slogPrinter) Println(v ...any) { p.g.log.Warn("metrics", "err", fmt.Sprint(v...)) }
 
 func (g *Gateway) serveMetrics(ctx context.Context) error {
 	ln, err := net.Listen("tcp", g.cfg.Metrics)
@@ -135,10 +190,7 @@ func (g *Gateway) serveMetrics(ctx context.Context) error {
 		return fmt.Errorf("metrics: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		g.writeMetrics(w)
-	})
+	mux.Handle("GET /metrics", g.metricsHandler())
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	g.spawn(func() { _ = srv.Serve(ln) })
 	g.spawn(func() {

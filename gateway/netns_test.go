@@ -629,8 +629,9 @@ func testStreamBytes(t *testing.T, e *env) {
 	e.a.waitMetric(t, openA, func(v float64) bool { return v == 0 }, "streams end")
 	mb, ma := e.b.metrics(t), e.a.metrics(t)
 	for _, dir := range [][2]string{{"out", "in"}, {"in", "out"}} {
-		b := mb[`strait_stream_bytes_total{point="egress",direction="`+dir[0]+`"}`]
-		a := ma[`strait_stream_bytes_total{point="ingress",direction="`+dir[1]+`"}`]
+		// Prometheus's text format orders labels by name.
+		b := mb[`strait_stream_bytes_total{direction="`+dir[0]+`",point="egress"}`]
+		a := ma[`strait_stream_bytes_total{direction="`+dir[1]+`",point="ingress"}`]
 		if a != b || a == 0 {
 			t.Errorf("importing gateway counted %v bytes %s, exporting gateway %v bytes %s; want equal", b, dir[0], a, dir[1])
 		}

@@ -19,13 +19,18 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return
 // ended. An orderly end (EOF) in one direction is passed on as a half-close,
 // so request/response protocols that half-close keep working; an error in
 // either direction aborts both. It returns the bytes copied each way.
-func splice(c *net.TCPConn, st tunnel.Stream) (toStream, toConn int64, err error) {
+// firstByte, if set, is called when the first bytes from c arrived.
+func splice(c *net.TCPConn, st tunnel.Stream, firstByte func()) (toStream, toConn int64, err error) {
 	var wg sync.WaitGroup
 	var upErr error
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		toStream, upErr = copyHalf(st, c)
+		var src io.Reader = c
+		if firstByte != nil {
+			src = &firstRead{r: c, f: firstByte}
+		}
+		toStream, upErr = copyHalf(st, src)
 		if upErr == nil {
 			upErr = st.CloseWrite()
 		}
@@ -78,4 +83,19 @@ func copyHalf(dst io.Writer, src io.Reader) (int64, error) {
 			return n, rerr
 		}
 	}
+}
+
+// firstRead calls f once, when its first read returned data.
+type firstRead struct {
+	r io.Reader
+	f func()
+}
+
+func (fr *firstRead) Read(p []byte) (int, error) {
+	n, err := fr.r.Read(p)
+	if n > 0 && fr.f != nil {
+		fr.f()
+		fr.f = nil
+	}
+	return n, err
 }

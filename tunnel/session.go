@@ -589,6 +589,9 @@ func (s *session) onPong(sent uint64) {
 		return
 	}
 	s.st.pongsReceived.Add(1)
+	if s.cfg.OnRTT != nil {
+		s.cfg.OnRTT(sample)
+	}
 	s.noteMinRTT(sample)
 	old := time.Duration(s.srtt.Load())
 	if old == 0 {

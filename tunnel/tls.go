@@ -87,6 +87,10 @@ type Config struct {
 	// MaxIncomingStreams refuses peer streams beyond this many open ones.
 	// Default 4096.
 	MaxIncomingStreams int
+	// OnRTT, if set, receives every round-trip sample of the keepalives
+	// (one per KeepaliveInterval per session), e.g. for a histogram. It
+	// runs on the session's reader and must not block.
+	OnRTT func(time.Duration)
 
 	// Logger receives session-level events (never per-stream or per-packet
 	// ones). Default: slog.Default().

@@ -57,10 +57,14 @@ type Config struct {
 	Timeout time.Duration
 	// Imports makes every agent apply an import for each remote export to
 	// its gateway (import-prefix 127.<20+i>.0.0/16, so each import gets a
-	// loopback address and a listener); the run then also waits until
-	// every gateway has every remote export imported.
+	// loopback address); the run then also waits until every gateway has
+	// every remote export imported, and proves a sample of the imports on
+	// every gateway usable: an echo through them reaches the echo server
+	// every export targets.
 	Imports bool
-	Logger  *slog.Logger
+	// Sample is how many imports per gateway the usable check dials (0: 20).
+	Sample int
+	Logger *slog.Logger
 }
 
 // Validate names the first bad field.
@@ -139,6 +143,9 @@ type Result struct {
 	Imports                         bool
 	ImportP50, ImportP99, ImportMax time.Duration
 	AllImported                     time.Duration
+	// Usable is how many sampled imports echoed, of Sampled (every
+	// gateway's, dialed once all were imported).
+	Usable, Sampled int
 }
 
 // etcdTxnOps is the bench etcd's --max-txn-ops, which the brokers are
@@ -179,6 +186,19 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		defer os.RemoveAll(dir)
 	}
 	res = Result{Clusters: cfg.Clusters, Services: cfg.Services, Brokers: cfg.Brokers, Store: cfg.store(), Imports: cfg.Imports}
+
+	// With imports, every export targets this echo server, so a client
+	// of an import in any cluster gets its bytes back.
+	target := "127.0.0.1:9"
+	if cfg.Imports {
+		echo, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return res, err
+		}
+		defer echo.Close()
+		go serveEcho(echo)
+		target = echo.Addr().String()
+	}
 
 	var procs []*proc
 	defer func() {
@@ -297,6 +317,12 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		if err := waitAdmin(ctx, admins[i]); err != nil {
 			return res, fmt.Errorf("gateway %s: %w", c, err)
 		}
+		if cfg.Imports {
+			if _, err := admins[i].ApplyResources([]catalog.Resource{&catalog.AccessPolicy{Metadata: catalog.ObjectMeta{Name: "all"},
+				Spec: catalog.AccessPolicySpec{Priority: 1, Action: catalog.Allow}}}); err != nil {
+				return res, fmt.Errorf("gateway %s: %w", c, err)
+			}
+		}
 		if agents[i], err = start(c+"-agent", cfg.Binary, "agent", "--config", aconf); err != nil {
 			return res, err
 		}
@@ -364,7 +390,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 				for j := range m {
 					names[j] = fmt.Sprintf("s%d-%d", i+1, off+j)
 					rs[j] = &catalog.ServiceExport{Metadata: catalog.ObjectMeta{Name: names[j], Namespace: "bench"},
-						Spec: catalog.ServiceExportSpec{Target: "127.0.0.1:9", Ports: []catalog.ServicePort{{Port: 8080}}}}
+						Spec: catalog.ServiceExportSpec{Target: target, Ports: []catalog.ServicePort{{Port: 8080}}}}
 				}
 				at := time.Now()
 				if _, err := admins[i].ApplyResources(rs); err != nil {
@@ -559,6 +585,12 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 			} else {
 				return res, fmt.Errorf("%s never reconnected after %s was killed", clusters[i], res.Killed)
 			}
+		}
+	}
+
+	if cfg.Imports {
+		if err := usable(cfg, admins, &res); err != nil {
+			return res, err
 		}
 	}
 
@@ -862,9 +894,9 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 
 // WriteTable prints results as one table.
 func WriteTable(w io.Writer, rs []Result) {
-	fmt.Fprintf(w, "%-8s %-5s %-9s %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %9s %8s %8s %8s %9s %8s %9s %9s %9s %8s %8s %8s %8s %s\n",
+	fmt.Fprintf(w, "%-8s %-5s %-9s %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %9s %8s %8s %8s %9s %7s %8s %9s %9s %9s %8s %8s %8s %8s %s\n",
 		"brokers", "store", "services", "p50", "p99", "max", "evP50", "evP99", "evMax", "layerP50", "layerP99", "layerMax",
-		"create", "all-every", "impP50", "impP99", "impMax", "all-imp", "brkCPU", "brkPeak", "etcdCPU", "etcdPeak", "agentCPU", "gwCPU", "wireMB", "stall", "killed")
+		"create", "all-every", "impP50", "impP99", "impMax", "all-imp", "usable", "brkCPU", "brkPeak", "etcdCPU", "etcdPeak", "agentCPU", "gwCPU", "wireMB", "stall", "killed")
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.0fms", float64(d)/1e6) }
 	for _, r := range rs {
 		killed := "-"
@@ -873,14 +905,76 @@ func WriteTable(w io.Writer, rs []Result) {
 			killed = fmt.Sprintf("%s(%d agents, max lat after kill %s)", r.Killed, r.KilledAgents, ms(r.MaxAround))
 			stall = ms(r.Stall)
 		}
-		imp := [4]string{"-", "-", "-", "-"}
+		imp := [5]string{"-", "-", "-", "-", "-"}
 		if r.Imports {
-			imp = [4]string{ms(r.ImportP50), ms(r.ImportP99), ms(r.ImportMax), ms(r.AllImported)}
+			imp = [5]string{ms(r.ImportP50), ms(r.ImportP99), ms(r.ImportMax), ms(r.AllImported), fmt.Sprintf("%d/%d", r.Usable, r.Sampled)}
 		}
-		fmt.Fprintf(w, "%-8d %-5s %-9d %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %9s %8s %8s %8s %9s %7.2fs %8.0fMB %8.2fs %8.0fMB %7.2fs %7.2fs %8.1f %8s %s\n",
+		fmt.Fprintf(w, "%-8d %-5s %-9d %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s %9s %8s %8s %8s %9s %7s %7.2fs %8.0fMB %8.2fs %8.0fMB %7.2fs %7.2fs %8.1f %8s %s\n",
 			r.Brokers, r.Store, r.Services, ms(r.P50), ms(r.P99), ms(r.Max), ms(r.EverywhereP50), ms(r.EverywhereP99), ms(r.EverywhereMax),
 			ms(r.BrokerP50), ms(r.BrokerP99), ms(r.BrokerMax),
-			ms(r.CreateSpan), ms(r.AllEverywhere), imp[0], imp[1], imp[2], imp[3], r.BrokerCPU, float64(r.BrokerPeakRSS)/1e6, r.EtcdCPU, float64(r.EtcdPeakRSS)/1e6,
+			ms(r.CreateSpan), ms(r.AllEverywhere), imp[0], imp[1], imp[2], imp[3], imp[4], r.BrokerCPU, float64(r.BrokerPeakRSS)/1e6, r.EtcdCPU, float64(r.EtcdPeakRSS)/1e6,
 			r.AgentCPU, r.GatewayCPU, float64(r.WireIn+r.WireOut)/1e6, stall, killed)
 	}
+}
+
+func serveEcho(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			_, _ = io.Copy(c, c)
+		}()
+	}
+}
+
+// usable dials a sample of every gateway's imports, spread over all of
+// them, and checks an echo through each: the import is programmed, the
+// stream reaches the exporting gateway and its target answers. A failure
+// fails the run, naming the import.
+func usable(cfg Config, admins []*gateway.AdminClient, res *Result) error {
+	n := cfg.Sample
+	if n == 0 {
+		n = 20
+	}
+	for i, ad := range admins {
+		imps, err := ad.List(string(catalog.KindServiceImport))
+		if err != nil {
+			return err
+		}
+		sort.Slice(imps, func(a, b int) bool { return imps[a].Meta().Name < imps[b].Meta().Name })
+		for j := 0; j < n && len(imps) > 0; j++ {
+			imp := imps[j*len(imps)/n].(*catalog.ServiceImport)
+			addr := net.JoinHostPort(imp.Spec.IPs[0], strconv.Itoa(int(imp.Spec.Ports[0].Port)))
+			res.Sampled++
+			if err := echoThrough(addr); err != nil {
+				return fmt.Errorf("cluster %d's import %s/%s at %s not usable: %w", i+1, imp.Metadata.Namespace, imp.Metadata.Name, addr, err)
+			}
+			res.Usable++
+		}
+	}
+	return nil
+}
+
+func echoThrough(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	msg := []byte("sync-scale " + addr)
+	if _, err := c.Write(msg); err != nil {
+		return err
+	}
+	got := make([]byte, len(msg))
+	if _, err := io.ReadFull(c, got); err != nil {
+		return err
+	}
+	if string(got) != string(msg) {
+		return errors.New("echo differs")
+	}
+	return nil
 }

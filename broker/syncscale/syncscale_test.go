@@ -16,8 +16,9 @@ import (
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 // TestSyncScaleSmall runs the experiment end to end at a tiny scale, two
-// brokers over a real etcd with one killed: every export must reach every
-// other cluster and every figure must come from a measurement.
+// brokers over a real etcd with one killed, with imports: every export must
+// reach every other cluster, be imported there and echo through a sample of
+// the imports, and every figure must come from a measurement.
 func TestSyncScaleSmall(t *testing.T) {
 	out, err := exec.Command("../../scripts/k8s-tools.sh").Output()
 	if err != nil {
@@ -27,7 +28,7 @@ func TestSyncScaleSmall(t *testing.T) {
 	defer cancel()
 	res, err := Run(ctx, Config{
 		Binary: testenv.StraitBinary(t), Etcd: filepath.Join(strings.TrimSpace(string(out)), "etcd"), Dir: t.TempDir(),
-		Clusters: 3, Services: 60, Brokers: 2, Batch: 5, Kill: true, Timeout: time.Minute,
+		Clusters: 3, Services: 60, Brokers: 2, Batch: 5, Kill: true, Timeout: time.Minute, Imports: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -50,6 +51,10 @@ func TestSyncScaleSmall(t *testing.T) {
 		t.Errorf("broker peak %d, etcd peak %d: not measured", res.BrokerPeakRSS, res.EtcdPeakRSS)
 	case res.WireIn == 0 || res.WireOut == 0:
 		t.Errorf("wire bytes in %d out %d: not counted", res.WireIn, res.WireOut)
+	case res.Sampled != 3*20 || res.Usable != res.Sampled:
+		t.Errorf("usable imports %d of %d sampled, want all of 60 (20 per gateway)", res.Usable, res.Sampled)
+	case res.AllImported < res.ImportMax || res.ImportP50 <= 0:
+		t.Errorf("imports p50 %v max %v, all imported after %v: not measurements", res.ImportP50, res.ImportMax, res.AllImported)
 	case res.Killed == "" || res.Stall <= 0:
 		t.Errorf("killed %q, stall %v: the kill was not measured", res.Killed, res.Stall)
 	}

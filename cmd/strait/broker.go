@@ -133,7 +133,7 @@ func init() {
 	f.IntVar(&batch, "batch", 500, "exports per admin API call")
 	f.DurationVar(&poll, "poll", 50*time.Millisecond, "agents' export poll interval")
 	f.DurationVar(&timeout, "timeout", 5*time.Minute, "give up when not everywhere after this")
-	f.BoolVar(&imports, "imports", false, "agents also apply every remote export as an import (a loopback address and listener) to their gateway; report when all are imported")
+	f.BoolVar(&imports, "imports", false, "agents also apply every remote export as an import (a loopback address) to their gateway; report when all are imported, and echo through a sample of every gateway's imports")
 	bench.AddCommand(syncScale)
 	brokerCmd.AddCommand(bench)
 }

@@ -121,7 +121,12 @@ func init() {
 	gw.AddCommand(status)
 
 	rootCmd.AddCommand(gw, apply, del, get)
+	gatewayCmd = gw
 }
+
+// gatewayCmd is `strait gateway`, the parent of its benchmarks
+// (gateway_bench.go, whose init runs after this file's).
+var gatewayCmd *cobra.Command
 
 func printResult(w io.Writer, verb string, r gateway.ApplyResult) error {
 	fmt.Fprintf(w, "%s: %d changed, %d unchanged\n", verb, r.Changed, r.Unchanged)
