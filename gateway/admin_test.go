@@ -148,12 +148,11 @@ func startAdminGateway(t *testing.T, clusterset string) (*gateway.AdminClient, s
 	go func() { done <- g.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	ad := gateway.NewAdminClient(sock)
-	for i := 0; ; i++ {
+	for deadline := time.Now().Add(patience); ; time.Sleep(10 * time.Millisecond) {
 		if _, err := ad.Status(); err == nil {
 			return ad, sock
-		} else if i == 200 {
-			t.Fatal(err)
+		} else if time.Now().After(deadline) {
+			t.Fatalf("admin socket not answering after %v: %v", patience, err)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
