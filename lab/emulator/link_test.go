@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -388,4 +390,99 @@ func TestRunCreatesDevices(t *testing.T) {
 	if _, err := os.Stat(ready); err == nil {
 		t.Error("ready file left behind")
 	}
+}
+
+// TestDelayAccuracy sends a probe every millisecond through real TUN links,
+// one direction each, of no delay, 500 µs, 3.3 ms and 3.3 ms ± 0.4 ms (see
+// docs/topology.md, "Accuracy"). Seen from outside, a fixed delay must add
+// its setting to the delay the same path has with no delay, within 20 µs
+// (the issue this answers: +48 µs); and no probe may arrive earlier than
+// its delay less the jitter and the writer's look-ahead. The outside view
+// is judged at the lower decile: the host is shared and a stall delays
+// some probes by milliseconds (the median moved by 300 µs between runs at
+// load 35), while a tenth of them still pass when the host is quiet for a
+// moment. The writer's own on-time share is logged, not judged: it ranged
+// from 23 % to 90 % with the load. It takes 3-10 s.
+func TestDelayAccuracy(t *testing.T) {
+	// A systematic error (the writer without its final spin was 40-50 µs
+	// late) fails every attempt; the host's noise in the lower decile
+	// (+13 to +25 µs in some runs at load 20-27) rarely fails three in a
+	// row.
+	for attempt := 1; ; attempt++ {
+		added := measureDelays(t)
+		var bad []string
+		for _, d := range []time.Duration{500 * time.Microsecond, 3300 * time.Microsecond} {
+			if a := added[d]; a < d-20*time.Microsecond || a > d+20*time.Microsecond {
+				bad = append(bad, fmt.Sprintf("the %v link added %v, want %v ± 20µs", d, a, d))
+			}
+		}
+		if len(bad) == 0 || t.Failed() {
+			return
+		}
+		if attempt == 3 {
+			t.Fatalf("at the lower decile, in 3 attempts: %s", strings.Join(bad, "; "))
+		}
+		t.Logf("attempt %d: %s", attempt, strings.Join(bad, "; "))
+	}
+}
+
+// measureDelays runs one round of TestDelayAccuracy's probes and returns,
+// per fixed delay, what the link added to the undelayed path's lower
+// decile.
+func measureDelays(t *testing.T) map[time.Duration]time.Duration {
+	const n = 500
+	p10 := map[time.Duration]time.Duration{}
+	for _, p := range []emulation.Params{
+		{},
+		{Delay: 500 * time.Microsecond},
+		{Delay: 3300 * time.Microsecond},
+		{Delay: 3300 * time.Microsecond, Jitter: 400 * time.Microsecond},
+	} {
+		l := genTestLink(t, true, p, emulation.Params{})
+		rng := rand.New(rand.NewPCG(9, 9))
+		sendErr := make(chan error, 1)
+		go func() {
+			next := time.Now()
+			for i := range n {
+				if err := l.send(makePacket(uint64(i), 64, rng)); err != nil {
+					sendErr <- err
+					return
+				}
+				next = next.Add(time.Millisecond)
+				time.Sleep(time.Until(next))
+			}
+			sendErr <- nil
+		}()
+		got := collect(l, n, nil)
+		if err := <-sendErr; err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != n {
+			t.Fatalf("%v: received %d of %d probes", p, len(got), n)
+		}
+		ds := make([]time.Duration, n)
+		for i, r := range got {
+			ds[i] = r.At.Sub(testEpoch) - time.Duration(binary.BigEndian.Uint64(payload(r.Data)[8:]))
+		}
+		slices.Sort(ds)
+		// Packets due within releaseAhead of the head leave with it: a
+		// burst (the sender catching up after a stall) may go that early.
+		if least := p.Delay - p.Jitter - time.Duration(releaseAhead); ds[0] < least {
+			t.Errorf("%v: a probe took %v, less than the minimum %v", p, ds[0], least)
+		}
+		s := l.pumps[0].c.snapshot()
+		t.Logf("%v: one-way delay seen by the test: p10 %v, median %v, p90 %v; writer on time (at most %v late) %d, late %d; nanosleep lateness %v",
+			p, ds[n/10], ds[n/2], ds[n*9/10], OnTimeSlack, s.OnTime, s.Late, time.Duration(l.pumps[0].sleepLate.get()))
+		if p.Jitter == 0 {
+			p10[p.Delay] = ds[n/10]
+		}
+		l.stop()
+	}
+	added := map[time.Duration]time.Duration{}
+	for d, v := range p10 {
+		if d > 0 {
+			added[d] = v - p10[0]
+		}
+	}
+	return added
 }
