@@ -394,42 +394,36 @@ func TestRunCreatesDevices(t *testing.T) {
 
 // TestDelayAccuracy sends a probe every millisecond through real TUN links,
 // one direction each, of no delay, 500 µs, 3.3 ms and 3.3 ms ± 0.4 ms (see
-// docs/topology.md, "Accuracy"). Seen from outside, a fixed delay must add
-// its setting to the delay the same path has with no delay, within 20 µs
-// (the issue this answers: +48 µs); and no probe may arrive earlier than
-// its delay less the jitter and the writer's look-ahead. The outside view
-// is judged at the lower decile: the host is shared and a stall delays
-// some probes by milliseconds (the median moved by 300 µs between runs at
-// load 35), while a tenth of them still pass when the host is quiet for a
-// moment. The writer's own on-time share is logged, not judged: it ranged
-// from 23 % to 90 % with the load. It takes 3-10 s.
+// docs/topology.md, "Accuracy"). The writer must hand at least a quarter
+// of the packets to the device within OnTimeSlack of their release (one
+// that sleeps to the release without the final spin is late by its
+// nanosleep overshoot, tens of µs, nearly every time); seen from outside,
+// a fixed delay may add at most its setting plus 20 µs to what the same
+// path takes with no delay (the issue this answers: +48 µs); and no probe
+// may arrive earlier than its delay less the jitter and the writer's
+// look-ahead. The outside view is judged at the lower decile, and only
+// from above: the host is shared, a stall delays some probes by
+// milliseconds, and the undelayed path waits for the idle writer to wake
+// (up to 70 µs more at its lower decile at load 30), which a delayed one
+// does not. The share on time ranged from 23 % to 90 % per link with the
+// load; a systematic error fails every attempt, the host's noise rarely
+// three in a row. It takes 3-10 s.
 func TestDelayAccuracy(t *testing.T) {
-	// A systematic error (the writer without its final spin was 40-50 µs
-	// late) fails every attempt; the host's noise in the lower decile
-	// (+13 to +25 µs in some runs at load 20-27) rarely fails three in a
-	// row.
 	for attempt := 1; ; attempt++ {
-		added := measureDelays(t)
-		var bad []string
-		for _, d := range []time.Duration{500 * time.Microsecond, 3300 * time.Microsecond} {
-			if a := added[d]; a < d-20*time.Microsecond || a > d+20*time.Microsecond {
-				bad = append(bad, fmt.Sprintf("the %v link added %v, want %v ± 20µs", d, a, d))
-			}
-		}
+		bad := measureDelays(t)
 		if len(bad) == 0 || t.Failed() {
 			return
 		}
 		if attempt == 3 {
-			t.Fatalf("at the lower decile, in 3 attempts: %s", strings.Join(bad, "; "))
+			t.Fatalf("in 3 attempts: %s", strings.Join(bad, "; "))
 		}
 		t.Logf("attempt %d: %s", attempt, strings.Join(bad, "; "))
 	}
 }
 
-// measureDelays runs one round of TestDelayAccuracy's probes and returns,
-// per fixed delay, what the link added to the undelayed path's lower
-// decile.
-func measureDelays(t *testing.T) map[time.Duration]time.Duration {
+// measureDelays runs one round of TestDelayAccuracy's probes and returns
+// what missed its bounds.
+func measureDelays(t *testing.T) (bad []string) {
 	const n = 500
 	p10 := map[time.Duration]time.Duration{}
 	for _, p := range []emulation.Params{
@@ -473,16 +467,18 @@ func measureDelays(t *testing.T) map[time.Duration]time.Duration {
 		s := l.pumps[0].c.snapshot()
 		t.Logf("%v: one-way delay seen by the test: p10 %v, median %v, p90 %v; writer on time (at most %v late) %d, late %d; nanosleep lateness %v",
 			p, ds[n/10], ds[n/2], ds[n*9/10], OnTimeSlack, s.OnTime, s.Late, time.Duration(l.pumps[0].sleepLate.get()))
+		if p.Delay > 0 && s.OnTime < (s.OnTime+s.Late)/4 {
+			bad = append(bad, fmt.Sprintf("%v: writer on time for %d packets, late for %d", p, s.OnTime, s.Late))
+		}
 		if p.Jitter == 0 {
 			p10[p.Delay] = ds[n/10]
 		}
 		l.stop()
 	}
-	added := map[time.Duration]time.Duration{}
-	for d, v := range p10 {
-		if d > 0 {
-			added[d] = v - p10[0]
+	for _, d := range []time.Duration{500 * time.Microsecond, 3300 * time.Microsecond} {
+		if added := p10[d] - p10[0]; added > d+20*time.Microsecond {
+			bad = append(bad, fmt.Sprintf("the %v link added %v at the lower decile, more than %v + 20µs", d, added, d))
 		}
 	}
-	return added
+	return bad
 }
