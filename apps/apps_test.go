@@ -420,7 +420,13 @@ func TestGracefulShutdown(t *testing.T) {
 	if _, err := io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhello"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond) // the handler is now reading the body
+	// Cancel once the handler is reading the body: before that the
+	// request is not in flight yet.
+	for deadline := time.Now().Add(30 * time.Second); srv.handlers.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no handler started for the request")
+		}
+	}
 	cancel()
 	select {
 	case err := <-done:

@@ -186,8 +186,10 @@ func startEtcd(t testing.TB) string {
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 		"--initial-cluster", "t="+peer, "--log-level", "error", "--unsafe-no-fsync")
+	// etcd is up in a second or two on a quiet host; the deadline only
+	// bounds a hung start.
 	st, err := OpenEtcd(context.Background(), EtcdConfig{Endpoints: []string{client}})
-	for i := 0; err != nil && i < 100; i++ {
+	for deadline := time.Now().Add(60 * time.Second); err != nil && time.Now().Before(deadline); {
 		time.Sleep(100 * time.Millisecond)
 		st, err = OpenEtcd(context.Background(), EtcdConfig{Endpoints: []string{client}})
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -201,26 +202,33 @@ func TestServerTCPLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c2.Close()
-	c2.SetReadDeadline(time.Now().Add(2 * time.Second))
-	if _, err := c2.Read(make([]byte, 1)); err == nil {
-		t.Fatal("second connection over MaxTCPConns=1 was not closed")
+	// The deadlines only bound a hung test: the server closes both
+	// connections (EOF or reset), and a read that times out means it did
+	// not.
+	c2.SetReadDeadline(time.Now().Add(patience))
+	if _, err := c2.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("second connection over MaxTCPConns=1: %v, want closed by server", err)
 	}
 	waitFor(t, func() bool { return s.Stats().TCPRejected == 1 })
 	// The idle one is closed after TCPIdleTimeout.
-	c1.SetReadDeadline(time.Now().Add(2 * time.Second))
-	if _, err := c1.Read(make([]byte, 1)); err == nil || errors.Is(err, context.DeadlineExceeded) {
+	c1.SetReadDeadline(time.Now().Add(patience))
+	if _, err := c1.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("idle connection: %v, want closed by server", err)
 	}
 }
 
+// patience bounds waits for what takes milliseconds on a quiet host: a
+// hang detector, not a speed requirement.
+const patience = 30 * time.Second
+
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(patience); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		if cond() {
 			return
 		}
 	}
-	t.Fatal("condition not reached in 2s")
+	t.Fatalf("condition not reached in %v", patience)
 }
 
 func TestServerLifecycle(t *testing.T) {

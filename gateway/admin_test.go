@@ -171,12 +171,11 @@ func startAdminGatewayWith(t *testing.T, clusterset, intercept string) (*gateway
 	go func() { done <- g.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	ad := gateway.NewAdminClient(sock)
-	for i := 0; ; i++ {
+	for deadline := time.Now().Add(patience); ; time.Sleep(10 * time.Millisecond) {
 		if _, err := ad.Status(); err == nil {
 			return ad, sock
-		} else if i == 200 {
-			t.Fatal(err)
+		} else if time.Now().After(deadline) {
+			t.Fatalf("admin socket not answering after %v: %v", patience, err)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -80,7 +80,7 @@ func startPairWith(tb testing.TB, transport string) *pair {
 			}
 		})
 		admin := gateway.NewAdminClient(filepath.Join(dir, cluster+".sock"))
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		for deadline := time.Now().Add(patience); ; time.Sleep(10 * time.Millisecond) {
 			if _, err := admin.Status(); err == nil {
 				return admin
 			} else if time.Now().After(deadline) {
@@ -108,7 +108,7 @@ const allowAllYAML = "apiVersion: strait.dev/v1alpha1\nkind: AccessPolicy\nmetad
 
 func (p *pair) waitLive(tb testing.TB) {
 	tb.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(patience); ; time.Sleep(5 * time.Millisecond) {
 		st, err := p.b.Status()
 		if err == nil && len(st.Peers) == 1 && len(st.Peers[0].Live) > 0 {
 			return
@@ -189,7 +189,7 @@ func TestSessionsDoNotLeakGoroutines(t *testing.T) {
 	// start. A leak of one goroutine per accepted session (2 per cycle)
 	// never gets there.
 	var n int
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if n = runtime.NumGoroutine(); n < base+cycles/2 {
 			return
 		}

@@ -74,7 +74,13 @@ func TestProberSeesDeathAndReturn(t *testing.T) {
 	var mu sync.Mutex
 	var events []bool
 	changed := make(chan struct{}, 16)
-	p, err := NewProber(ProberConfig{Targets: []string{addr}, Interval: 2 * time.Millisecond, OnChange: func(_ string, up bool) {
+	// The death here is a refusal, seen at once; silence would also end a
+	// target after Misses intervals, and a busy host can keep the
+	// responder's goroutine from answering for longer than a few 2 ms
+	// intervals (the first reply came late in 1 of 40 runs at load 12,
+	// adding a "down" before the first "up"). 1000 misses (2 s) leave the
+	// silence rule on without letting a stall pass for a death.
+	p, err := NewProber(ProberConfig{Targets: []string{addr}, Interval: 2 * time.Millisecond, Misses: 1000, OnChange: func(_ string, up bool) {
 		mu.Lock()
 		events = append(events, up)
 		mu.Unlock()

@@ -244,7 +244,7 @@ func TestUpRateOnlyWANUsesTBF(t *testing.T) {
 	for _, end := range []topology.LinkEnd{wan.A, wan.B} {
 		out := testenv.Run(t, "tc", "-n", end.Netns, "qdisc", "show", "dev", end.Device)
 		// tc shows the queue as the line time it takes beyond the bucket.
-		want := fmt.Sprintf("burst %db lat %dms", rate.TBFBurst(), (rate.TBFQueueTime() - time.Duration(rate.TBFBurst())*8*time.Second/time.Duration(rate.Rate)).Milliseconds())
+		want := fmt.Sprintf("rate 100Mbit burst %db lat %dms", rate.TBFBurst(), (rate.TBFQueueTime() - time.Duration(rate.TBFBurst())*8*time.Second/time.Duration(rate.Rate)).Milliseconds())
 		if !strings.Contains(out, "qdisc tbf") || !strings.Contains(out, want) {
 			t.Errorf("%s %s: qdisc %q, want tbf with %q", end.Netns, end.Device, out, want)
 		}
@@ -259,7 +259,7 @@ func TestUpRateOnlyWANUsesTBF(t *testing.T) {
 	t.Cleanup(func() { _ = srv.Process.Kill(); _ = srv.Wait() })
 	server, _ := l.Node("a/server")
 	var got float64
-	for attempt := 0; ; attempt++ {
+	for deadline := time.Now().Add(30 * time.Second); ; {
 		// -O 1 leaves slow start out of the figure.
 		cli, _ := l.Command(context.Background(), "b/client", "iperf3", "-J", "-c", server.Addr.String(), "-p", "5299", "-t", "4", "-O", "1")
 		out, err := cli.Output()
@@ -275,7 +275,7 @@ func TestUpRateOnlyWANUsesTBF(t *testing.T) {
 			t.Fatalf("iperf3 (%v) output: %v\n%s", err, jerr, out)
 		}
 		// iperf3 3.12 -J exits 0 even when it could not connect.
-		if strings.Contains(r.Error, "connect") && attempt < 50 {
+		if strings.Contains(r.Error, "connect") && time.Now().Before(deadline) {
 			time.Sleep(100 * time.Millisecond) // server not listening yet
 			continue
 		}
@@ -290,10 +290,12 @@ func TestUpRateOnlyWANUsesTBF(t *testing.T) {
 	}
 	ratio := got / float64(rate.Rate)
 	t.Logf("TCP through a %s tbf link: %.1f Mbit/s, %.3f of the rate", emulation.FormatRate(rate.Rate), got/1e6, ratio)
-	// Generous: the host is shared, but tbf runs in the kernel and 100
-	// Mbit/s of one stream costs little CPU. Above the rate would mean the
-	// bucket lets through more than it should.
-	if ratio < 0.85 || ratio > 1.03 {
-		t.Errorf("throughput %.3f of the rate, want 0.85–1.03", ratio)
+	// Above the rate would mean the bucket lets through more than it
+	// should; that holds on any host. The qdisc's rate and bucket are
+	// checked above; how close one stream gets to the rate depends on how
+	// busy the shared host is (0.9+ on a quiet one), so the lower bound
+	// only catches a shaper that throttles far below its setting.
+	if ratio < 0.5 || ratio > 1.03 {
+		t.Errorf("throughput %.3f of the rate, want 0.5–1.03", ratio)
 	}
 }

@@ -58,7 +58,7 @@ func TestDecodeProbeErrors(t *testing.T) {
 func TestProbeLoopback(t *testing.T) {
 	addr := startProbeServer(t)
 	samples, err := RunProbe(context.Background(), ProbeConfig{Addr: addr, Modes: []string{ProbeNew, ProbeStream},
-		Rate: 500, Duration: 200 * time.Millisecond, Streams: 3, Timeout: time.Second})
+		Rate: 500, Duration: 200 * time.Millisecond, Streams: 3, Timeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func FuzzReadProbeCSV(f *testing.F) {
 func TestProbeNewLeavesNoTimeWait(t *testing.T) {
 	addr := startProbeServer(t)
 	samples, err := RunProbe(context.Background(), ProbeConfig{Addr: addr, Modes: []string{ProbeNew},
-		Rate: 500, Duration: 100 * time.Millisecond, Timeout: time.Second})
+		Rate: 500, Duration: 100 * time.Millisecond, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

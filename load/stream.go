@@ -46,8 +46,8 @@ import (
 // Then, by mode:
 //   - forward: the client writes payload and half-closes (FIN); the server
 //     reads to EOF and answers with the trailer.
-//   - reverse: the server writes payload until the duration ends or the
-//     client half-closes, then the trailer, then closes. The client cannot
+//   - reverse: the server writes payload (at least one write) until the
+//     duration ends or the client half-closes, then the trailer, then closes. The client cannot
 //     tell payload from trailer as they arrive, so the trailer is by
 //     definition the last TrailerLen bytes before EOF.
 //   - rr: the client writes a request of the request size and waits for a
@@ -603,19 +603,24 @@ func sendUntil(c *net.TCPConn, end time.Time) (uint64, error) {
 	buf := make([]byte, ioSize)
 	FillPayload(buf, 0, 0)
 	var n uint64
-	for time.Now().Before(end) {
-		select {
-		case <-stopped:
-			return n, nil
-		default:
-		}
+	// The first write goes out whatever the clock says: a sender that was
+	// not scheduled until past the end still moves, and reports, some
+	// bytes instead of an empty test.
+	for {
 		k, err := c.Write(buf)
 		n += uint64(k)
 		if err != nil {
 			return n, fmt.Errorf("write payload after %d bytes: %w", n, err)
 		}
+		if !time.Now().Before(end) {
+			return n, nil
+		}
+		select {
+		case <-stopped:
+			return n, nil
+		default:
+		}
 	}
-	return n, nil
 }
 
 // answer serves rr transactions until the client half-closes between two
@@ -956,7 +961,9 @@ func (r *streamRun) forward(d time.Duration) {
 	buf := make([]byte, ioSize)
 	FillPayload(buf, 1, 1)
 	end := r.start.Add(d)
-	for time.Now().Before(end) {
+	// At least one write, as in sendUntil: a run descheduled for its whole
+	// duration still measures something.
+	for first := true; first || time.Now().Before(end); first = false {
 		n, err := r.conn.Write(buf)
 		r.stat.SentBytes += int64(n)
 		if err != nil {
@@ -1034,9 +1041,11 @@ func (r *streamRun) rr(d time.Duration, size int) {
 	resp := make([]byte, size)
 	FillPayload(req, 1, 1)
 	end := r.start.Add(d)
-	for {
+	// At least one transaction, so that a run descheduled for its whole
+	// duration still has a latency.
+	for first := true; ; first = false {
 		t0 := time.Now()
-		if !t0.Before(end) {
+		if !first && !t0.Before(end) {
 			break
 		}
 		if _, err := r.conn.Write(req); err != nil {

@@ -178,11 +178,10 @@ func startStreamServer(t testing.TB) *streamServer {
 // reports.
 func waitSessions(t *testing.T, s *streamServer, n int) []StreamSession {
 	t.Helper()
-	for range 500 {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if got := s.all(); len(got) >= n {
 			return got
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("server saw %d sessions, want %d", len(s.all()), n)
 	return nil
@@ -338,14 +337,16 @@ func TestStreamServerMaxConns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	for range 200 {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		srv.mu.Lock()
 		n := len(srv.conns)
 		srv.mu.Unlock()
 		if n == 1 {
 			break
 		}
-		time.Sleep(5 * time.Millisecond)
+		if time.Now().After(deadline) {
+			t.Fatalf("server holds %d connections, want the first one", n)
+		}
 	}
 	_, err = RunStream(t.Context(), StreamConfig{Server: srv.Addr().String(), Duration: time.Second})
 	if err == nil || !strings.Contains(err.Error(), "busy") {

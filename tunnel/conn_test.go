@@ -99,6 +99,7 @@ type gateConn struct {
 	net.Conn
 	mu        sync.Mutex
 	gate      chan struct{} // non-nil: reads wait for it to close
+	parked    atomic.Int32  // reads waiting at the gate
 	blackhole atomic.Bool
 	closed    chan struct{}
 	once      sync.Once
@@ -128,6 +129,8 @@ func (g *gateConn) wait() error {
 	gate := g.gate
 	g.mu.Unlock()
 	if gate != nil {
+		g.parked.Add(1)
+		defer g.parked.Add(-1)
 		select {
 		case <-gate:
 		case <-g.closed:

@@ -20,12 +20,21 @@ type Stats struct {
 	ReadErrors           uint64 // failed reads (e.g. an offload packet with too many segments)
 	WriteErrors          uint64 // batches the receiving device refused (e.g. link down)
 	Batches              uint64 // Write calls: PacketsOut/Batches is the mean batch
+	// OnTime counts the packets handed to Write at most OnTimeSlack after
+	// their release time, Late the others: a busy host's stalls show here
+	// (see docs/topology.md, "Accuracy").
+	OnTime, Late uint64
 }
+
+// OnTimeSlack is how late after its release a packet still counts as on
+// time.
+const OnTimeSlack = 10 * time.Microsecond
 
 type counters struct {
 	packetsIn, bytesIn, packetsOut, bytesOut atomic.Uint64
 	droppedLoss, droppedLimit                atomic.Uint64
 	readErrors, writeErrors, batches         atomic.Uint64
+	onTime, late                             atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -34,7 +43,7 @@ func (c *counters) snapshot() Stats {
 		PacketsOut: c.packetsOut.Load(), BytesOut: c.bytesOut.Load(),
 		DroppedLoss: c.droppedLoss.Load(), DroppedLimit: c.droppedLimit.Load(),
 		ReadErrors: c.readErrors.Load(), WriteErrors: c.writeErrors.Load(),
-		Batches: c.batches.Load(),
+		Batches: c.batches.Load(), OnTime: c.onTime.Load(), Late: c.late.Load(),
 	}
 }
 
@@ -67,7 +76,39 @@ type pump struct {
 	free    [][]byte // packet buffers not in use, to avoid garbage per packet
 	waiting bool     // the writer waits for packets on wake
 	stopped bool
+
+	// sleepLate is how much later than asked the writer's nanosleep
+	// returns (writer goroutine only; see sleep).
+	sleepLate runningMedian
 }
+
+// runningMedian follows the typical value of a stream of latencies: it
+// moves toward each sample by an eighth of the gap, by at least 0.5 µs and
+// at most 8 µs. It settles where samples above and below pull equally, near
+// the median; it follows a host whose load changes within tens of samples;
+// and a stall of milliseconds moves it no more than 8 µs. It stays within
+// [0, maxSleepLate], so that a starved host cannot make the writer wake
+// (and spin) more than that early.
+type runningMedian struct{ v atomic.Int64 } // written by one goroutine
+
+const (
+	minMedianStep = int64(500 * time.Nanosecond)
+	maxMedianStep = int64(8 * time.Microsecond)
+	maxSleepLate  = int64(200 * time.Microsecond)
+)
+
+func (m *runningMedian) observe(x int64) {
+	v := m.v.Load()
+	step := min(max((x-v)/8, minMedianStep), maxMedianStep)
+	if x < v {
+		step = -min(max((v-x)/8, minMedianStep), maxMedianStep)
+	} else if x == v {
+		return
+	}
+	m.v.Store(min(max(v+step, 0), maxSleepLate))
+}
+
+func (m *runningMedian) get() int64 { return m.v.Load() }
 
 func newPump(src, dst Device, sh *shaper, mtu int, now clock) (*pump, error) {
 	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
@@ -244,6 +285,7 @@ func (p *pump) writeLoop() {
 	// on a thread of our own with 1 ns timer slack overshoots by tens of µs.
 	lockThread()
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+	p.calibrate()
 
 	w := newWriter(p.dst.BatchSize())
 	for {
@@ -297,11 +339,17 @@ func (p *pump) collect(now int64, w *writer) {
 }
 
 // deliver writes w.due to dst in one batch and recycles the packet
-// buffers. It returns an error only when dst is closed.
+// buffers; it counts each packet on time or late against its release. It
+// returns an error only when dst is closed.
 func (p *pump) deliver(w *writer) error {
 	w.out = w.out[:0]
 	var bytes uint64
+	var late uint64
+	now := p.now()
 	for j, e := range w.due {
+		if now-e.release > int64(OnTimeSlack) {
+			late++
+		}
 		if w.slots[j] == nil {
 			w.slots[j] = make([]byte, Headroom+maxPacket)
 		}
@@ -332,6 +380,10 @@ func (p *pump) deliver(w *writer) error {
 	}
 	p.c.packetsOut.Add(uint64(len(w.due)))
 	p.c.bytesOut.Add(bytes)
+	p.c.onTime.Add(uint64(len(w.due)) - late)
+	if late > 0 {
+		p.c.late.Add(late)
+	}
 	return nil
 }
 
@@ -356,8 +408,8 @@ func (p *pump) await(timeoutMs int) {
 }
 
 // sleep waits about d nanoseconds. Long waits block in poll, which frees
-// the thread's P; the last millisecond is slept with nanosleep for
-// precision. With reordering a later arrival may be due earlier than the
+// the thread's P; the last millisecond or two is slept with nanosleep and
+// the final stretch spun (see spinWindow). With reordering a later arrival may be due earlier than the
 // current head, so the writer looks again at least every 100 µs.
 // releaseAhead lets the writer take, with the packet that woke it, the
 // packets due within the next 100 µs. A packet alone (a probe, a ping)
@@ -368,6 +420,16 @@ func (p *pump) await(timeoutMs int) {
 // most of it the namespaces' own TCP stacks running in Write).
 const releaseAhead = int64(100 * time.Microsecond)
 
+// spinWindow is how long before a release the writer stops sleeping and
+// spins on the clock: nanosleep returns tens of µs late, and by a varying
+// amount, so the writer sleeps until its median lateness plus this window
+// before the release and spins the rest. A packet then leaves within about
+// a µs of its release whenever the wake-up was no later than usual. The
+// cost is this window (and the wake-ups' spread) of CPU per wake-up, about
+// 2 % of a core for a probe every millisecond; in a stream the writer
+// wakes once per batch.
+const spinWindow = int64(20 * time.Microsecond)
+
 func (p *pump) sleep(d int64) {
 	const ms = int64(time.Millisecond)
 	if p.sh.reorder {
@@ -377,7 +439,26 @@ func (p *pump) sleep(d int64) {
 		p.await(int((d - ms) / ms))
 		return
 	}
+	if s := d - spinWindow - p.sleepLate.get(); s > 0 {
+		t0 := p.now()
+		ts := unix.NsecToTimespec(s)
+		_ = unix.Nanosleep(&ts, nil) // EINTR: the loop looks again
+		p.sleepLate.observe(p.now() - t0 - s)
+		return
+	}
+	for end := p.now() + d; p.now() < end; {
+	}
+}
 
-	ts := unix.NsecToTimespec(d)
-	_ = unix.Nanosleep(&ts, nil) // EINTR: the loop looks again
+// calibrate measures the writer thread's nanosleep lateness before the
+// first packet, so that the first packets are released as precisely as
+// later ones. It takes about 2 ms.
+func (p *pump) calibrate() {
+	const n, d = 64, int64(20 * time.Microsecond)
+	for range n {
+		t0 := p.now()
+		ts := unix.NsecToTimespec(d)
+		_ = unix.Nanosleep(&ts, nil)
+		p.sleepLate.observe(p.now() - t0 - d)
+	}
 }

@@ -160,7 +160,8 @@ func startLink(t *testing.T, ab, ba emulation.Params) link {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		time.Sleep(300 * time.Millisecond)
 	})
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	// The deadline only bounds a hung start (a busy host may take seconds).
+	for deadline := time.Now().Add(30 * time.Second); ; {
 		if _, err := os.Stat(cfg.ReadyFile); err == nil {
 			break
 		}
