@@ -193,3 +193,13 @@ func serverTargets(env Env) map[string]string {
 	}
 	return targets
 }
+
+// wanMTU is the MTU of the link between two gateway nodes, which a tunnel
+// between them must fit its packets, headers included, into. Gateways
+// joined by no direct link get the topology's default.
+func wanMTU(env Env, a, b *topology.PlanNode) int {
+	if l, ok := env.Lab.Plan.Link(a.ID, b.ID); ok {
+		return l.LinkMTU()
+	}
+	return topology.DefaultMTU
+}
