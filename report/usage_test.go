@@ -19,7 +19,9 @@ func TestSummarizeUsage(t *testing.T) {
 	if k.CPUText() != KernelText || k.PeakRSSText() != KernelText || strings.Contains(string(b), "cpu_seconds") {
 		t.Errorf("kernel: %s, %s; JSON %s must hold no CPU figure", k.CPUText(), k.PeakRSSText(), b)
 	}
-	p := func(cpu float64, rss int64) ProcessUsage { return ProcessUsage{Name: "gw", Node: "a", CPUSeconds: cpu, PeakRSSBytes: rss} }
+	p := func(cpu float64, rss int64) ProcessUsage {
+		return ProcessUsage{Name: "gw", Node: "a", CPUSeconds: cpu, PeakRSSBytes: rss}
+	}
 	s := SummarizeUsage([]Usage{
 		{Seconds: 5, Bytes: 2e9, Processes: []ProcessUsage{p(1, 100), {Name: "gw", Node: "b", CPUSeconds: 0.5, PeakRSSBytes: 50}}, Emulator: &ProcessUsage{CPUSeconds: 0.3}},
 		{Seconds: 5, Bytes: 2e9, Processes: []ProcessUsage{p(1.5, 120), {Name: "gw", Node: "b", CPUSeconds: 0, PeakRSSBytes: 10}}, Emulator: &ProcessUsage{CPUSeconds: 0.2}},
