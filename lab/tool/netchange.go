@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -202,4 +203,20 @@ func wanMTU(env Env, a, b *topology.PlanNode) int {
 		return l.LinkMTU()
 	}
 	return topology.DefaultMTU
+}
+
+// waitFile waits until path exists, e.g. a daemon's control socket.
+func waitFile(ctx context.Context, path string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s did not appear within %v", path, within)
 }

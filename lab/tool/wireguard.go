@@ -146,6 +146,12 @@ func (t *wireguardTool) Setup(ctx context.Context, env Env) (map[string]string, 
 		if err := waitLink(ctx, e.gw, e.ifname, 2*time.Second); err != nil {
 			return nil, fmt.Errorf("wireguard-go: %w (see %s)", err, logFile)
 		}
+		// wireguard-go opens its control socket after the device: `wg
+		// set` before it exists falls back to netlink and fails with
+		// "Protocol not supported" (seen on a host at load 20).
+		if err := waitFile(ctx, filepath.Join("/var/run/wireguard", e.ifname+".sock"), 5*time.Second); err != nil {
+			return nil, fmt.Errorf("wireguard-go: %w (see %s)", err, logFile)
+		}
 		if err := t.changes.run(ctx, nil, "ip", "netns", "exec", e.gw.Netns, "wg", "set", e.ifname,
 			"private-key", e.key, "listen-port", wireguardPort,
 			"peer", peer.pub, "endpoint", peer.gw.Addr.String()+":"+wireguardPort,

@@ -60,7 +60,7 @@ sys.stdin.readline()
 b = bytearray(64 << 20)
 for i in range(0, len(b), 4096): b[i] = 1
 n = 0
-while n < 30000000: n += 1
+while n < 5000000: n += 1
 print("done", flush=True)
 sys.stdin.readline()
 `)

@@ -220,15 +220,15 @@ func (m *model) seriesPlot(title, ylabel string, xs []string, tools []string, va
 		if len(pts) == 0 {
 			continue
 		}
-		line, scatter, err := plotter.NewLinePoints(pts)
+		// Points only: the categories (scenarios) are not a continuum.
+		scatter, err := plotter.NewScatter(pts)
 		if err != nil {
 			return nil, err
 		}
 		col := toolColor(tools, t)
-		line.Color, line.Width = col, vg.Points(1.5)
-		scatter.Color, scatter.Shape, scatter.Radius = col, draw.CircleGlyph{}, vg.Points(3)
-		p.Add(line, scatter)
-		p.Legend.Add(t, line, scatter)
+		scatter.Color, scatter.Shape, scatter.Radius = col, draw.CircleGlyph{}, vg.Points(4)
+		p.Add(scatter)
+		p.Legend.Add(t, scatter)
 		drawn++
 	}
 	if drawn == 0 {
