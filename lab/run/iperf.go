@@ -55,7 +55,8 @@ const (
 	iperfPort    = 5202
 )
 
-var bitrateRE = strings.NewReplacer("k", "", "K", "", "m", "", "M", "", "g", "", "G", "")
+// bitrateUnits strips iperf3's -b suffixes, leaving the number to check.
+var bitrateUnits = strings.NewReplacer("k", "", "K", "", "m", "", "M", "", "g", "", "G", "")
 
 func (ip *Iperf3) validate() error {
 	if len(ip.Protocols) == 0 {
@@ -89,7 +90,7 @@ func (ip *Iperf3) validate() error {
 	if ip.UDPBitrate == "" {
 		ip.UDPBitrate = "0"
 	}
-	if _, err := strconv.ParseFloat(bitrateRE.Replace(ip.UDPBitrate), 64); err != nil || strings.HasPrefix(ip.UDPBitrate, "-") {
+	if _, err := strconv.ParseFloat(bitrateUnits.Replace(ip.UDPBitrate), 64); err != nil || strings.HasPrefix(ip.UDPBitrate, "-") {
 		return fmt.Errorf("iperf3.udp-bitrate %q: want iperf3's -b form, e.g. 0 (unlimited), 500M, 10G", ip.UDPBitrate)
 	}
 	if p := ip.Ping; p != nil {
