@@ -299,3 +299,41 @@ func TestUpRateOnlyWANUsesTBF(t *testing.T) {
 		t.Errorf("throughput %.3f of the rate, want 0.5–1.03", ratio)
 	}
 }
+
+// TestUpMTU builds a lab whose links are all 9000 bytes, the WAN link
+// through the userspace emulator: every veth and TUN end has the MTU, and
+// a 9000-byte packet that must not be fragmented crosses both clusters.
+func TestUpMTU(t *testing.T) {
+	testenv.RequireRoot(t)
+	name := testenv.UniqueName("t")
+	topo, err := topology.Parse([]byte("name: " + name + "\nmtu: 9000\n" + twoClusters + "    emulation: {delay: 1ms}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := topo.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := options(t)
+	opts.Emulator = lab.BackendUserspace
+	l := up(t, plan, opts)
+	for _, lk := range plan.Links {
+		for _, end := range []topology.LinkEnd{lk.A, lk.B} {
+			if out := testenv.Run(t, "ip", "-n", end.Netns, "link", "show", "dev", end.Device); !strings.Contains(out, "mtu 9000 ") {
+				t.Errorf("link %s, %s on %s: %q, want mtu 9000", lk.Name, end.Device, end.Node, out)
+			}
+		}
+	}
+	server, _ := l.Node("a/server")
+	var out []byte
+	for attempt := 0; attempt < 20; attempt++ {
+		// 8972 bytes of ICMP payload + 28 of headers = 9000, DF set.
+		cmd, _ := l.Command(context.Background(), "b/client", "ping", "-c", "1", "-W", "2", "-M", "do", "-s", "8972", server.Addr.String())
+		if out, err = cmd.CombinedOutput(); err == nil {
+			return
+		}
+		t.Logf("attempt %d: %v %s", attempt, err, out)
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Errorf("9000-byte ping across the lab: %v\n%s", err, out)
+}

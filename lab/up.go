@@ -78,6 +78,7 @@ func Up(ctx context.Context, plan *topology.Plan, opts Options) (lab *Lab, err e
 				A:    emulator.Endpoint{Netns: l.A.Netns, Device: l.A.Device},
 				B:    emulator.Endpoint{Netns: l.B.Netns, Device: l.B.Device},
 				AtoB: l.AtoB, BtoA: l.BtoA,
+				MTU: l.LinkMTU(),
 			})
 		default:
 			veths = append(veths, l)
@@ -320,8 +321,8 @@ func tbfSummaries(plan *topology.Plan, kinds []string) []string {
 func createVeths(ctx context.Context, links []topology.PlanLink, kinds []string, log *slog.Logger) error {
 	var lines []string
 	for _, l := range links {
-		lines = append(lines, fmt.Sprintf("link add %s netns %s type veth peer name %s netns %s",
-			l.A.Device, l.A.Netns, l.B.Device, l.B.Netns))
+		lines = append(lines, fmt.Sprintf("link add %s netns %s mtu %d type veth peer name %s netns %s mtu %d",
+			l.A.Device, l.A.Netns, l.LinkMTU(), l.B.Device, l.B.Netns, l.LinkMTU()))
 	}
 	if err := ipBatch(ctx, "", lines); err != nil {
 		return err
@@ -339,7 +340,7 @@ func createVeths(ctx context.Context, links []topology.PlanLink, kinds []string,
 			}
 			args := []string{"-n", side.end.Netns, "qdisc", "add", "dev", side.end.Device, "root", kinds[i]}
 			if kinds[i] == BackendTBF {
-				args = append(args, side.egress.TBFArgs()...)
+				args = append(args, side.egress.TBFArgsMTU(l.LinkMTU())...)
 				log.Debug("tbf", "link", l.Name, "dev", side.end.Device, "shaping", tbfSummary(side.egress))
 			} else {
 				args = append(args, side.egress.NetemArgs()...)

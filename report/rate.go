@@ -38,6 +38,8 @@ type RateSummary struct {
 	Errors       int64            `json:"errors"`
 	AchievedRate float64          `json:"achieved_rate"` // mean over repetitions
 	Latency      load.Percentiles `json:"latency"`
+	// Usage is the tool's CPU time and peak memory over the repetitions.
+	Usage *UsageSummary `json:"usage,omitempty"`
 }
 
 // SummarizeRate merges a cell's repetitions; reps[i] is repetition
@@ -109,7 +111,7 @@ func WriteRateTable(w io.Writer, cells []RateSummary) error {
 	for _, l := range RatePercentileLabels {
 		t.Header = append(t.Header, l+" ms")
 	}
-	t.Header = append(t.Header, "p50 vs direct", "p99 vs direct")
+	t.Header = append(t.Header, "p50 vs direct", "p99 vs direct", "tool CPU s", "CPU s/10k req", "peak RSS MB")
 	for _, c := range cells {
 		row := []string{c.Scenario, c.Workload, FormatSize(c.Payload), strconv.FormatFloat(c.Rate, 'f', -1, 64), c.Tool,
 			strconv.Itoa(len(c.Repetitions)), strconv.FormatFloat(c.AchievedRate, 'f', 1, 64), strconv.FormatInt(c.Errors, 10)}
@@ -119,13 +121,13 @@ func WriteRateTable(w io.Writer, cells []RateSummary) error {
 			for range len(RatePercentileLabels) + 2 {
 				row = append(row, "-")
 			}
-			t.Add(row...)
+			t.Add(append(row, c.Usage.CPUText(), c.Usage.Per10kText(), c.Usage.PeakRSSText())...)
 			continue
 		}
 		for _, v := range RatePercentiles(c.Latency) {
 			row = append(row, strconv.FormatFloat(v, 'f', 3, 64))
 		}
-		row = append(row, FormatRatio(p50(c)), FormatRatio(p99(c)))
+		row = append(row, FormatRatio(p50(c)), FormatRatio(p99(c)), c.Usage.CPUText(), c.Usage.Per10kText(), c.Usage.PeakRSSText())
 		t.Add(row...)
 	}
 	fmt.Fprintln(w, "\nopen-loop latency (corrected for coordinated omission), repetitions merged:")

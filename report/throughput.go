@@ -31,6 +31,8 @@ type ThroughputSummary struct {
 	TPS     []float64          `json:"transactions_s,omitempty"`
 	MeanTPS float64            `json:"mean_transactions_s,omitempty"`
 	RTT     []load.Percentiles `json:"rtt,omitempty"`
+	// Usage is the tool's CPU time and peak memory over the repetitions.
+	Usage *UsageSummary `json:"usage,omitempty"`
 }
 
 // Add folds one repetition's result into s.
@@ -110,17 +112,19 @@ func ThroughputRatio(cells []ThroughputSummary) func(ThroughputSummary) (float64
 // cells (transactions/s), each with its ratio to direct.
 func WriteThroughputTable(w io.Writer, cells []ThroughputSummary) error {
 	ratio := ThroughputRatio(cells)
-	bulk := Table{Header: []string{"scenario", "tool", "streams", "reps", "mean Gbit/s", "min", "max", "retransmits", "sender cc", "vs direct"}}
-	rr := Table{Header: []string{"scenario", "tool", "message", "connections", "reps", "mean trans/s", "min", "max", "median RTT ms", "vs direct"}}
+	bulk := Table{Header: []string{"scenario", "tool", "streams", "reps", "mean Gbit/s", "min", "max", "retransmits", "sender cc", "vs direct", "tool CPU s", "CPU s/GB", "peak RSS MB", "emulator CPU s"}}
+	rr := Table{Header: []string{"scenario", "tool", "message", "connections", "reps", "mean trans/s", "min", "max", "median RTT ms", "vs direct", "tool CPU s", "CPU s/10k trans", "peak RSS MB"}}
 	for _, c := range cells {
 		lo, hi := c.Range()
 		if c.RR > 0 {
 			rr.Add(c.Scenario, c.Tool, FormatSize(c.RR), strconv.Itoa(c.Streams), strconv.Itoa(c.Reps()),
-				f1(c.MeanTPS), f1(lo), f1(hi), f3(c.MedianRTT()), FormatRatio(ratio(c)))
+				f1(c.MeanTPS), f1(lo), f1(hi), f3(c.MedianRTT()), FormatRatio(ratio(c)),
+				c.Usage.CPUText(), c.Usage.Per10kText(), c.Usage.PeakRSSText())
 			continue
 		}
 		bulk.Add(c.Scenario, c.Tool, strconv.Itoa(c.Streams), strconv.Itoa(c.Reps()), f3(c.MeanGbps), f3(lo), f3(hi),
-			strconv.FormatInt(c.Retransmits, 10), c.CC, FormatRatio(ratio(c)))
+			strconv.FormatInt(c.Retransmits, 10), c.CC, FormatRatio(ratio(c)),
+			c.Usage.CPUText(), c.Usage.PerGBText(), c.Usage.PeakRSSText(), c.Usage.EmulatorText())
 	}
 	for _, t := range []struct {
 		title string

@@ -57,6 +57,17 @@ func (p Params) TBFQueueTime() time.Duration {
 	return time.Duration(float64(p.TBFLimit()) * 8 / float64(p.Rate) * float64(time.Second))
 }
 
+// TBFArgsMTU is TBFArgs for a link of the given MTU: the bucket holds at
+// least ten of its full-size frames, as it does for 1500-byte ones (tbf
+// drops a packet larger than its bucket that it cannot segment).
+func (p Params) TBFArgsMTU(mtu int) []string {
+	args := p.TBFArgs()
+	if b := 10 * (mtu + 14); b > p.TBFBurst() {
+		args[3] = strconv.Itoa(b)
+	}
+	return args
+}
+
 // TBFArgs renders p as the arguments that follow `tc qdisc add dev X root
 // tbf`. It is meant for RateOnly params.
 func (p Params) TBFArgs() []string {

@@ -2,6 +2,7 @@ package emulation
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -43,5 +44,16 @@ func TestTBFArgs(t *testing.T) {
 	p = Params{Rate: 1_000_000, Limit: 20}
 	if p.TBFBurst() != 10*1514 || p.TBFLimit() != 30_000 {
 		t.Errorf("1mbit limit 20: burst %d limit %d, want %d and 30000", p.TBFBurst(), p.TBFLimit(), 10*1514)
+	}
+}
+
+func TestTBFArgsMTU(t *testing.T) {
+	p := Params{Rate: 100_000_000}
+	if got := p.TBFArgsMTU(1500); strings.Join(got, " ") != strings.Join(p.TBFArgs(), " ") {
+		t.Errorf("MTU 1500: %v, want TBFArgs %v", got, p.TBFArgs())
+	}
+	// Ten 9014-byte frames exceed the 25 000-byte bucket of 2 ms at 100 Mbit/s.
+	if got := p.TBFArgsMTU(9000); got[3] != "90140" {
+		t.Errorf("MTU 9000: burst %s, want 90140 (ten frames)", got[3])
 	}
 }

@@ -49,6 +49,7 @@ type fileLink struct {
 	B    fileEndpoint   `json:"b"`
 	AtoB emulation.Spec `json:"a-to-b"`
 	BtoA emulation.Spec `json:"b-to-a"`
+	MTU  int            `json:"mtu,omitempty"`
 }
 
 // MarshalJSON writes the configuration file format LoadConfig reads.
@@ -61,6 +62,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 			B:    fileEndpoint(l.B),
 			AtoB: l.AtoB.Spec(),
 			BtoA: l.BtoA.Spec(),
+			MTU:  l.MTU,
 		})
 	}
 	return json.Marshal(f)
@@ -93,7 +95,7 @@ func parseConfig(b []byte) (Config, error) {
 	c := Config{MTU: f.MTU, Seed: f.Seed, ReadyFile: f.ReadyFile}
 	var err error
 	for i, fl := range f.Links {
-		l := Link{Name: fl.Name, A: Endpoint(fl.A), B: Endpoint(fl.B)}
+		l := Link{Name: fl.Name, A: Endpoint(fl.A), B: Endpoint(fl.B), MTU: fl.MTU}
 		if l.AtoB, err = fl.AtoB.Params(); err != nil {
 			return Config{}, fmt.Errorf("links[%d].a-to-b: %w", i, err)
 		}
@@ -115,7 +117,7 @@ func jsonError(err error) error {
 		return fmt.Errorf("%s: cannot use a JSON %s here (want %s)", te.Field, te.Value, jsonKind(te.Type.Kind().String()))
 	}
 	if msg, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return fmt.Errorf("unknown field %s: want links, mtu, seed, ready-file; in a link name, a, b, a-to-b, b-to-a; in an endpoint netns, device", msg)
+		return fmt.Errorf("unknown field %s: want links, mtu, seed, ready-file; in a link name, a, b, a-to-b, b-to-a, mtu; in an endpoint netns, device", msg)
 	}
 	return fmt.Errorf("parse JSON: %w", err)
 }

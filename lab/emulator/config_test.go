@@ -45,6 +45,7 @@ func TestConfigErrors(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{`{}`, "links: need at least one link"},
 		{`{"links":[{` + link + `}],"mtu":100}`, "mtu 100"},
+		{`{"links":[{` + link + `,"mtu":70000}]}`, "links[0].mtu 70000: must be between 576 and 65000"},
 		{`{"links":[{` + link + `,"a-to-b":{"delay":"5"}}]}`, "links[0].a-to-b: delay"},
 		{`{"links":[{` + link + `,"b-to-a":{"rate":"1000"}}]}`, "links[0].b-to-a: rate"},
 		{`{"links":[{` + link + `,"a-to-b":{"loss":"120%"}}]}`, "links[0].a-to-b: loss"},
@@ -73,6 +74,8 @@ func FuzzLoadConfig(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte(`{"links":[{"name":"l","a":{"netns":"x","device":"a0"},"b":{"netns":"y","dev`))
 	f.Add([]byte(`{"links":[{"name":"l","a":{"netns":"x","device":"a0"},"b":{"netns":"y","device":"b0"},"a-to-b":{"delay":"9223372036854775808ns","rate":"1e400gbit","limit":18446744073709551616}}],"mtu":99999999999999999999,"seed":18446744073709551616}`))
+	f.Add([]byte(`{"links":[{"name":"l","a":{"netns":"x","device":"a0"},"b":{"netns":"y","device":"b0"},"a-to-b":{"rate":"1gbit"},"mtu":9000}],"mtu":576}`))
+	f.Add([]byte(`{"links":[{"name":"l","a":{"netns":"x","device":"a0"},"b":{"netns":"y","device":"b0"},"mtu":-9000}]}`))
 	f.Add([]byte(`{"links":[{"name":"l","a":{"netns":"x","device":"a0"},"b":{"netns":"y","device":"b0"},"a-to-b":{"delay":"-5ms","loss":"-1%","limit":-1}}],"mtu":-1,"seed":-3}`))
 	f.Add([]byte("{\"links\":[{\"name\":\"\xff\xfe\",\"a\":{\"netns\":\"\xc3\",\"device\":\"a0\"},\"b\":{\"netns\":\"y\",\"device\":\"b0\"}}]}"))
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -43,6 +43,7 @@ type Link struct {
 	Name       string
 	A, B       Endpoint
 	AtoB, BtoA emulation.Params
+	MTU        int // of both devices; 0 means Config.MTU
 }
 
 // Config describes every link one emulator process carries.
@@ -64,6 +65,14 @@ func (c Config) mtu() int {
 	return c.MTU
 }
 
+// linkMTU is l's MTU: its own, else the configuration's.
+func (c Config) linkMTU(l Link) int {
+	if l.MTU != 0 {
+		return l.MTU
+	}
+	return c.mtu()
+}
+
 // Validate reports the first problem, naming the field.
 func (c Config) Validate() error {
 	if len(c.Links) == 0 {
@@ -76,6 +85,9 @@ func (c Config) Validate() error {
 	devices := map[Endpoint]string{}
 	for i, l := range c.Links {
 		field := fmt.Sprintf("links[%d]", i)
+		if l.MTU != 0 && (l.MTU < 576 || l.MTU > 65000) {
+			return fmt.Errorf("%s.mtu %d: must be between 576 and 65000 (0 means the configuration's mtu)", field, l.MTU)
+		}
 		if l.Name == "" {
 			return fmt.Errorf("%s.name: must not be empty", field)
 		}
@@ -151,8 +163,6 @@ func Run(ctx context.Context, cfg Config) error {
 		_, _ = rand.Read(b[:])
 		seed = binary.LittleEndian.Uint64(b[:]) | 1
 	}
-	mtu := cfg.mtu()
-
 	var devs []Device
 	closeAll := func() {
 		for _, d := range devs {
@@ -163,7 +173,7 @@ func Run(ctx context.Context, cfg Config) error {
 	pairs := make([][2]Device, len(cfg.Links))
 	for i, l := range cfg.Links {
 		for j, ep := range []Endpoint{l.A, l.B} {
-			d, err := createTUN(ep.Netns, ep.Device, mtu, &drains)
+			d, err := createTUN(ep.Netns, ep.Device, cfg.linkMTU(l), &drains)
 			if err != nil {
 				closeAll()
 				drains.Wait()
@@ -174,7 +184,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	e, err := newEngine(cfg.Links, pairs, mtu, seed, monotonic())
+	e, err := newEngine(cfg, pairs, seed, monotonic())
 	if err != nil {
 		closeAll()
 		drains.Wait()
@@ -182,7 +192,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	var wg sync.WaitGroup
 	wg.Go(e.run)
-	log.Info("emulator running", "links", len(cfg.Links), "mtu", mtu, "seed", seed)
+	log.Info("emulator running", "links", len(cfg.Links), "mtu", cfg.mtu(), "seed", seed)
 
 	if cfg.ReadyFile != "" {
 		if err = writeReady(cfg.ReadyFile); err != nil {
@@ -241,9 +251,10 @@ type engine struct {
 // newEngine wires pairs[i] = {A, B} of links[i]. Direction d of link i
 // draws from its own random stream, seeded by (seed, 2i+d), so one link's
 // traffic does not change another's random decisions.
-func newEngine(links []Link, pairs [][2]Device, mtu int, seed uint64, now clock) (*engine, error) {
+func newEngine(cfg Config, pairs [][2]Device, seed uint64, now clock) (*engine, error) {
 	e := &engine{}
-	for i, l := range links {
+	for i, l := range cfg.Links {
+		mtu := cfg.linkMTU(l)
 		a, b := pairs[i][0], pairs[i][1]
 		for d, dir := range []struct {
 			src, dst Device

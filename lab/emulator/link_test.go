@@ -90,7 +90,7 @@ func genTestLink(t *testing.T, real bool, ab, ba emulation.Params) *testLink {
 			return err
 		}
 	}
-	e, err := newEngine([]Link{{Name: "t", AtoB: ab, BtoA: ba}}, [][2]Device{{ea, eb}}, DefaultMTU, 42, monotonic())
+	e, err := newEngine(Config{Links: []Link{{Name: "t", AtoB: ab, BtoA: ba}}}, [][2]Device{{ea, eb}}, 42, monotonic())
 	if err != nil {
 		t.Fatal(err)
 	}

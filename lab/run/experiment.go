@@ -40,15 +40,18 @@ import (
 //	    payloads: [1KB, 100KB]
 //	load: {requests: 40, threads: 1, keepalive: true}
 type Experiment struct {
-	Name        string     `yaml:"name"`
-	Topology    yaml.Node  `yaml:"topology"`
-	Scenarios   []string   `yaml:"scenarios"`
-	Tools       []string   `yaml:"tools"`
-	Server      string     `yaml:"server"`
-	Client      string     `yaml:"client"`
-	Repetitions int        `yaml:"repetitions"`
-	Workloads   []Workload `yaml:"workloads"`
-	Load        Load       `yaml:"load"`
+	Name     string    `yaml:"name"`
+	Topology yaml.Node `yaml:"topology"`
+	// DefineScenarios are the experiment's own scenarios, which Scenarios
+	// may name beside the catalogs' (scenario.Spec: lan, wan, mtu).
+	DefineScenarios []scenario.Spec `yaml:"define-scenarios"`
+	Scenarios       []string        `yaml:"scenarios"`
+	Tools           []string        `yaml:"tools"`
+	Server          string          `yaml:"server"`
+	Client          string          `yaml:"client"`
+	Repetitions     int             `yaml:"repetitions"`
+	Workloads       []Workload      `yaml:"workloads"`
+	Load            Load            `yaml:"load"`
 	// Parallel is how many units (scenario × repetition, each in a lab of
 	// its own) run at once. Latency-bound runs gain almost linearly; keep 1
 	// where CPU time is what is measured.
@@ -61,6 +64,12 @@ type Experiment struct {
 	// Rate, when set, also measures open-loop latency at fixed request
 	// rates through every tool with `strait load rate` (wrk2-like).
 	Rate *Rate `yaml:"rate"`
+	// Iperf3, when set, also measures TCP and UDP throughput with iperf3
+	// and round trips with ping through every tool (seed 004's method).
+	Iperf3 *Iperf3 `yaml:"iperf3"`
+	// Reference holds another testbed's published figures (a seed's),
+	// shown in the report beside this run's and labelled as theirs.
+	Reference *Reference `yaml:"reference"`
 
 	// Resolved by Parse.
 	dir       string // where a relative topology path is resolved
@@ -240,10 +249,24 @@ func (e *Experiment) resolve(dir string) error {
 	if len(e.Scenarios) == 0 {
 		return errors.New("scenarios: name at least one (e.g. lcl, edg10)")
 	}
-	for i, name := range e.Scenarios {
-		sc, err := scenario.Lookup(name)
+	defined := map[string]scenario.Scenario{}
+	for i, spec := range e.DefineScenarios {
+		sc, err := spec.Resolve()
 		if err != nil {
-			return fmt.Errorf("scenarios[%d]: %w", i, err)
+			return fmt.Errorf("define-scenarios[%d]: %w", i, err)
+		}
+		if _, dup := defined[sc.Name]; dup {
+			return fmt.Errorf("define-scenarios[%d]: %q is defined twice", i, sc.Name)
+		}
+		defined[sc.Name] = sc
+	}
+	for i, name := range e.Scenarios {
+		sc, ok := defined[name]
+		if !ok {
+			var err error
+			if sc, err = scenario.Lookup(name); err != nil {
+				return fmt.Errorf("scenarios[%d]: %w (or one of define-scenarios)", i, err)
+			}
 		}
 		e.scenarios = append(e.scenarios, sc)
 	}
@@ -272,8 +295,18 @@ func (e *Experiment) resolve(dir string) error {
 	if e.Repetitions < 0 || e.Repetitions > 1000 {
 		return fmt.Errorf("repetitions %d: must be between 1 and 1000", e.Repetitions)
 	}
-	if len(e.Workloads) == 0 && e.Throughput == nil && e.Rate == nil {
-		return errors.New("workloads: name at least one (echo, recv, static, hello), or set throughput or rate")
+	if len(e.Workloads) == 0 && e.Throughput == nil && e.Rate == nil && e.Iperf3 == nil {
+		return errors.New("workloads: name at least one (echo, recv, static, hello), or set throughput, rate or iperf3")
+	}
+	if e.Iperf3 != nil {
+		if err := e.Iperf3.validate(); err != nil {
+			return err
+		}
+	}
+	if e.Reference != nil {
+		if err := e.Reference.validate(); err != nil {
+			return err
+		}
 	}
 	if tp := e.Throughput; tp != nil {
 		if len(tp.Streams) == 0 {

@@ -64,6 +64,19 @@ topology:
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nworkloads: [{name: echo}]\nload: {duration: forever}\n", "load.duration"},
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nworkloads: [{name: echo}, {name: echo, payloads: [1KB]}]\n", "workloads[1]: echo is also workloads[0]"},
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nworkloads: [{name: echo}, {name: echo, keepalive: false}]\n", ""},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\niperf3: {}\n", ""},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\niperf3: {protocols: [sctp]}\n", "iperf3.protocols[0] \"sctp\": must be tcp or udp"},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\niperf3: {protocols: [tcp, tcp]}\n", "given twice"},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\niperf3: {interval: 10ms}\n", "iperf3.interval \"10ms\": want a duration between 100ms and 1m"},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\niperf3: {trials: -1}\n", "iperf3.trials -1"},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\niperf3: {udp-bitrate: fast}\n", "iperf3.udp-bitrate \"fast\""},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\niperf3: {ping: {interval: 1ms}}\n", "iperf3.ping.interval \"1ms\""},
+		{"name: e\n" + topo + "define-scenarios: [{name: big, mtu: 9000}]\nscenarios: [big]\nserver: a/server\nclient: b/client\niperf3: {}\n", ""},
+		{"name: e\n" + topo + "define-scenarios: [{name: big, mtu: 90000}]\nscenarios: [big]\n", "define-scenarios[0]: mtu 90000: must be between 576 and 65000"},
+		{"name: e\n" + topo + "define-scenarios: [{name: lcl}]\nscenarios: [lcl]\n", "define-scenarios[0]: name: \"lcl\" is a scenario of catalog seed000"},
+		{"name: e\n" + topo + "define-scenarios: [{name: x1}, {name: x1}]\nscenarios: [x1]\n", "define-scenarios[1]: \"x1\" is defined twice"},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\niperf3: {}\nreference: {source: s}\n", "reference: source and testbed are required"},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\niperf3: {}\nreference: {source: s, testbed: t, figures: [{measure: m, subject: x, value: .nan, unit: u}]}\n", "reference.figures[0].value"},
 	} {
 		_, err := Parse([]byte(tc.body), t.TempDir())
 		if tc.err == "" {
@@ -100,6 +113,8 @@ func FuzzParseExperiment(f *testing.F) {
 	f.Add([]byte("name: q\nrepetitions: 99999999999999999999\nrate: {rps: [1e400, 18446744073709551616], connections: 9223372036854775808, duration: 9999999999h}\nworkloads: [{name: echo, payloads: [99999999999999999999KB]}]\n"))
 	f.Add([]byte("name: q\nrepetitions: -1\nrate: {rps: [-10], connections: -3, duration: -1s, warmup: -1s}\nworkloads: [{name: echo, payloads: [-1KB]}]\nthroughput: {rr: [-64]}\n"))
 	f.Add([]byte("name: \xff\xfe\nscenarios: [\xc3]\n"))
+	f.Add([]byte("name: q\ntopology: {name: x, clusters: [{name: a, nodes: [{name: n}, {name: m}]}]}\ndefine-scenarios: [{name: j, wan: {rate: 1gbit}, mtu: 9000}]\nscenarios: [j]\nserver: a/n\nclient: a/m\niperf3: {protocols: [tcp, udp], trials: 50, interval: 0.5s, udp-bitrate: 10G, ping: {count: 5, interval: 2ms}}\nreference: {source: s, testbed: t, figures: [{measure: ping, subject: x, ours: direct, value: 1, unit: ms}]}\n"))
+	f.Add([]byte("name: q\ndefine-scenarios: [{name: j, mtu: 99999999999999999999}]\niperf3: {trials: 99999999999999999999, interval: 9999999h, udp-bitrate: -1, ping: {count: -5}}\nreference: {figures: [{value: 1e400}]}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		// Must never panic, and never read a file for a fuzzed path.
 		_, _ = Parse(b, "/nonexistent")

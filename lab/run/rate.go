@@ -197,6 +197,7 @@ func (r *runner) aggregateRate() ([]report.RateSummary, error) {
 			for _, c := range r.e.Rate.cells(sc.Name, t) {
 				var reps []*load.RateResult
 				var numbers []int
+				var paths []string
 				for rep := 1; rep <= r.e.Repetitions; rep++ {
 					res, err := readResult[load.RateResult](ratePath(r.dir, c, rep))
 					if errors.Is(err, os.ErrNotExist) {
@@ -206,12 +207,16 @@ func (r *runner) aggregateRate() ([]report.RateSummary, error) {
 						return nil, err
 					}
 					reps, numbers = append(reps, res), append(numbers, rep)
+					paths = append(paths, ratePath(r.dir, c, rep))
 				}
 				if len(reps) == 0 {
 					continue
 				}
 				s, err := report.SummarizeRate(c, numbers, reps)
 				if err != nil {
+					return nil, err
+				}
+				if s.Usage, err = readUsage(paths); err != nil {
 					return nil, err
 				}
 				out = append(out, s)

@@ -355,6 +355,22 @@ func TestSeed000Reduced(t *testing.T) {
 	if md.KPIs["echo"] != 1000 || md.KPIs["static"] != 100 || md.Repetitions != 2 || md.Tools["strait"] == "" || md.TCPCC["b/client"] == "" || md.Emulation == "" || md.Emulation == "none" || len(md.EmulatorSeeds) != 2 && md.Emulation == "userspace" {
 		t.Errorf("metadata incomplete: %+v", md)
 	}
+	// Every cell has the tool's usage: direct's is the kernel's, strait's
+	// its two gateways'; the userspace emulator that carries edg5's links
+	// is measured apart.
+	for _, c := range cells {
+		u := c.Usage
+		switch {
+		case u == nil:
+			t.Errorf("%+v: no usage", c.Cell)
+		case c.Tool == "direct" && (!u.Kernel || u.CPUSeconds != nil):
+			t.Errorf("%+v: usage %+v, want kernel without a CPU figure", c.Cell, u)
+		case c.Tool == "strait" && (u.Kernel || u.CPUSeconds == nil || len(u.Processes) != 2 || u.CPUPer10kRequests == nil):
+			t.Errorf("%+v: usage %+v, want both gateways' CPU and CPU per 10 000 requests", c.Cell, u)
+		case md.Emulation == "userspace" && u.EmulatorCPUSeconds == nil:
+			t.Errorf("%+v: the userspace emulator's CPU not measured", c.Cell)
+		}
+	}
 }
 
 // TestWireguardTool carries echo requests through the wireguard tool

@@ -62,6 +62,9 @@ type CellResult struct {
 	RatioIQRMeanCI *report.Interval `json:"ratio_iqr_mean_ci,omitempty"`
 	RatioMedian    *float64         `json:"ratio_median,omitempty"`
 	RatioMedianCI  *report.Interval `json:"ratio_median_ci,omitempty"`
+	// Usage is the tool's CPU time and peak memory over the cell's
+	// measurements (report.Usage says what kernel and emulator mean).
+	Usage *report.UsageSummary `json:"usage,omitempty"`
 }
 
 // addIntervals bootstraps every cell and its ratio to direct, seeded as the
@@ -338,6 +341,12 @@ func (r *runner) unit(ctx context.Context, u unit) (err error) {
 			return err
 		}
 	}
+	if ip := r.e.Iperf3; ip != nil {
+		services = append(services, tool.Service{Name: iperfService, Port: iperfPort})
+		if err := r.startProcess(ctx, l, u, iperfService, ip.serverArgs()...); err != nil {
+			return err
+		}
+	}
 	for _, name := range r.e.Tools {
 		t, _ := tool.New(name)
 		tdir := filepath.Join(r.dir, "tools", fmt.Sprintf("%s-%s", name, u.id()))
@@ -369,6 +378,11 @@ func newLabTag() string {
 // write to a pipe without reader would kill the process with SIGPIPE, and
 // the lab's cleanup should find it alive. lab.Down stops it.
 func (r *runner) startDaemon(ctx context.Context, l *lab.Lab, u unit, name string, args ...string) error {
+	return r.startProcess(ctx, l, u, name, append([]string{r.opts.Binary}, args...)...)
+}
+
+// startProcess is startDaemon for any program (argv[0]).
+func (r *runner) startProcess(ctx context.Context, l *lab.Lab, u unit, name string, argv ...string) error {
 	if err := os.MkdirAll(filepath.Join(r.dir, "logs"), 0o755); err != nil {
 		return err
 	}
@@ -377,7 +391,7 @@ func (r *runner) startDaemon(ctx context.Context, l *lab.Lab, u unit, name strin
 		return err
 	}
 	defer logf.Close() // the child has its own descriptor
-	cmd, err := l.Command(ctx, r.e.Server, append([]string{r.opts.Binary}, args...)...)
+	cmd, err := l.Command(ctx, r.e.Server, argv...)
 	if err != nil {
 		return err
 	}
@@ -418,8 +432,15 @@ func (r *runner) measureTool(ctx context.Context, t tool.Tool, env tool.Env, u u
 		target := targets[w.Name]
 		for _, size := range w.sizes {
 			cell := Cell{Scenario: u.scenario.Name, Tool: t.Name(), Workload: w.label(), Payload: size}
+			uw, err := openUsage(t, env.Lab.EmulatorPID)
+			if err != nil {
+				return err
+			}
 			samples, err := r.measure(ctx, env, cell, w, target, u.rep)
 			if err != nil {
+				return err
+			}
+			if _, err := uw.close(rawPath(r.dir, cell, u.rep), 0, float64(len(samples)+r.e.Load.Warmup)); err != nil {
 				return err
 			}
 			s := report.Summarize(samples)
@@ -429,20 +450,63 @@ func (r *runner) measureTool(ctx context.Context, t tool.Tool, env tool.Env, u u
 	}
 	if rt := r.e.Rate; rt != nil {
 		for _, c := range rt.cells(u.scenario.Name, t.Name()) {
+			uw, err := openUsage(t, env.Lab.EmulatorPID)
+			if err != nil {
+				return err
+			}
 			res, err := r.measureRate(ctx, env, c, targets[c.Workload], u.rep)
 			if err != nil {
 				return fmt.Errorf("tool %s: %s at %v requests/s: %w", t.Name(), c.Workload, c.Rate, err)
+			}
+			// The window holds the warm-up's requests too, sent at the
+			// target rate.
+			if _, err := uw.close(ratePath(r.dir, c, u.rep), 0, float64(res.Count+res.Errors)+res.TargetRate*res.WarmupSec); err != nil {
+				return err
 			}
 			r.printf("  %-10s %-9s %-7s %7s  rate %v/s achieved %.1f/s errors=%d  p50 %.3f ms  p99 %.3f ms  max %.3f ms\n",
 				u.id(), c.Tool, c.Workload, report.FormatSize(c.Payload), c.Rate, res.AchievedRate, res.Errors,
 				float64(res.Latency.P50)/1000, float64(res.Latency.P99)/1000, float64(res.Latency.P100)/1000)
 		}
 	}
+	if ip := r.e.Iperf3; ip != nil {
+		for _, proto := range ip.protocols() {
+			if !t.Carries(tool.Protocol(proto)) {
+				r.printf("  %-10s %-9s %-5s not carried\n", u.id(), t.Name(), proto)
+				continue
+			}
+			c := report.IperfCell{Scenario: u.scenario.Name, Tool: t.Name(), Protocol: proto}
+			uw, err := openUsage(t, env.Lab.EmulatorPID)
+			if err != nil {
+				return err
+			}
+			bytes, line, err := r.measureIperf(ctx, env, c, targets[iperfService], u.rep)
+			if err != nil {
+				return fmt.Errorf("tool %s: %w", t.Name(), err)
+			}
+			if _, err := uw.close(iperfPath(r.dir, c, u.rep), bytes, 0); err != nil {
+				return err
+			}
+			r.printf("  %-10s %-9s %s\n", u.id(), t.Name(), line)
+		}
+	}
 	if tp := r.e.Throughput; tp != nil {
 		for _, c := range tp.cells(u.scenario.Name, t.Name()) {
+			uw, err := openUsage(t, env.Lab.EmulatorPID)
+			if err != nil {
+				return err
+			}
 			res, err := r.measureThroughput(ctx, env, targets[streamService], c, u.rep)
 			if err != nil {
 				return fmt.Errorf("tool %s: stream %+v: %w", t.Name(), c, err)
+			}
+			// A bulk cell is normalized by bytes, an rr cell by
+			// transactions.
+			bytes, requests := float64(res.Bytes), 0.0
+			if c.RR > 0 {
+				bytes, requests = 0, float64(res.Transactions)
+			}
+			if _, err := uw.close(throughputPath(r.dir, c, u.rep), bytes, requests); err != nil {
+				return err
 			}
 			if c.RR > 0 {
 				r.printf("  %-10s %-9s rr %-5d ×%-3d %10.1f transactions/s\n", u.id(), t.Name(), c.RR, c.Streams, res.TPS)
@@ -584,11 +648,13 @@ func (r *runner) aggregate() (*Result, error) {
 	var times [][]float64
 	for _, cell := range r.cells() {
 		var all []load.Sample
+		var paths []string
 		for rep := 1; rep <= r.e.Repetitions; rep++ {
 			samples, err := readSamples(rawPath(r.dir, cell, rep))
 			if errors.Is(err, os.ErrNotExist) {
 				continue
 			}
+			paths = append(paths, rawPath(r.dir, cell, rep))
 			if err != nil {
 				return res, err
 			}
@@ -603,7 +669,11 @@ func (r *runner) aggregate() (*Result, error) {
 			all = append(all, samples...)
 		}
 		if len(all) > 0 {
-			res.Cells = append(res.Cells, CellResult{Cell: cell, Summary: report.Summarize(all)})
+			us, err := readUsage(paths)
+			if err != nil {
+				return res, err
+			}
+			res.Cells = append(res.Cells, CellResult{Cell: cell, Summary: report.Summarize(all), Usage: us})
 			times = append(times, report.Times(all))
 		}
 	}
@@ -646,6 +716,36 @@ type Metadata struct {
 	// Build is how the running strait was built: Go's record of the
 	// module version, VCS commit and whether the tree was modified.
 	Build map[string]string `json:"build,omitempty"`
+	// Iperf3 are the iperf3 and ping settings with defaults applied;
+	// Reference another testbed's published figures to show beside ours.
+	Iperf3    *Iperf3    `json:"iperf3,omitempty"`
+	Reference *Reference `json:"reference,omitempty"`
+	// ToolUsage is each tool's CPU time and peak RSS over every cell of
+	// the run (report.UsageSummary: "kernel" tools have no process).
+	ToolUsage map[string]*report.UsageSummary `json:"toolUsage,omitempty"`
+}
+
+// toolUsage totals every cell's usage per tool.
+func toolUsage(cells []CellResult, rate []report.RateSummary, tput []report.ThroughputSummary, iperfs []report.IperfSummary) map[string]*report.UsageSummary {
+	m := map[string]*report.UsageSummary{}
+	add := func(t string, u *report.UsageSummary) {
+		if u != nil {
+			m[t] = report.MergeUsage(m[t], u)
+		}
+	}
+	for _, c := range cells {
+		add(c.Tool, c.Usage)
+	}
+	for _, c := range rate {
+		add(c.Tool, c.Usage)
+	}
+	for _, c := range tput {
+		add(c.Tool, c.Usage)
+	}
+	for _, c := range iperfs {
+		add(c.Tool, c.Usage)
+	}
+	return m
 }
 
 // buildInfo reads the VCS commit and module version the Go toolchain
@@ -673,7 +773,23 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 		if sc.AsDeclared {
 			lan, wan = "as the topology declares", "as the topology declares"
 		}
-		scen = append(scen, map[string]string{"name": sc.Name, "lan": lan, "wan": wan})
+		m := map[string]string{"name": sc.Name, "lan": lan, "wan": wan}
+		if sc.MTU != 0 {
+			m["mtu"] = strconv.Itoa(sc.MTU)
+		}
+		scen = append(scen, m)
+	}
+	rate, err := r.aggregateRate()
+	if err != nil {
+		return err
+	}
+	tput, err := r.aggregateThroughput()
+	if err != nil {
+		return err
+	}
+	iperfs, err := r.aggregateIperf()
+	if err != nil {
+		return err
 	}
 	r.mu.Lock()
 	md := Metadata{
@@ -682,7 +798,8 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 		Tools: r.tools, Scenarios: scen, Units: len(r.units), EmulatorSeeds: r.seeds,
 		ExperimentFile: string(r.e.source), Topology: r.e.topo, Load: r.e.Load,
 		Rate: r.e.Rate, Throughput: r.e.Throughput, Repetitions: r.e.Repetitions,
-		KPIs: r.e.kpis(), Build: buildInfo(),
+		KPIs: r.e.kpis(), Build: buildInfo(), Iperf3: r.e.Iperf3, Reference: r.e.Reference,
+		ToolUsage: toolUsage(res.Cells, rate, tput, iperfs),
 	}
 	r.mu.Unlock()
 	if err := writeJSON(filepath.Join(r.dir, "metadata.json"), md); err != nil {
@@ -702,10 +819,6 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 			return err
 		}
 	}
-	rate, err := r.aggregateRate()
-	if err != nil {
-		return err
-	}
 	if rate != nil {
 		if err := writeJSON(filepath.Join(r.dir, html.RateFile), rate); err != nil {
 			return err
@@ -714,15 +827,19 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 			return err
 		}
 	}
-	tput, err := r.aggregateThroughput()
-	if err != nil {
-		return err
-	}
 	if tput != nil {
 		if err := writeJSON(filepath.Join(r.dir, html.ThroughputFile), tput); err != nil {
 			return err
 		}
 		if err := report.WriteThroughputTable(table, tput); err != nil {
+			return err
+		}
+	}
+	if iperfs != nil {
+		if err := writeJSON(filepath.Join(r.dir, html.IperfFile), iperfs); err != nil {
+			return err
+		}
+		if err := report.WriteIperfTable(table, iperfs); err != nil {
 			return err
 		}
 	}
@@ -734,12 +851,16 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if len(res.Cells) > 0 || len(rate) > 0 || len(tput) > 0 {
+	if len(res.Cells) > 0 || len(rate) > 0 || len(tput) > 0 || len(iperfs) > 0 {
 		if err := writeReport(r.dir); err != nil {
 			return fmt.Errorf("html report: %w", err)
 		}
 	}
-	r.printf("\nresults: %s (report.html, table.txt, metadata.json, summary.json, requests.csv%s)\n", r.dir, extraFiles(rate, tput))
+	extra := extraFiles(rate, tput)
+	if iperfs != nil {
+		extra += ", " + html.IperfFile
+	}
+	r.printf("\nresults: %s (report.html, table.txt, metadata.json, summary.json, requests.csv%s)\n", r.dir, extra)
 	return nil
 }
 

@@ -91,6 +91,7 @@ func (r *runner) aggregateThroughput() ([]report.ThroughputSummary, error) {
 		for _, t := range r.e.Tools {
 			for _, cell := range tp.cells(sc.Name, t) {
 				c := report.ThroughputSummary{ThroughputCell: cell}
+				var paths []string
 				for rep := 1; rep <= r.e.Repetitions; rep++ {
 					res, err := readResult[load.StreamResult](throughputPath(r.dir, cell, rep))
 					if errors.Is(err, os.ErrNotExist) {
@@ -100,6 +101,11 @@ func (r *runner) aggregateThroughput() ([]report.ThroughputSummary, error) {
 						return nil, err
 					}
 					c.Add(res)
+					paths = append(paths, throughputPath(r.dir, cell, rep))
+				}
+				var err error
+				if c.Usage, err = readUsage(paths); err != nil {
+					return nil, err
 				}
 				if c.Reps() > 0 {
 					out = append(out, c)

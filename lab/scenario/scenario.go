@@ -23,6 +23,9 @@ type Scenario struct {
 	LAN, WAN    emulation.Params
 	// AsDeclared leaves every link as the topology file declares it.
 	AsDeclared bool
+	// MTU, when set, is every link's MTU (seed 004 runs its links at
+	// 1500 and 9000 bytes).
+	MTU int
 }
 
 // AsDeclared is the scenario that changes nothing: the links keep the
@@ -40,6 +43,8 @@ func (s Scenario) Apply(p *topology.Plan) {
 	}
 	p.Emulate(topology.LAN, s.LAN)
 	p.Emulate(topology.WAN, s.WAN)
+	p.SetMTU(topology.LAN, s.MTU)
+	p.SetMTU(topology.WAN, s.MTU)
 }
 
 // InlineCatalog is the Catalog of scenarios resolved from a Spec.
@@ -97,10 +102,12 @@ func Names() []string {
 //	name: wan40
 //	lan: {delay: 0.5ms}
 //	wan: {delay: 20ms, jitter: 4ms, loss: 0.1%}
+//	mtu: 9000                       # every link's; absent: the topology's
 type Spec struct {
 	Name string         `yaml:"name" json:"name"`
 	LAN  emulation.Spec `yaml:"lan,omitempty" json:"lan,omitempty"`
 	WAN  emulation.Spec `yaml:"wan,omitempty" json:"wan,omitempty"`
+	MTU  int            `yaml:"mtu,omitempty" json:"mtu,omitempty"`
 }
 
 // nameRE keeps scenario names usable as file and column names in results;
@@ -124,11 +131,19 @@ func (s Spec) Resolve() (Scenario, error) {
 	if err != nil {
 		return Scenario{}, fmt.Errorf("wan: %w", err)
 	}
+	desc := fmt.Sprintf("inline: lan %v; wan %v", lan, wan)
+	if s.MTU != 0 {
+		if s.MTU < topology.MinMTU || s.MTU > topology.MaxMTU {
+			return Scenario{}, fmt.Errorf("mtu %d: must be between %d and %d bytes (absent: the topology's)", s.MTU, topology.MinMTU, topology.MaxMTU)
+		}
+		desc += fmt.Sprintf("; every link's MTU %d", s.MTU)
+	}
 	return Scenario{
 		Name:        s.Name,
 		Catalog:     InlineCatalog,
-		Description: fmt.Sprintf("inline: lan %v; wan %v", lan, wan),
+		Description: desc,
 		LAN:         lan,
 		WAN:         wan,
+		MTU:         s.MTU,
 	}, nil
 }

@@ -67,3 +67,9 @@ func (d *direct) Version(context.Context) string {
 	}
 	return "kernel routing; endpoints' TCP congestion control " + d.congestionControl + " (set on their routes to each other)"
 }
+
+// Carries: plain routing carries any IP traffic.
+func (*direct) Carries(Protocol) bool { return true }
+
+// Processes: none, the kernel routes.
+func (*direct) Processes() []Process { return nil }

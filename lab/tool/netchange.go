@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -192,4 +193,30 @@ func serverTargets(env Env) map[string]string {
 		targets[s.Name] = netip.AddrPortFrom(env.Server.Addr, uint16(s.Port)).String()
 	}
 	return targets
+}
+
+// wanMTU is the MTU of the link between two gateway nodes, which a tunnel
+// between them must fit its packets, headers included, into. Gateways
+// joined by no direct link get the topology's default.
+func wanMTU(env Env, a, b *topology.PlanNode) int {
+	if l, ok := env.Lab.Plan.Link(a.ID, b.ID); ok {
+		return l.LinkMTU()
+	}
+	return topology.DefaultMTU
+}
+
+// waitFile waits until path exists, e.g. a daemon's control socket.
+func waitFile(ctx context.Context, path string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s did not appear within %v", path, within)
 }

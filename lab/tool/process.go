@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/strait-net/strait/lab/topology"
@@ -14,8 +16,9 @@ import (
 // processes are a tool's long-running processes on lab nodes, each with its
 // output in a log file of the tool's directory.
 type processes struct {
-	cmds []*exec.Cmd
-	logs []*os.File
+	cmds  []*exec.Cmd
+	logs  []*os.File
+	procs []Process
 }
 
 // start runs argv on node. The process is not tied to ctx: it must outlive
@@ -37,8 +40,13 @@ func (p *processes) start(ctx context.Context, env Env, node *topology.PlanNode,
 	}
 	p.cmds = append(p.cmds, cmd)
 	p.logs = append(p.logs, logf)
+	// `ip netns exec` execs argv in place, so the pid is argv[0]'s.
+	p.procs = append(p.procs, Process{Name: filepath.Base(argv[0]), Node: node.ID, PID: cmd.Process.Pid})
 	return nil
 }
+
+// list returns the running processes.
+func (p *processes) list() []Process { return slices.Clone(p.procs) }
 
 // stop interrupts every process, kills those still running after 5 s, and
 // closes the logs. It is safe to call more than once.
@@ -59,7 +67,7 @@ func (p *processes) stop() error {
 	for _, f := range p.logs {
 		f.Close()
 	}
-	p.cmds, p.logs = nil, nil
+	p.cmds, p.logs, p.procs = nil, nil, nil
 	return errors.Join(errs...)
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -402,4 +403,32 @@ func (t *straitTool) AdminSocket(node string) string {
 		return ""
 	}
 	return filepath.Join(t.env.Dir, gp.node.Cluster+"-"+gp.node.Name+".sock")
+}
+
+// straitCarries lists what strait's gateways carry: TCP streams over the
+// fabric's TLS sessions. The README's "Tools" section says so too; add a
+// protocol here when the gateways carry it.
+var straitCarries = map[Protocol]bool{TCP: true}
+
+// Carries reports whether strait's gateways carry proto.
+func (*straitTool) Carries(proto Protocol) bool { return straitCarries[proto] }
+
+// Processes are the running gateways, in node order, and the nexthop
+// watcher when there is one.
+func (t *straitTool) Processes() []Process {
+	t.mu.Lock()
+	var out []Process
+	for id, gp := range t.gws {
+		select {
+		case <-gp.done:
+			continue // killed by an experiment
+		default:
+		}
+		if gp.cmd != nil && gp.cmd.Process != nil {
+			out = append(out, Process{Name: "gateway", Node: id, PID: gp.cmd.Process.Pid})
+		}
+	}
+	t.mu.Unlock()
+	slices.SortFunc(out, func(a, b Process) int { return strings.Compare(a.Node, b.Node) })
+	return append(out, t.procs.list()...)
 }

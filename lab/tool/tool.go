@@ -51,6 +51,36 @@ type Tool interface {
 	Teardown(ctx context.Context) error
 	// Version describes the tool's version for the run metadata.
 	Version(ctx context.Context) string
+	// Carries reports whether the tool carries proto from the client to
+	// the server: a routed tunnel carries any IP traffic, a proxy only
+	// what it proxies. Reports show "not carried" where it does not,
+	// never a zero.
+	Carries(proto Protocol) bool
+	// Processes lists the tool's running data-plane processes, valid
+	// between Setup and Teardown, whose CPU time and memory the runner
+	// measures. An empty list means the data plane is the kernel's
+	// (routing, VXLAN): no process accounts for its CPU time.
+	Processes() []Process
+}
+
+// Protocol is a kind of traffic a tool may carry.
+type Protocol string
+
+// The protocols the lab measures.
+const (
+	TCP  Protocol = "tcp"
+	UDP  Protocol = "udp"
+	ICMP Protocol = "icmp"
+)
+
+// Protocols lists every Protocol, in report order.
+var Protocols = []Protocol{TCP, UDP, ICMP}
+
+// Process is one running process of a tool.
+type Process struct {
+	Name string // what it is, e.g. "gateway", "envoy", "wireguard-go"
+	Node string // the lab node it runs on
+	PID  int
 }
 
 // Factory makes a fresh Tool.

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,6 +29,10 @@ func init() {
 
 // wireguardPort is the UDP port of the lab's WireGuard endpoints.
 const wireguardPort = "51820"
+
+// wireguardOverhead is what WireGuard adds to a packet over IPv6 (40 bytes
+// of IPv6, 8 of UDP, 32 of WireGuard), the overhead wg-quick assumes.
+const wireguardOverhead = 80
 
 // wireguardModule is the Go module of wireguard-go; strait's link emulator
 // uses its tun package, so go.mod pins the version the lab runs too.
@@ -141,13 +146,24 @@ func (t *wireguardTool) Setup(ctx context.Context, env Env) (map[string]string, 
 		if err := waitLink(ctx, e.gw, e.ifname, 2*time.Second); err != nil {
 			return nil, fmt.Errorf("wireguard-go: %w (see %s)", err, logFile)
 		}
+		// wireguard-go opens its control socket after the device: `wg
+		// set` before it exists falls back to netlink and fails with
+		// "Protocol not supported" (seen on a host at load 20).
+		if err := waitFile(ctx, filepath.Join("/var/run/wireguard", e.ifname+".sock"), 5*time.Second); err != nil {
+			return nil, fmt.Errorf("wireguard-go: %w (see %s)", err, logFile)
+		}
 		if err := t.changes.run(ctx, nil, "ip", "netns", "exec", e.gw.Netns, "wg", "set", e.ifname,
 			"private-key", e.key, "listen-port", wireguardPort,
 			"peer", peer.pub, "endpoint", peer.gw.Addr.String()+":"+wireguardPort,
 			"allowed-ips", peer.behind.Addr.String()+"/32"); err != nil {
 			return nil, err
 		}
-		if err := t.changes.run(ctx, nil, "ip", "-n", e.gw.Netns, "link", "set", e.ifname, "up"); err != nil {
+		// wireguard-go starts its device at 1420, room for its 80 bytes of
+		// outer IPv6, UDP and WireGuard headers on a 1500-byte link; on
+		// others the device follows the WAN link's MTU as Submariner's
+		// driver must be told to (seed 004).
+		mtu := strconv.Itoa(wanMTU(env, serverGW, clientGW) - wireguardOverhead)
+		if err := t.changes.run(ctx, nil, "ip", "-n", e.gw.Netns, "link", "set", e.ifname, "mtu", mtu, "up"); err != nil {
 			return nil, err
 		}
 		// Only the measured pair's traffic takes the tunnel; everything
@@ -188,3 +204,9 @@ func (t *wireguardTool) Version(ctx context.Context) string {
 	}
 	return v + "; userspace, this kernel has no WireGuard module"
 }
+
+// Carries: a WireGuard tunnel carries any IP traffic.
+func (*wireguardTool) Carries(Protocol) bool { return true }
+
+// Processes are the two wireguard-go daemons.
+func (t *wireguardTool) Processes() []Process { return t.procs.list() }

@@ -51,6 +51,39 @@ func (p *Plan) Emulate(class LinkClass, e emulation.Params) {
 	}
 }
 
+// SetMTU sets the MTU of every link of the class, replacing what the
+// topology file gave them; 0 changes nothing.
+func (p *Plan) SetMTU(class LinkClass, mtu int) {
+	if mtu == 0 {
+		return
+	}
+	for i := range p.Links {
+		if p.Links[i].Class == class {
+			p.Links[i].MTU = mtu
+		}
+	}
+}
+
+// Link returns the link joining nodes a and b (node IDs), in either
+// direction.
+func (p *Plan) Link(a, b string) (*PlanLink, bool) {
+	for i := range p.Links {
+		l := &p.Links[i]
+		if l.A.Node == a && l.B.Node == b || l.A.Node == b && l.B.Node == a {
+			return l, true
+		}
+	}
+	return nil, false
+}
+
+// LinkMTU is l's MTU, DefaultMTU when unset (a plan built by hand).
+func (l PlanLink) LinkMTU() int {
+	if l.MTU == 0 {
+		return DefaultMTU
+	}
+	return l.MTU
+}
+
 // Check reports whether p holds the invariants the builder relies on: node
 // IDs, namespaces and addresses are unique; each link joins two known nodes
 // with a shared /31 and valid, per-namespace unique device names; every node
@@ -91,6 +124,9 @@ func (p *Plan) Check() error {
 	for _, l := range p.Links {
 		if l.Class != LAN && l.Class != WAN {
 			bad("link %s: class %q is not lan or wan", l.Name, l.Class)
+		}
+		if l.MTU != 0 && (l.MTU < MinMTU || l.MTU > MaxMTU) {
+			bad("link %s: MTU %d is not between %d and %d (0: %d)", l.Name, l.MTU, MinMTU, MaxMTU, DefaultMTU)
 		}
 		for _, e := range []struct{ end, other LinkEnd }{{l.A, l.B}, {l.B, l.A}} {
 			n, ok := nodes[e.end.Node]

@@ -57,6 +57,7 @@ func (r *resolved) plan() *Plan {
 			B:     LinkEnd{Node: nb.ID, Netns: nb.Netns, Device: l.devB, Addr: netip.PrefixFrom(addrOf(a+1), 31)},
 			AtoB:  l.em.fwd,
 			BtoA:  l.em.rev,
+			MTU:   l.mtu,
 		})
 	}
 	r.routes(p, index)

@@ -41,6 +41,10 @@ wan:
 		"name: w\naddressing: 10.0.0.0/99\nclusters: [{name: c, nodes: [{name: a}]}]\n",
 		"name: w\nclusters:\n  - {name: a, nodes: [{name: gw}], lan: {forward: {delay: 9223372036854775808ns, rate: 1e400gbit, limit: 18446744073709551616}}}\n",
 		"name: w\nclusters:\n  - {name: a, nodes: [{name: gw}], lan: {forward: {delay: -5ms, jitter: -1ms, loss: -1%, limit: -1}}}\n",
+		// MTUs: at the bounds, past them, past int.
+		"name: w\nmtu: 576\nclusters: [{name: a, nodes: [{name: gw}], mtu: 65000}, {name: b, nodes: [{name: gw}]}]\nwan: [{between: [a, b], mtu: 9000}]\n",
+		"name: w\nmtu: 575\nclusters: [{name: a, nodes: [{name: gw}], mtu: 65001}]\n",
+		"name: w\nmtu: 9223372036854775808\nclusters: [{name: a, nodes: [{name: gw}], mtu: -9000}]\n",
 		"name: \xff\xfe\nclusters: [{name: \xc3, nodes: [{name: n}]}]\n",
 	} {
 		f.Add([]byte(s))

@@ -47,6 +47,9 @@ type PlanLink struct {
 	// a LAN link A is the non-gateway node; for a WAN link A is the first
 	// node of `between`.
 	AtoB, BtoA emulation.Params
+	// MTU of both ends' devices, in bytes (DefaultMTU unless the topology
+	// or a scenario sets it).
+	MTU int
 }
 
 // Emulated reports whether either direction of l is impaired.

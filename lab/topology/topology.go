@@ -37,7 +37,10 @@ type Topology struct {
 	CongestionControl string `yaml:"congestion-control,omitempty"`
 	// Emulator is the requested emulation backend, one of Emulators. Empty
 	// means "auto".
-	Emulator string    `yaml:"emulator,omitempty"`
+	Emulator string `yaml:"emulator,omitempty"`
+	// MTU is the MTU of every link that does not set its own, in bytes.
+	// 0 means DefaultMTU.
+	MTU      int       `yaml:"mtu,omitempty"`
 	Clusters []Cluster `yaml:"clusters"`
 	WAN      []WANLink `yaml:"wan,omitempty"`
 }
@@ -50,6 +53,8 @@ type Cluster struct {
 	// LAN impairs every LAN link of the cluster. Forward is the non-gateway
 	// node's egress (node → gateway), Reverse the gateway's (gateway → node).
 	LAN *LinkEmulation `yaml:"lan,omitempty"`
+	// MTU of the cluster's LAN links; 0 means the lab's.
+	MTU int `yaml:"mtu,omitempty"`
 }
 
 // Node is one node of a cluster; the lab gives it its own network namespace.
@@ -66,7 +71,9 @@ type WANLink struct {
 	// Between names the two ends: "cluster" means the cluster's first
 	// gateway, "cluster/node" a particular gateway node. Forward is the
 	// first end's egress, Reverse the second's.
-	Between       []string `yaml:"between"`
+	Between []string `yaml:"between"`
+	// MTU of the link; 0 means the lab's.
+	MTU           int `yaml:"mtu,omitempty"`
 	LinkEmulation `yaml:",inline"`
 }
 
@@ -85,6 +92,12 @@ const (
 	DefaultAddressing        = "10.200.0.0/16"
 	DefaultCongestionControl = "cubic"
 	DefaultEmulator          = "auto"
+	// DefaultMTU is Ethernet's; MinMTU and MaxMTU bound what a link may
+	// set: IPv4's minimum datagram every host must take, and the largest
+	// MTU both a veth and strait's userspace emulator carry.
+	DefaultMTU = 1500
+	MinMTU     = 576
+	MaxMTU     = 65000
 )
 
 // CongestionControls lists the congestion controls a node may ask for. It

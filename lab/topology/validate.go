@@ -41,6 +41,7 @@ type rCluster struct {
 	nodes    []rNode
 	gateways []int // indices into nodes, in file order
 	lan      dirs
+	mtu      int
 }
 
 type rNode struct {
@@ -58,6 +59,7 @@ type rLink struct {
 	a, b       nodeRef
 	devA, devB string
 	em         dirs
+	mtu        int
 	where      string // field path that caused the link, for error messages
 }
 
@@ -129,6 +131,18 @@ func parseBase(s string) (uint32, error) {
 	return uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]), nil
 }
 
+// mtu checks a link MTU; 0 takes def.
+func (p *problems) mtu(path string, v, def int) int {
+	if v == 0 {
+		return def
+	}
+	if v < MinMTU || v > MaxMTU {
+		p.add(path, "%d: an MTU must be between %d and %d bytes (absent: %d)", v, MinMTU, MaxMTU, def)
+		return def
+	}
+	return v
+}
+
 // specParams resolves an optional spec; nil is a perfect link.
 func (p *problems) specParams(path string, s *emulation.Spec) emulation.Params {
 	if s == nil {
@@ -189,6 +203,8 @@ func (t *Topology) resolve() (*resolved, error) {
 		p.oneOf("emulator", r.emulator, Emulators)
 	}
 
+	labMTU := p.mtu("mtu", t.MTU, DefaultMTU)
+
 	switch {
 	case len(t.Clusters) == 0:
 		p.add("clusters", "a lab needs at least one cluster")
@@ -247,6 +263,7 @@ func (t *Topology) resolve() (*resolved, error) {
 			rc.gateways = []int{0}
 		}
 		rc.lan = p.linkEmulation(path+".lan", c.LAN)
+		rc.mtu = p.mtu(path+".mtu", c.MTU, labMTU)
 		r.clusters = append(r.clusters, rc)
 	}
 
@@ -266,6 +283,7 @@ func (t *Topology) resolve() (*resolved, error) {
 					devA:  "lan-" + g.name,
 					devB:  "lan-" + n.name,
 					em:    rc.lan,
+					mtu:   rc.mtu,
 					where: fmt.Sprintf("clusters[%d].nodes[%d]", ci, ni),
 				})
 			}
@@ -309,7 +327,7 @@ func (t *Topology) resolve() (*resolved, error) {
 			continue
 		}
 		seenPair[key] = wi
-		wan = append(wan, rLink{class: WAN, a: ends[0], b: ends[1], em: em, where: path})
+		wan = append(wan, rLink{class: WAN, a: ends[0], b: ends[1], em: em, mtu: p.mtu(path+".mtu", w.MTU, labMTU), where: path})
 	}
 	r.nameWANDevices(wan)
 	r.links = append(r.links, wan...)

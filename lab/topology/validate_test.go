@@ -56,6 +56,11 @@ func TestValidateErrors(t *testing.T) {
 			[]string{`clusters[0].lan.emulation: delay: "5" is not a duration`}},
 		{"lan reverse", "name: x\nclusters: [{name: a, nodes: [{name: n}], lan: {reverse: {loss: 101%}}}]",
 			[]string{`clusters[0].lan.reverse: loss 101%: must be between`}},
+		{"lab mtu too small", "name: x\nmtu: 500\nclusters: [{name: a, nodes: [{name: n}]}]",
+			[]string{"mtu: 500: an MTU must be between 576 and 65000 bytes (absent: 1500)"}},
+		{"cluster mtu too large", "name: x\nclusters: [{name: a, nodes: [{name: n}], mtu: 65536}]",
+			[]string{"clusters[0].mtu: 65536: an MTU must be between 576 and 65000"}},
+		{"wan mtu negative", twoClusters + "    mtu: -1\n", []string{"wan[0].mtu: -1: an MTU must be between"}},
 		{"wan emulation", twoClusters + "    emulation: {rate: 10}\n", []string{`wan[0].emulation: rate: "10" is not a rate`}},
 		{"wan forward", twoClusters + "    forward: {distribution: normal}\n", []string{`wan[0].forward: distribution "normal": needs a jitter`}},
 		{"wan unknown cluster", twoClusters + "  - between: [a, c]\n", []string{`wan[1].between[1]: unknown cluster "c" (clusters: a, b)`}},
@@ -109,10 +114,10 @@ func TestParseErrors(t *testing.T) {
 		want      []string
 	}{
 		{"empty", "", []string{"empty topology"}},
-		{"unknown top-level field", "name: x\nclusterz: []\n", []string{"line 2", `unknown field "clusterz" in the topology`, "allowed: addressing, clusters, congestion-control, emulator, name, wan"}},
+		{"unknown top-level field", "name: x\nclusterz: []\n", []string{"line 2", `unknown field "clusterz" in the topology`, "allowed: addressing, clusters, congestion-control, emulator, mtu, name, wan"}},
 		{"unknown node field", "name: x\nclusters:\n  - name: a\n    nodes: [{name: n, gatway: true}]\n", []string{"line 4", `unknown field "gatway" in a node`}},
 		{"unknown emulation field", "name: x\nclusters: [{name: a, nodes: [{name: n}], lan: {emulation: {dealy: 1ms}}}]\n", []string{"line 2", `unknown field "dealy" in an emulation spec`, "loss-correlation"}},
-		{"unknown wan field", "name: x\nwan: [{between: [a, b], emulaton: {}}]\n", []string{"line 2", `unknown field "emulaton" in a wan link`, "allowed: between, emulation, forward, reverse"}},
+		{"unknown wan field", "name: x\nwan: [{between: [a, b], emulaton: {}}]\n", []string{"line 2", `unknown field "emulaton" in a wan link`, "allowed: between, emulation, forward, mtu, reverse"}},
 		{"wrong type", "name: x\nclusters: [{name: a, nodes: [{name: n, gateway: maybe}]}]\n", []string{"line 2", "bool"}},
 		{"duplicate key", "name: x\nname: y\n", []string{"already defined"}},
 		{"two documents", "name: x\n---\nname: y\n", []string{"more than one YAML document"}},
@@ -168,5 +173,44 @@ func TestCheckDevicesLength(t *testing.T) {
 	r.checkDevices(&p)
 	if len(p) != 1 || !strings.Contains(p[0].Error(), `wan[0]: interface name "wan-abcdefghijkl" on a/n is longer than 15 bytes`) {
 		t.Errorf("problems %v", p)
+	}
+}
+
+// TestMTU: the lab's MTU is every link's default, a cluster's replaces it
+// for its LAN links and a WAN link's for itself.
+func TestMTU(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		src      string
+		lan, wan int
+	}{
+		{"default", twoClusters, DefaultMTU, DefaultMTU},
+		{"lab", strings.Replace(twoClusters, "name: qs\n", "name: qs\nmtu: 9000\n", 1), 9000, 9000},
+		{"wan only", twoClusters + "    mtu: 9000\n", DefaultMTU, 9000},
+		{"cluster and wan", strings.Replace(twoClusters, "name: qs\n", "name: qs\nmtu: 4000\n", 1) + "    mtu: 9000\n", 4000, 9000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			topo, err := Parse([]byte(tc.src))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := topo.Plan()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range p.Links {
+				want := tc.lan
+				if l.Class == WAN {
+					want = tc.wan
+				}
+				if l.MTU != want {
+					t.Errorf("link %s (%s): MTU %d, want %d", l.Name, l.Class, l.MTU, want)
+				}
+			}
+			p.SetMTU(LAN, 1400)
+			if l, ok := p.Link("a/server", "a/gw"); !ok || l.MTU != 1400 {
+				t.Errorf("after SetMTU(LAN, 1400): %+v", l)
+			}
+		})
 	}
 }

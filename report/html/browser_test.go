@@ -1,49 +1,24 @@
 package html
 
 import (
-	"bytes"
-	"context"
 	"image"
 	"image/color"
 	"image/png"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
 	xhtml "golang.org/x/net/html"
+
+	"github.com/strait-net/strait/internal/testenv"
 )
 
-// chromium finds a headless-capable Chromium, or skips t.
-func chromium(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	t.Skip("chromium not installed (Debian: apt-get install chromium); skipping the browser test")
-	return ""
-}
+// chromium and runChromium are testenv's, shared with the lab's tests
+// that open the reports of real runs.
+func chromium(t *testing.T) string { return testenv.Chromium(t) }
 
-// runChromium runs headless Chromium with a throwaway profile and nothing
-// that reaches the network, and returns its stdout.
 func runChromium(t *testing.T, bin string, args ...string) []byte {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-		"--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
-		"--user-data-dir=" + t.TempDir()}
-	cmd := exec.CommandContext(ctx, bin, append(base, args...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s %s: %v\n%s", bin, strings.Join(args, " "), err, stderr.String())
-	}
-	return stdout.Bytes()
+	return testenv.RunChromium(t, bin, args...)
 }
 
 // TestChromium opens a report in a real browser: the DOM Chromium builds
@@ -55,6 +30,7 @@ func TestChromium(t *testing.T) {
 	run := syntheticRun(400, seed000Scenarios, []string{"echo", "static"},
 		map[string][]int{"echo": {60, 1000, 100000, 1000000}, "static": {0}})
 	addRateAndThroughput(&run, seed000Scenarios)
+	addIperfAndUsage(&run, seed000Scenarios)
 	dir := t.TempDir()
 	page := filepath.Join(dir, "report.html")
 	if err := os.WriteFile(page, render(t, run), 0o644); err != nil {
@@ -64,9 +40,10 @@ func TestChromium(t *testing.T) {
 
 	d := parse(t, runChromium(t, bin, "--dump-dom", url))
 	figures := d.find(func(n *xhtml.Node) bool { return n.Data == "figure" })
-	// 4 echo + 1 static box plots, 6 echo payload plots.
-	if len(figures) != 11 {
-		t.Errorf("browser DOM has %d figures, want 11", len(figures))
+	// 4 echo + 1 static box plots, 6 echo payload plots, the rate and
+	// bulk throughput plots, one iperf3 plot per protocol.
+	if len(figures) != 16 {
+		t.Errorf("browser DOM has %d figures, want 16", len(figures))
 	}
 	for _, f := range figures {
 		svgs := elements(f, "svg")
@@ -78,17 +55,24 @@ func TestChromium(t *testing.T) {
 			t.Errorf("figure %s: %d paths, want a drawn plot", attr(f, "id"), n)
 		}
 	}
-	for _, id := range []string{"table3-echo", "ratio-echo", "cells-table", "rate-echo-1KB-1000", "throughput-bulk", "throughput-rr"} {
-		if d.byID(id) == nil {
+	for _, id := range []string{"table3-echo", "ratio-echo", "cells-table", "rate-echo-1KB-1000", "throughput-bulk", "throughput-rr",
+		"iperf-table", "reference-table", "tool-usage", "usage-table"} {
+		tab := d.byID(id)
+		if tab == nil {
 			t.Errorf("browser DOM lacks the table %s", id)
+			continue
+		}
+		// Filled: a header and at least one row of data.
+		if rows := elements(tab, "tr"); len(rows) < 2 || len(elements(rows[len(rows)-1], "td")) == 0 {
+			t.Errorf("table %s: %d rows, the last without cells", id, len(rows))
 		}
 	}
 	// The open-loop table: a row per scenario and tool, a cell per
 	// percentile and the mean.
 	if rate := d.byID("rate-echo-1KB-1000"); rate != nil {
 		rows := elements(rate, "tr")
-		if len(rows) != 1+2*len(seed000Scenarios) || len(elements(rows[1], "td")) != 6+len(rateLabels) {
-			t.Errorf("rate table: %d rows, want %d; %d cells per row, want %d", len(rows), 1+2*len(seed000Scenarios), len(elements(rows[1], "td")), 6+len(rateLabels))
+		if len(rows) != 1+2*len(seed000Scenarios) || len(elements(rows[1], "td")) != 9+len(rateLabels) {
+			t.Errorf("rate table: %d rows, want %d; %d cells per row, want %d", len(rows), 1+2*len(seed000Scenarios), len(elements(rows[1], "td")), 9+len(rateLabels))
 		}
 	}
 

@@ -63,6 +63,7 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"sortedKeys": func(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) },
 	"anyKeys":    func(m map[string]any) []string { return slices.Sorted(maps.Keys(m)) },
 	"num":        fmtNum,
+	"f3":         func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) },
 	"show": func(v any) string {
 		if v == nil || v == "" {
 			return "–"
@@ -81,6 +82,9 @@ func Write(w io.Writer, run Run) error {
 		return err
 	}
 	if err := m.plot(); err != nil {
+		return err
+	}
+	if err := m.extraPlots(); err != nil {
 		return err
 	}
 	if err := page.Execute(w, m); err != nil {
@@ -106,6 +110,13 @@ type model struct {
 	RateViews  []*rateView
 	RateLabels []string
 	Throughput *throughputView
+	// Iperf is seed 004's table and plots; Usage and ToolUsage the CPU
+	// and memory tables; Reference another testbed's figures beside ours.
+	Iperf      *iperfView
+	RateFigure *figure
+	Usage      []usageRow
+	ToolUsage  []toolUsageRow
+	Reference  []referenceRow
 }
 
 type cellKey struct {
@@ -200,8 +211,8 @@ func (m *model) KPIList() string {
 }
 
 func newModel(run Run) (*model, error) {
-	if len(run.Cells) == 0 && len(run.Rate) == 0 && len(run.Throughput) == 0 {
-		return nil, fmt.Errorf("write report: run has no cells, rate or throughput results")
+	if len(run.Cells) == 0 && len(run.Rate) == 0 && len(run.Throughput) == 0 && len(run.Iperf) == 0 {
+		return nil, fmt.Errorf("write report: run has no cells, rate, throughput or iperf3 results")
 	}
 	m := &model{Run: run, cells: map[cellKey]*cellStats{}, Generated: time.Now().UTC(),
 		Level: 0.95, Resamples: report.DefaultResamples}
@@ -242,6 +253,9 @@ func newModel(run Run) (*model, error) {
 		measured[c.Scenario] = true
 	}
 	for _, c := range run.Throughput {
+		measured[c.Scenario] = true
+	}
+	for _, c := range run.Iperf {
 		measured[c.Scenario] = true
 	}
 	for _, sc := range slices.Sorted(maps.Keys(measured)) {
@@ -361,6 +375,8 @@ func (m *model) plot() error {
 		render func() ([]byte, error)
 	}
 	var jobs []job
+	m.Iperf = m.iperfView()
+	m.Usage, m.ToolUsage, m.Reference = m.usageRows(), m.toolUsageRows(), m.referenceRows()
 	for _, w := range m.Workloads {
 		w.BoxPlots = make([]figure, len(w.Payloads))
 		for i, p := range w.Payloads {

@@ -103,6 +103,7 @@ func (m *model) scenarioIndex(s string) int {
 // the ratio to direct.
 type throughputView struct {
 	Bulk, RR []throughputRow
+	Figure   *figure
 }
 
 type throughputRow struct {

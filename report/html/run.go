@@ -46,6 +46,19 @@ type Run struct {
 	// hold them; either may be empty.
 	Rate       []report.RateSummary
 	Throughput []report.ThroughputSummary
+	// Iperf holds iperf3 and ping cells (iperf3.json); CellUsage the
+	// closed-loop cells' usage (summary.json's usage fields).
+	Iperf     []report.IperfSummary
+	CellUsage []CellUsage
+}
+
+// CellUsage is a closed-loop cell's CPU and memory, as summary.json has it.
+type CellUsage struct {
+	Scenario string               `json:"scenario"`
+	Tool     string               `json:"tool"`
+	Workload string               `json:"workload"`
+	Payload  int                  `json:"payload"`
+	Usage    *report.UsageSummary `json:"usage"`
 }
 
 // Cell is one measured combination and its requests.
@@ -85,6 +98,11 @@ type Metadata struct {
 	// Build is Go's record of how strait was built (commit, modified).
 	EmulatorSeeds map[string]uint64 `json:"emulatorSeeds,omitempty"`
 	Build         map[string]string `json:"build,omitempty"`
+	// Iperf3 are the iperf3 and ping settings; Reference a seed's
+	// published figures; ToolUsage each tool's CPU and memory over the run.
+	Iperf3    map[string]any                  `json:"iperf3,omitempty"`
+	Reference *Reference                      `json:"reference,omitempty"`
+	ToolUsage map[string]*report.UsageSummary `json:"toolUsage,omitempty"`
 }
 
 // ScenarioInfo describes a scenario's link emulation.
@@ -92,6 +110,7 @@ type ScenarioInfo struct {
 	Name string `json:"name"`
 	LAN  string `json:"lan"`
 	WAN  string `json:"wan"`
+	MTU  string `json:"mtu,omitempty"`
 }
 
 // DefaultKPIs are seed 000's response-time limits: 1000 ms for remote
@@ -130,10 +149,22 @@ func LoadRun(dir string) (Run, error) {
 	if err := readJSON(filepath.Join(dir, ThroughputFile), &r.Throughput); err != nil {
 		return Run{}, fmt.Errorf("load run %s: %w", dir, err)
 	}
+	if err := readJSON(filepath.Join(dir, IperfFile), &r.Iperf); err != nil {
+		return Run{}, fmt.Errorf("load run %s: %w", dir, err)
+	}
+	var summary []CellUsage
+	if err := readJSON(filepath.Join(dir, "summary.json"), &summary); err != nil {
+		return Run{}, fmt.Errorf("load run %s: %w", dir, err)
+	}
+	for _, c := range summary {
+		if c.Usage != nil {
+			r.CellUsage = append(r.CellUsage, c)
+		}
+	}
 	csvPath := filepath.Join(dir, "requests.csv")
 	// A run of only rate or throughput measurements has no requests; the
 	// runner leaves requests.csv empty then.
-	if fi, err := os.Stat(csvPath); (len(r.Rate) > 0 || len(r.Throughput) > 0) && (errors.Is(err, os.ErrNotExist) || err == nil && fi.Size() == 0) {
+	if fi, err := os.Stat(csvPath); (len(r.Rate) > 0 || len(r.Throughput) > 0 || len(r.Iperf) > 0) && (errors.Is(err, os.ErrNotExist) || err == nil && fi.Size() == 0) {
 		return r, nil
 	}
 	if r.Cells, err = readRequests(csvPath); err != nil {
@@ -146,6 +177,7 @@ func LoadRun(dir string) (Run, error) {
 const (
 	RateFile       = "rate.json"
 	ThroughputFile = "throughput.json"
+	IperfFile      = "iperf3.json"
 )
 
 // readJSON decodes path into v; a missing file leaves v as it is.
