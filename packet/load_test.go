@@ -7,7 +7,7 @@ import (
 	"github.com/strait-net/strait/internal/testenv"
 )
 
-func loadTest(t *testing.T, cfg Config) *Datapath {
+func loadTest(t testing.TB, cfg Config) *Datapath {
 	t.Helper()
 	if cfg.PinRoot == "" {
 		cfg.PinRoot = testenv.BPFFS(t)
