@@ -266,6 +266,9 @@ func (d *Datapath) Attach(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := d.enableForwarding(); err != nil {
+		return err
+	}
 	s := settings{
 		TunIfindex: uint32(tun.Index), VNI: d.cfg.VNI, SNAT: d.cfg.SNAT, MSS: d.cfg.MSS(),
 		PortMin: d.cfg.PortMin, PortMax: d.cfg.PortMax, Idle: d.cfg.Idle,
@@ -332,6 +335,17 @@ func (d *Datapath) ensureTunnel(ctx context.Context) (*net.Interface, error) {
 		return nil, fmt.Errorf("tunnel %q: %w", d.cfg.Tunnel, err)
 	}
 	return ifc, nil
+}
+
+// enableForwarding turns IPv4 forwarding on for the tunnel device alone:
+// bpf_fib_lookup answers only for packets whose ingress device forwards,
+// and the programs look up the route of every packet they decapsulate.
+func (d *Datapath) enableForwarding() error {
+	p := filepath.Join("/proc/sys/net/ipv4/conf", d.cfg.Tunnel, "forwarding")
+	if err := os.WriteFile(p, []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("enable forwarding on %s: %w", d.cfg.Tunnel, err)
+	}
+	return nil
 }
 
 func trimOut(b []byte) string { return strings.TrimSpace(string(b)) }

@@ -562,6 +562,9 @@ static __always_inline int to_local(struct __sk_buff *skb, __be32 saddr, __be32 
 	int rc = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) {
 		count(C_FIB_PASS);
+		// The inner frame's MAC was the sending node's next hop, not
+		// this device: as "other host" the kernel would drop it.
+		bpf_skb_change_type(skb, 0); // PACKET_HOST
 		return TC_ACT_OK;
 	}
 	return bpf_redirect_neigh(fib.ifindex, 0, 0, 0);
