@@ -55,31 +55,32 @@ elif cmd == "vxlan":
     s.sendto(hdr + bytes.fromhex(sys.argv[4]), (sys.argv[3], 4789))
 `
 
-// TestNamespaces builds two clusters as network namespaces — client node,
-// gateway node | gateway node, server node — attaches the programs on the
-// gateway nodes with `strait packet attach` (which exits: the pinned links
-// keep forwarding), fills their maps from this process through the pins,
-// and checks with real clients: a 1 MB HTTP echo over TCP (full-size
-// segments, MSS clamped), UDP datagrams up to a full 1500-byte packet, ICMP
-// port unreachable translated back to the client's socket, packets from a
-// non-peer and malformed tunnel packets dropped and counted, re-attaching
-// (a restarted process) adopting the pinned state without breaking flows,
-// and teardown leaving no pin behind.
-func TestNamespaces(t *testing.T) {
+// clusters is two clusters as network namespaces — a client node and a
+// gateway node in cluster a, a gateway node and a server node in cluster
+// b — connected through one of the paths compared here:
+//
+//	packet: the programs attached on the gateway nodes with `strait packet
+//	        attach` (which exits: the pinned links keep forwarding), their
+//	        maps filled from this process through the pins; clients use
+//	        the clusterset IP 10.96.0.10
+//	vxlan:  a kernel VXLAN device on each gateway node pointing at the
+//	        other (the lab's vxlan peer), routes through it
+//	direct: plain routing over the WAN link
+type clusters struct {
+	id, ca, ga, gb, sb string
+	bin, pins          string
+	da, db             *Datapath // packet mode only
+	target             string    // the address clients use for the server
+}
+
+func newClusters(t testing.TB, mode string) *clusters {
 	testenv.RequireRoot(t)
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("needs python3 for the UDP client")
-	}
-	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("needs curl")
-	}
-	bin := testenv.StraitBinary(t)
-	pins := testenv.BPFFS(t)
-	id := testenv.UniqueName("ebpf")
-	ca := testenv.Netns(t, id+"-ca")
-	ga := testenv.Netns(t, id+"-ga")
-	gb := testenv.Netns(t, id+"-gb")
-	sb := testenv.Netns(t, id+"-sb")
+	c := &clusters{bin: testenv.StraitBinary(t), id: testenv.UniqueName("ebpf")}
+	c.ca = testenv.Netns(t, c.id+"-ca")
+	c.ga = testenv.Netns(t, c.id+"-ga")
+	c.gb = testenv.Netns(t, c.id+"-gb")
+	c.sb = testenv.Netns(t, c.id+"-sb")
+	ca, ga, gb, sb := c.ca, c.ga, c.gb, c.sb
 	ip := func(args ...string) { testenv.Run(t, "ip", args...) }
 	ip("-n", ga, "link", "add", "lan", "type", "veth", "peer", "name", "eth0", "netns", ca)
 	ip("-n", ga, "link", "add", "wan", "type", "veth", "peer", "name", "wan", "netns", gb)
@@ -94,51 +95,103 @@ func TestNamespaces(t *testing.T) {
 		ip("-n", a.ns, "addr", "add", a.addr, "dev", a.dev)
 		ip("-n", a.ns, "link", "set", a.dev, "up")
 	}
-	// The client routes everything through its gateway node; the server
-	// needs no route at all: SNAT makes every client look on-link.
+	// The client routes everything through its gateway node.
 	ip("-n", ca, "route", "add", "default", "via", "10.1.0.1")
+	c.target = "10.2.0.2"
+	switch mode {
+	case "direct", "vxlan":
+		for _, ns := range []string{ga, gb} {
+			testenv.Run(t, "ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+		}
+		ip("-n", sb, "route", "add", "10.1.0.0/24", "via", "10.2.0.1")
+		if mode == "direct" {
+			ip("-n", ga, "route", "add", "10.2.0.0/24", "via", "192.0.2.2")
+			ip("-n", gb, "route", "add", "10.1.0.0/24", "via", "192.0.2.1")
+			return c
+		}
+		for _, e := range []struct{ ns, local, remote, overlay, peer, behind string }{
+			{ga, "192.0.2.1", "192.0.2.2", "240.0.0.1/30", "240.0.0.2", "10.2.0.0/24"},
+			{gb, "192.0.2.2", "192.0.2.1", "240.0.0.2/30", "240.0.0.1", "10.1.0.0/24"},
+		} {
+			ip("-n", e.ns, "link", "add", "vx", "mtu", "1450", "type", "vxlan", "id", "100",
+				"local", e.local, "remote", e.remote, "dstport", "4789")
+			ip("-n", e.ns, "addr", "add", e.overlay, "dev", "vx")
+			ip("-n", e.ns, "link", "set", "vx", "up")
+			ip("-n", e.ns, "route", "add", e.behind, "via", e.peer, "dev", "vx")
+		}
+		return c
+	case "packet":
+	default:
+		t.Fatalf("mode %q", mode)
+	}
+	c.target = "10.96.0.10"
+	c.pins = testenv.BPFFS(t)
+	c.attach(t)
+	t.Cleanup(func() {
+		// Best effort when the test failed before its own teardown.
+		for _, g := range []string{ga, gb} {
+			_ = exec.Command("ip", "netns", "exec", g, c.bin, "packet", "teardown", "--name", g, "--pin-root", c.pins).Run()
+		}
+	})
 
+	c.da = loadTest(t, Config{Name: ga, PinRoot: c.pins})
+	c.db = loadTest(t, Config{Name: gb, PinRoot: c.pins})
+	vip := netip.MustParseAddr("10.96.0.10")
+	imports := map[Service]Import{}
+	exports := map[Service]Export{}
+	egress, ingress := map[PolicyKey]Verdict{}, map[PolicyKey]Verdict{}
+	all := netip.MustParsePrefix("0.0.0.0/0")
+	for i, svc := range []Service{{vip, 80, TCP}, {vip, 5353, UDP}, {vip, 5354, UDP}, {vip, 5201, TCP}, {vip, 5201, UDP}} {
+		id := uint32(i + 1)
+		imports[svc] = Import{ID: id}
+		port := svc.Port
+		if port == 80 {
+			port = 8080 // the export port's target port differs
+		}
+		exports[svc] = Export{Target: netip.AddrPortFrom(netip.MustParseAddr("10.2.0.2"), port), ID: id}
+		egress[PolicyKey{Cluster: 0, Service: id, Prefix: all}] = Verdict{Allow: true, Rule: 1}
+		ingress[PolicyKey{Cluster: 1, Service: id, Prefix: all}] = Verdict{Allow: true, Rule: 1}
+	}
+	table, err := ring.New([]string{"gb"}, ring.Options{})
+	must(t, err)
+	must(t, c.da.SetImports(imports))
+	must(t, c.da.SetTable(0, table, map[string]netip.Addr{"gb": netip.MustParseAddr("192.0.2.2")}))
+	must(t, c.da.SetPeers(map[netip.Addr]Peer{netip.MustParseAddr("192.0.2.2"): {Cluster: 1, Alive: true}}))
+	must(t, c.da.SetPolicy(egress))
+	must(t, c.db.SetExports(exports))
+	must(t, c.db.SetPeers(map[netip.Addr]Peer{netip.MustParseAddr("192.0.2.1"): {Cluster: 1, Alive: true}}))
+	must(t, c.db.SetPolicy(ingress))
+	return c
+}
+
+// attach runs `strait packet attach` on both gateway nodes, as a starting
+// gateway process would.
+func (c *clusters) attach(t testing.TB) {
+	t.Helper()
+	testenv.Run(t, "ip", "netns", "exec", c.ga, c.bin, "packet", "attach", "--name", c.ga, "--pin-root", c.pins, "--lan", "lan")
+	testenv.Run(t, "ip", "netns", "exec", c.gb, c.bin, "packet", "attach", "--name", c.gb, "--pin-root", c.pins, "--lan", "lan", "--snat", "10.2.0.254")
+}
+
+// TestNamespaces checks the packet path with real clients: a 1 MB HTTP
+// echo over TCP (full-size segments, MSS clamped), UDP datagrams up to a
+// full 1500-byte packet, ICMP port unreachable translated back to the
+// client's socket, packets from a non-peer and malformed tunnel packets
+// dropped and counted, re-attaching (a restarted process) adopting the
+// pinned state without breaking flows, and teardown leaving no pin behind.
+func TestNamespaces(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, cmd := range []string{"python3", "curl"} {
+		if _, err := exec.LookPath(cmd); err != nil {
+			t.Skipf("needs %s", cmd)
+		}
+	}
+	c := newClusters(t, "packet")
+	ca, ga, gb, sb, bin, pins, da, db := c.ca, c.ga, c.gb, c.sb, c.bin, c.pins, c.da, c.db
 	nsRun := func(ns string, args ...string) string {
 		t.Helper()
 		return testenv.Run(t, "ip", append([]string{"netns", "exec", ns}, args...)...)
 	}
-	attach := func() {
-		nsRun(ga, bin, "packet", "attach", "--name", id+"-ga", "--pin-root", pins, "--lan", "lan")
-		nsRun(gb, bin, "packet", "attach", "--name", id+"-gb", "--pin-root", pins, "--lan", "lan", "--snat", "10.2.0.254")
-	}
-	attach()
-	t.Cleanup(func() {
-		// Best effort when the test failed before its own teardown.
-		for _, g := range []string{ga, gb} {
-			_ = exec.Command("ip", "netns", "exec", g, bin, "packet", "teardown", "--name", g, "--pin-root", pins).Run()
-		}
-	})
-
-	da := loadTest(t, Config{Name: id + "-ga", PinRoot: pins})
-	db := loadTest(t, Config{Name: id + "-gb", PinRoot: pins})
-	vip := netip.MustParseAddr("10.96.0.10")
-	web := Service{vip, 80, TCP}
-	dns := Service{vip, 5353, UDP}
-	closed := Service{vip, 5354, UDP}
-	must(t, da.SetImports(map[Service]Import{web: {ID: 1}, dns: {ID: 2}, closed: {ID: 3}}))
-	table, err := ring.New([]string{"gb"}, ring.Options{})
-	must(t, err)
-	must(t, da.SetTable(0, table, map[string]netip.Addr{"gb": netip.MustParseAddr("192.0.2.2")}))
-	must(t, da.SetPeers(map[netip.Addr]Peer{netip.MustParseAddr("192.0.2.2"): {Cluster: 1, Alive: true}}))
-	must(t, db.SetExports(map[Service]Export{
-		web:    {Target: netip.MustParseAddrPort("10.2.0.2:8080"), ID: 1},
-		dns:    {Target: netip.MustParseAddrPort("10.2.0.2:5353"), ID: 2},
-		closed: {Target: netip.MustParseAddrPort("10.2.0.2:5354"), ID: 3},
-	}))
-	must(t, db.SetPeers(map[netip.Addr]Peer{netip.MustParseAddr("192.0.2.1"): {Cluster: 1, Alive: true}}))
-	any := netip.MustParsePrefix("0.0.0.0/0")
-	egress, ingress := map[PolicyKey]Verdict{}, map[PolicyKey]Verdict{}
-	for svc := uint32(1); svc <= 3; svc++ {
-		egress[PolicyKey{Cluster: 0, Service: svc, Prefix: any}] = Verdict{Allow: true, Rule: 1}
-		ingress[PolicyKey{Cluster: 1, Service: svc, Prefix: any}] = Verdict{Allow: true, Rule: 1}
-	}
-	must(t, da.SetPolicy(egress))
-	must(t, db.SetPolicy(ingress))
+	var err error
 
 	testenv.Start(t, "ip", "netns", "exec", sb, bin, "app", "echo", "--listen", "10.2.0.2:8080")
 	testenv.Start(t, "ip", "netns", "exec", sb, "python3", "-c", udpTool, "echo", "10.2.0.2", "5353")
@@ -208,7 +261,7 @@ func TestNamespaces(t *testing.T) {
 	// maps and links (flows stay pinned) and forwarding goes on.
 	flowsBefore, err := da.Flows()
 	must(t, err)
-	attach()
+	c.attach(t)
 	flowsAfter, err := da.Flows()
 	must(t, err)
 	for f, gw := range flowsBefore {
@@ -221,8 +274,8 @@ func TestNamespaces(t *testing.T) {
 	}
 
 	// Teardown removes every pin; nothing forwards any more.
-	nsRun(ga, bin, "packet", "teardown", "--name", id+"-ga", "--pin-root", pins)
-	nsRun(gb, bin, "packet", "teardown", "--name", id+"-gb", "--pin-root", pins)
+	nsRun(ga, bin, "packet", "teardown", "--name", ga, "--pin-root", pins)
+	nsRun(gb, bin, "packet", "teardown", "--name", gb, "--pin-root", pins)
 	for _, g := range []string{ga, gb} {
 		if left, err := os.ReadDir(filepath.Join(pins, g)); !os.IsNotExist(err) {
 			t.Errorf("pins of %s left after teardown: %v %v", g, left, err)
