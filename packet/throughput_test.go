@@ -65,12 +65,14 @@ func BenchmarkThroughput(b *testing.B) {
 }
 
 type iperfResult struct {
-	End struct {
+	Error string `json:"error"`
+	End   struct {
 		SumReceived struct {
 			BitsPerSecond float64 `json:"bits_per_second"`
 		} `json:"sum_received"`
 		Sum struct {
-			LostPercent float64 `json:"lost_percent"`
+			BitsPerSecond float64 `json:"bits_per_second"`
+			LostPercent   float64 `json:"lost_percent"`
 		} `json:"sum"`
 	} `json:"end"`
 }
@@ -92,7 +94,10 @@ func iperfJSON(b *testing.B, c *clusters, args ...string) iperfResult {
 			if err := json.Unmarshal(out, &r); err != nil {
 				b.Fatalf("iperf3 output: %v", err)
 			}
-			return r
+			if r.Error == "" && r.End.SumReceived.BitsPerSecond+r.End.Sum.BitsPerSecond > 0 {
+				return r
+			}
+			err = fmt.Errorf("no result: %s", out)
 		}
 		if time.Now().After(deadline) {
 			b.Fatalf("iperf3 %v: %v: %s", args, err, out)

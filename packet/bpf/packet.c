@@ -371,16 +371,6 @@ static __always_inline int set_addr(struct __sk_buff *skb, __u32 off, __be32 old
 	return bpf_skb_store_bytes(skb, off, &new, sizeof(new), 0);
 }
 
-static __always_inline int set_port(struct __sk_buff *skb, __u32 off, __be16 old, __be16 new, __u32 l4csum,
-				    __u64 l4flags)
-{
-	if (old == new)
-		return 0;
-	if (bpf_l4_csum_replace(skb, l4csum, old, new, l4flags | sizeof(new)))
-		return -1;
-	return bpf_skb_store_bytes(skb, off, &new, sizeof(new), 0);
-}
-
 static __always_inline int l4_csum_off(__u8 proto, __u32 *off, __u64 *flags)
 {
 	if (proto == IPPROTO_TCP) {
@@ -397,7 +387,10 @@ static __always_inline int l4_csum_off(__u8 proto, __u32 *off, __u64 *flags)
 	return -1;
 }
 
-// translate rewrites a TCP or UDP packet's addresses and ports.
+// translate rewrites a TCP or UDP packet's addresses and ports with one
+// checksum difference per kind of field: the addresses change the IP
+// header's checksum and, through the pseudo-header, the L4 one; the ports
+// only the L4 one. Seven helper calls where a call per field took twelve.
 static __always_inline int translate(struct __sk_buff *skb, __u8 proto, __be32 osaddr, __be32 nsaddr,
 				     __be16 osport, __be16 nsport, __be32 odaddr, __be32 ndaddr, __be16 odport,
 				     __be16 ndport)
@@ -406,10 +399,16 @@ static __always_inline int translate(struct __sk_buff *skb, __u8 proto, __be32 o
 	__u64 flags;
 	if (l4_csum_off(proto, &csum, &flags))
 		return -1;
-	if (set_addr(skb, IP_SRC_OFF, osaddr, nsaddr, csum, flags) ||
-	    set_addr(skb, IP_DST_OFF, odaddr, ndaddr, csum, flags) ||
-	    set_port(skb, L4_SPORT_OFF, osport, nsport, csum, flags) ||
-	    set_port(skb, L4_DPORT_OFF, odport, ndport, csum, flags))
+	__be32 oa[2] = {osaddr, odaddr}, na[2] = {nsaddr, ndaddr};
+	__be16 op[2] = {osport, odport}, np[2] = {nsport, ndport};
+	__s64 ad = bpf_csum_diff(oa, sizeof(oa), na, sizeof(na), 0);
+	__s64 pd = bpf_csum_diff((__be32 *)op, sizeof(op), (__be32 *)np, sizeof(np), 0);
+	if (ad < 0 || pd < 0)
+		return -1;
+	if (bpf_l4_csum_replace(skb, csum, 0, ad, flags | BPF_F_PSEUDO_HDR) ||
+	    bpf_l4_csum_replace(skb, csum, 0, pd, flags) || bpf_l3_csum_replace(skb, IP_CSUM_OFF, 0, ad, 0) ||
+	    bpf_skb_store_bytes(skb, IP_SRC_OFF, na, sizeof(na), 0) ||
+	    bpf_skb_store_bytes(skb, L4_SPORT_OFF, np, sizeof(np), 0))
 		return -1;
 	return 0;
 }
