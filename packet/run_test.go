@@ -86,7 +86,11 @@ type importFixture struct {
 }
 
 func newImportFixture(t testing.TB, n int) *importFixture {
-	d := loadTest(t, Config{FlowEntries: 1 << 18})
+	return newImportFixtureConfig(t, n, Config{FlowEntries: 1 << 18})
+}
+
+func newImportFixtureConfig(t testing.TB, n int, cfg Config) *importFixture {
+	d := loadTest(t, cfg)
 	f := &importFixture{d: d, vip: netip.MustParseAddrPort("10.96.0.10:80"), addrs: map[string]netip.Addr{}}
 	peers := map[netip.Addr]Peer{}
 	for i := range n {
@@ -102,7 +106,7 @@ func newImportFixture(t testing.TB, n int) *importFixture {
 	}
 	must(t, d.SetPeers(peers))
 	must(t, d.SetTable(0, f.table, f.addrs))
-	must(t, d.SetImports(map[Service]Import{{f.vip.Addr(), f.vip.Port(), TCP}: {ID: 1, Table: 0}}))
+	must(t, d.SetImports(map[Service]Import{{f.vip.Addr(), f.vip.Port(), TCP}: {ID: 1, Table: 0}, {f.vip.Addr(), f.vip.Port(), UDP}: {ID: 1, Table: 0}}))
 	must(t, d.SetPolicy(map[PolicyKey]Verdict{{Cluster: 0, Service: 1, Prefix: netip.MustParsePrefix("0.0.0.0/0")}: {Allow: true, Rule: 1}}))
 	must(t, d.coll.Maps["config"].Update(uint32(0), settings{TunIfindex: 1, VNI: 1, MSS: 1410}, ebpf.UpdateAny))
 	return f
@@ -180,6 +184,44 @@ func TestPropertyMaglevMatchesRing(t *testing.T) {
 	check("gw-2 back, pinned flows", down)
 	must(t, f.d.ClearFlows())
 	check("gw-2 back, new flows", f.table)
+}
+
+// TestFlowMapFull: with more live flows than the flow map holds, the
+// oldest are evicted and every packet is still forwarded — to the gateway
+// the table names, so an evicted flow that comes back lands where it was.
+func TestFlowMapFull(t *testing.T) {
+	f := newImportFixtureConfig(t, 3, Config{FlowEntries: 64})
+	prog := f.d.Program("lan_ingress")
+	r := rand.New(rand.NewPCG(3, 4))
+	clients := make([]netip.AddrPort, 2000)
+	for i := range clients {
+		clients[i] = randomClient(r)
+	}
+	for round := range 2 {
+		for _, c := range clients {
+			if ret := run(t, prog, frame(UDP, c, f.vip, false, 10)); ret != tcActRedirect {
+				t.Fatalf("round %d, flow %v: verdict %d, want redirect", round, c, ret)
+			}
+		}
+	}
+	flows, err := f.d.Flows()
+	must(t, err)
+	if len(flows) > 64 {
+		t.Errorf("flow map holds %d flows, at most 64", len(flows))
+	}
+	for fl, gw := range flows {
+		want, _ := f.table.Lookup(ring.KeyOf(uint8(UDP), fl.Src, fl.Dst))
+		if gw != f.addrs[want] {
+			t.Errorf("flow %v on %v, ring says %v", fl, gw, f.addrs[want])
+		}
+	}
+	c, err := f.d.Counters()
+	must(t, err)
+	// Every packet placed a flow again: evictions show as placements
+	// beyond the flows the map holds.
+	if c["import_flows"] < 2*2000-64 {
+		t.Errorf("import_flows %d: evicted flows were not placed again", c["import_flows"])
+	}
 }
 
 // TestEgressPolicy: a compiled AccessPolicy decides new import flows in the

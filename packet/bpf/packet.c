@@ -64,26 +64,27 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define IN_IP_OFF (L4_OFF + sizeof(struct icmphdr))
 #define IN_L4_OFF (IN_IP_OFF + sizeof(struct iphdr))
 
-// Counters, indices into the per-CPU counters map; package packet names
-// them (counters.go) in the same order.
-enum {
-	C_IMPORT_TX,     // packets of import flows sent into the tunnel
+// Counters, indices into the per-CPU counters map. Package packet's
+// CounterNames are these names in lower case without C_, in this order
+// (TestCounterNames reads the enum from BTF).
+enum counter {
+	C_IMPORT_TX_PACKETS,     // packets of import flows sent into the tunnel
 	C_IMPORT_FLOWS,  // import flows placed by the Maglev table
-	C_IMPORT_REPIN,  // pinned flows moved because their gateway died
-	C_IMPORT_NO_GW,  // import packets dropped: no live gateway
-	C_EGRESS_DENY,   // new import flows dropped by egress policy
-	C_EXPORT_RX,     // tunnel packets translated to an export's target
+	C_IMPORT_REPINNED_FLOWS,  // pinned flows moved because their gateway died
+	C_IMPORT_NO_GATEWAY_DROPS,  // import packets dropped: no live gateway
+	C_EGRESS_POLICY_DROPS,   // new import flows dropped by egress policy
+	C_EXPORT_RX_PACKETS,     // tunnel packets translated to an export's target
 	C_EXPORT_FLOWS,  // export flows given a NAT entry
-	C_INGRESS_DENY,  // new export flows dropped by ingress policy
-	C_NAT_EXHAUSTED, // new export flows dropped: no free SNAT port
-	C_REPLY_TX,      // target replies sent back into the tunnel
-	C_REPLY_RX,      // replies delivered from the tunnel to clients
-	C_ICMP_TX,       // ICMP errors about export flows sent back
-	C_NON_PEER,      // tunnel packets from addresses that are no peer
-	C_MALFORMED,     // truncated or malformed packets dropped
-	C_FRAGMENT,      // IPv4 fragments of translated flows (not handled)
+	C_INGRESS_POLICY_DROPS,  // new export flows dropped by ingress policy
+	C_NAT_EXHAUSTED_DROPS, // new export flows dropped: no free SNAT port
+	C_REPLY_TX_PACKETS,      // target replies sent back into the tunnel
+	C_REPLY_RX_PACKETS,      // replies delivered from the tunnel to clients
+	C_ICMP_ERROR_TX_PACKETS,       // ICMP errors about export flows sent back
+	C_NON_PEER_DROPS,      // tunnel packets from addresses that are no peer
+	C_MALFORMED_DROPS,     // truncated or malformed packets dropped
+	C_FRAGMENTS,      // IPv4 fragments of translated flows (not handled)
 	C_IP_OPTIONS,    // packets of translated flows with IP options dropped
-	C_UNKNOWN,       // tunnel packets for no export and no import
+	C_UNKNOWN_SERVICE_DROPS,       // tunnel packets for no export and no import
 	C_MSS_CLAMPED,   // SYNs whose MSS option was lowered
 	C_FIB_PASS,      // translated packets left to the kernel's routing
 	C_COUNTERS,
@@ -293,8 +294,9 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } rule_drops SEC(".maps");
 
-static __always_inline void count(__u32 i)
+static __always_inline void count(enum counter c)
 {
+	__u32 i = c;
 	__u64 *v = bpf_map_lookup_elem(&counters, &i);
 	if (v)
 		*v += 1;
@@ -582,7 +584,7 @@ static __always_inline __be32 pick_gateway(struct pkt *p, struct import_val *imp
 			return fv->gw;
 		repin = 1;
 	} else if (!policy_allows(0, imp->id, p->saddr)) {
-		count(C_EGRESS_DENY);
+		count(C_EGRESS_POLICY_DROPS);
 		return 0;
 	}
 	__u32 ti = imp->table;
@@ -596,7 +598,7 @@ static __always_inline __be32 pick_gateway(struct pkt *p, struct import_val *imp
 		return 0;
 	struct flow_val nv = {.gw = *gw};
 	bpf_map_update_elem(&flows, &fk, &nv, BPF_ANY);
-	count(repin ? C_IMPORT_REPIN : C_IMPORT_FLOWS);
+	count(repin ? C_IMPORT_REPINNED_FLOWS : C_IMPORT_FLOWS);
 	return nv.gw;
 }
 
@@ -610,7 +612,7 @@ static __always_inline int icmp_reply(struct __sk_buff *skb, struct config *cfg,
 	struct iphdr in;
 	__be16 ports[2];
 	if (bpf_skb_load_bytes(skb, IN_IP_OFF, &in, sizeof(in)) || bpf_skb_load_bytes(skb, IN_L4_OFF, ports, 4)) {
-		count(C_MALFORMED);
+		count(C_MALFORMED_DROPS);
 		return TC_ACT_SHOT;
 	}
 	if (in.ihl != 5 || in.saddr != cfg->snat_addr)
@@ -650,7 +652,7 @@ static __always_inline int icmp_reply(struct __sk_buff *skb, struct config *cfg,
 	    bpf_skb_store_bytes(skb, IN_IP_OFF + offsetof(struct iphdr, saddr), &nw.saddr, 8, 0) ||
 	    bpf_skb_store_bytes(skb, IN_L4_OFF, &nw.sport, 4, 0))
 		return TC_ACT_SHOT;
-	count(C_ICMP_TX);
+	count(C_ICMP_ERROR_TX_PACKETS);
 	return to_tunnel(skb, cfg, ck.peer);
 }
 
@@ -676,7 +678,7 @@ int lan_ingress(struct __sk_buff *skb)
 		// packet to a clusterset IP that is one is dropped below only
 		// when its address belongs to an import on port 0 — otherwise
 		// the kernel drops it (no route), and either way it is counted.
-		count(rc == P_FRAGMENT ? C_FRAGMENT : C_IP_OPTIONS);
+		count(rc == P_FRAGMENT ? C_FRAGMENTS : C_IP_OPTIONS);
 		return TC_ACT_OK;
 	}
 
@@ -686,12 +688,12 @@ int lan_ingress(struct __sk_buff *skb)
 		struct import_val iv = *imp;
 		__be32 gw = pick_gateway(&p, &iv);
 		if (!gw) {
-			count(C_IMPORT_NO_GW);
+			count(C_IMPORT_NO_GATEWAY_DROPS);
 			return TC_ACT_SHOT;
 		}
 		if (p.proto == IPPROTO_TCP)
 			clamp_mss(skb, cfg->mss);
-		count(C_IMPORT_TX);
+		count(C_IMPORT_TX_PACKETS);
 		return to_tunnel(skb, cfg, gw);
 	}
 
@@ -707,7 +709,7 @@ int lan_ingress(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	if (p.proto == IPPROTO_TCP)
 		clamp_mss(skb, cfg->mss);
-	count(C_REPLY_TX);
+	count(C_REPLY_TX_PACKETS);
 	return to_tunnel(skb, cfg, ck.peer);
 }
 
@@ -759,7 +761,7 @@ static __always_inline int export_flow(struct __sk_buff *skb, struct config *cfg
 		nv = *cur;
 	} else {
 		if (!policy_allows(pv->cluster, ev->id, p->saddr)) {
-			count(C_INGRESS_DENY);
+			count(C_INGRESS_POLICY_DROPS);
 			return TC_ACT_SHOT;
 		}
 		nv.taddr = ev->addr;
@@ -781,7 +783,7 @@ static __always_inline int export_flow(struct __sk_buff *skb, struct config *cfg
 			}
 		}
 		if (!ok) {
-			count(C_NAT_EXHAUSTED);
+			count(C_NAT_EXHAUSTED_DROPS);
 			return TC_ACT_SHOT;
 		}
 		bpf_map_update_elem(&nat, &nk, &nv, BPF_ANY);
@@ -790,7 +792,7 @@ static __always_inline int export_flow(struct __sk_buff *skb, struct config *cfg
 	if (translate(skb, p->proto, p->saddr, cfg->snat_addr, p->sport, nv.sport, p->daddr, nv.taddr, p->dport,
 		      nv.tport))
 		return TC_ACT_SHOT;
-	count(C_EXPORT_RX);
+	count(C_EXPORT_RX_PACKETS);
 	return to_local(skb, cfg->snat_addr, nv.taddr);
 }
 
@@ -802,19 +804,19 @@ int tun_ingress(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	struct bpf_tunnel_key key = {};
 	if (bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0)) {
-		count(C_NON_PEER);
+		count(C_NON_PEER_DROPS);
 		return TC_ACT_SHOT;
 	}
 	__be32 peer = bpf_htonl(key.remote_ipv4);
 	struct peer_val *pv = bpf_map_lookup_elem(&peers, &peer);
 	if (!pv) {
-		count(C_NON_PEER);
+		count(C_NON_PEER_DROPS);
 		return TC_ACT_SHOT;
 	}
 	struct pkt p;
 	int rc = parse(skb, &p);
 	if (rc != P_OK) {
-		count(rc == P_FRAGMENT ? C_FRAGMENT : rc == P_OPTIONS ? C_IP_OPTIONS : C_MALFORMED);
+		count(rc == P_FRAGMENT ? C_FRAGMENTS : rc == P_OPTIONS ? C_IP_OPTIONS : C_MALFORMED_DROPS);
 		return TC_ACT_SHOT;
 	}
 	if (p.proto == IPPROTO_TCP || p.proto == IPPROTO_UDP) {
@@ -829,7 +831,7 @@ int tun_ingress(struct __sk_buff *skb)
 		}
 		struct svc_key ik = {.addr = p.saddr, .port = p.sport, .proto = p.proto};
 		if (bpf_map_lookup_elem(&imports, &ik)) {
-			count(C_REPLY_RX);
+			count(C_REPLY_RX_PACKETS);
 			return to_local(skb, p.saddr, p.daddr);
 		}
 	} else if (p.proto == IPPROTO_ICMP &&
@@ -840,15 +842,15 @@ int tun_ingress(struct __sk_buff *skb)
 		__be16 ports[2];
 		if (bpf_skb_load_bytes(skb, IN_IP_OFF, &in, sizeof(in)) ||
 		    bpf_skb_load_bytes(skb, IN_L4_OFF, ports, 4)) {
-			count(C_MALFORMED);
+			count(C_MALFORMED_DROPS);
 			return TC_ACT_SHOT;
 		}
 		struct svc_key ik = {.addr = in.daddr, .port = ports[1], .proto = in.protocol};
 		if (in.saddr == p.daddr && bpf_map_lookup_elem(&imports, &ik)) {
-			count(C_REPLY_RX);
+			count(C_REPLY_RX_PACKETS);
 			return to_local(skb, p.saddr, p.daddr);
 		}
 	}
-	count(C_UNKNOWN);
+	count(C_UNKNOWN_SERVICE_DROPS);
 	return TC_ACT_SHOT;
 }
