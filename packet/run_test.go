@@ -224,6 +224,63 @@ func TestFlowMapFull(t *testing.T) {
 	}
 }
 
+// addNATEntry makes f's datapath an exporting gateway with SNAT address
+// 10.2.0.254 that holds one NAT entry: client (from peer 192.0.2.1) to
+// f.vip, translated to target 10.2.0.2:8080 from SNAT port 40000.
+func addNATEntry(t testing.TB, f *importFixture, client netip.AddrPort) (snat netip.Addr, target netip.AddrPort) {
+	snat = netip.MustParseAddr("10.2.0.254")
+	target = netip.MustParseAddrPort("10.2.0.2:8080")
+	must(t, f.d.coll.Maps["config"].Update(uint32(0), settings{TunIfindex: 1, VNI: 1, MSS: 1410, SNAT: snat}, ebpf.UpdateAny))
+	rk := make([]byte, 12)
+	copy(rk, target.Addr().AsSlice())
+	binary.BigEndian.PutUint16(rk[4:], target.Port())
+	binary.BigEndian.PutUint16(rk[6:], 40000)
+	rk[8] = uint8(TCP)
+	rv := make([]byte, 32)
+	copy(rv, []byte{192, 0, 2, 1})
+	copy(rv[4:], client.Addr().AsSlice())
+	copy(rv[8:], f.vip.Addr().AsSlice())
+	binary.BigEndian.PutUint16(rv[12:], client.Port())
+	binary.BigEndian.PutUint16(rv[14:], f.vip.Port())
+	rv[16] = uint8(TCP)
+	must(t, f.d.coll.Maps["rnat"].Update(rk, rv, ebpf.UpdateAny))
+	return snat, target
+}
+
+// TestNATReply: a target's reply to the SNAT address leaves restored to
+// clusterset IP:port → client:port, with IP and TCP checksums that verify.
+func TestNATReply(t *testing.T) {
+	f := newImportFixture(t, 1)
+	client := netip.MustParseAddrPort("10.1.0.2:40000")
+	snat, target := addNATEntry(t, f, client)
+	for _, payload := range []int{0, 1, 1400} {
+		pkt := frame(TCP, target, netip.AddrPortFrom(snat, 40000), false, payload)
+		for i := range payload {
+			pkt[54+i] = byte(i * 7)
+		}
+		binary.BigEndian.PutUint16(pkt[34+16:], tcpChecksum(pkt[14:]))
+		out := make([]byte, len(pkt)+64)
+		ret, err := f.d.Program("lan_ingress").Run(&ebpf.RunOptions{Data: pkt, DataOut: out})
+		must(t, err)
+		if ret != tcActRedirect {
+			t.Fatalf("payload %d: verdict %d, want redirect", payload, ret)
+		}
+		out = out[:len(pkt)]
+		ip := out[14:]
+		src := netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip[12:16])), binary.BigEndian.Uint16(ip[20:]))
+		dst := netip.AddrPortFrom(netip.AddrFrom4([4]byte(ip[16:20])), binary.BigEndian.Uint16(ip[22:]))
+		if src != f.vip || dst != client {
+			t.Errorf("payload %d: reply %v → %v, want %v → %v", payload, src, dst, f.vip, client)
+		}
+		if ipChecksum(ip[:20]) != 0 {
+			t.Errorf("payload %d: IP checksum does not verify", payload)
+		}
+		if tcpChecksum(ip) != 0 {
+			t.Errorf("payload %d: TCP checksum does not verify", payload)
+		}
+	}
+}
+
 // TestEgressPolicy: a compiled AccessPolicy decides new import flows in the
 // kernel, and drops are counted per rule.
 func TestEgressPolicy(t *testing.T) {
@@ -332,24 +389,7 @@ func BenchmarkLanIngress(b *testing.B) {
 	if ret := run(b, prog, flow); ret != tcActRedirect {
 		b.Fatalf("verdict %d", ret)
 	}
-	// A target's reply on an exporting gateway: NAT restored, into the
-	// tunnel (the same translation as tun_ingress does the other way).
-	snat := netip.MustParseAddr("10.2.0.254")
-	target := netip.MustParseAddrPort("10.2.0.2:8080")
-	must(b, f.d.coll.Maps["config"].Update(uint32(0), settings{TunIfindex: 1, VNI: 1, MSS: 1410, SNAT: snat}, ebpf.UpdateAny))
-	rk := make([]byte, 12)
-	copy(rk, target.Addr().AsSlice())
-	binary.BigEndian.PutUint16(rk[4:], target.Port())
-	binary.BigEndian.PutUint16(rk[6:], 40000)
-	rk[8] = uint8(TCP)
-	rv := make([]byte, 32)
-	copy(rv, []byte{192, 0, 2, 1})
-	copy(rv[4:], client.Addr().AsSlice())
-	copy(rv[8:], f.vip.Addr().AsSlice())
-	binary.BigEndian.PutUint16(rv[12:], client.Port())
-	binary.BigEndian.PutUint16(rv[14:], f.vip.Port())
-	rv[16] = uint8(TCP)
-	must(b, f.d.coll.Maps["rnat"].Update(rk, rv, ebpf.UpdateAny))
+	snat, target := addNATEntry(b, f, client)
 	reply := frame(TCP, target, netip.AddrPortFrom(snat, 40000), false, 1400)
 	if ret := run(b, prog, reply); ret != tcActRedirect {
 		b.Fatalf("reply verdict %d", ret)
