@@ -4,16 +4,16 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/json"
-	"net/netip"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/strait-net/strait/internal/testenv"
-	"github.com/strait-net/strait/ring"
 )
 
 // udpTool is a UDP client and server for the namespace test, run with
@@ -134,33 +134,33 @@ func newClusters(t testing.TB, mode string) *clusters {
 		}
 	})
 
+	// The maps' contents go in as a gateway's operator would put them,
+	// through `strait packet apply`; this process then adopts the pins to
+	// read counters and flows.
+	services := `
+  - {address: 10.96.0.10, port: 80, protocol: TCP, id: 1, CLUSTER_OR_TARGET8080}
+  - {address: 10.96.0.10, port: 5353, protocol: UDP, id: 2, CLUSTER_OR_TARGET5353}
+  - {address: 10.96.0.10, port: 5354, protocol: UDP, id: 3, CLUSTER_OR_TARGET5354}
+  - {address: 10.96.0.10, port: 5201, protocol: TCP, id: 4, CLUSTER_OR_TARGET5201}
+  - {address: 10.96.0.10, port: 5201, protocol: UDP, id: 5, CLUSTER_OR_TARGET5201}
+`
+	importing := "clusters: [{name: b, gateways: {gb: 192.0.2.2}}]\nimports:" +
+		regexp.MustCompile(`CLUSTER_OR_TARGET\d+`).ReplaceAllString(services, "cluster: b") +
+		"peers: [{address: 192.0.2.2, cluster: 1}]\npolicy:\n"
+	exporting := "exports:" + regexp.MustCompile(`CLUSTER_OR_TARGET(\d+)`).ReplaceAllString(services, "target: 10.2.0.2:$1") +
+		"peers: [{address: 192.0.2.1, cluster: 1}]\npolicy:\n"
+	for id := 1; id <= 5; id++ {
+		importing += fmt.Sprintf("  - {cluster: 0, service: %d, prefix: 0.0.0.0/0}\n", id)
+		exporting += fmt.Sprintf("  - {cluster: 1, service: %d, prefix: 0.0.0.0/0}\n", id)
+	}
+	dir := t.TempDir()
+	for _, g := range []struct{ ns, state string }{{ga, importing}, {gb, exporting}} {
+		file := filepath.Join(dir, g.ns+".yaml")
+		must(t, os.WriteFile(file, []byte(g.state), 0o600))
+		testenv.Run(t, "ip", "netns", "exec", g.ns, c.bin, "packet", "apply", "--name", g.ns, "--pin-root", c.pins, "-f", file)
+	}
 	c.da = loadTest(t, Config{Name: ga, PinRoot: c.pins})
 	c.db = loadTest(t, Config{Name: gb, PinRoot: c.pins})
-	vip := netip.MustParseAddr("10.96.0.10")
-	imports := map[Service]Import{}
-	exports := map[Service]Export{}
-	egress, ingress := map[PolicyKey]Verdict{}, map[PolicyKey]Verdict{}
-	all := netip.MustParsePrefix("0.0.0.0/0")
-	for i, svc := range []Service{{vip, 80, TCP}, {vip, 5353, UDP}, {vip, 5354, UDP}, {vip, 5201, TCP}, {vip, 5201, UDP}} {
-		id := uint32(i + 1)
-		imports[svc] = Import{ID: id}
-		port := svc.Port
-		if port == 80 {
-			port = 8080 // the export port's target port differs
-		}
-		exports[svc] = Export{Target: netip.AddrPortFrom(netip.MustParseAddr("10.2.0.2"), port), ID: id}
-		egress[PolicyKey{Cluster: 0, Service: id, Prefix: all}] = Verdict{Allow: true, Rule: 1}
-		ingress[PolicyKey{Cluster: 1, Service: id, Prefix: all}] = Verdict{Allow: true, Rule: 1}
-	}
-	table, err := ring.New([]string{"gb"}, ring.Options{})
-	must(t, err)
-	must(t, c.da.SetImports(imports))
-	must(t, c.da.SetTable(0, table, map[string]netip.Addr{"gb": netip.MustParseAddr("192.0.2.2")}))
-	must(t, c.da.SetPeers(map[netip.Addr]Peer{netip.MustParseAddr("192.0.2.2"): {Cluster: 1, Alive: true}}))
-	must(t, c.da.SetPolicy(egress))
-	must(t, c.db.SetExports(exports))
-	must(t, c.db.SetPeers(map[netip.Addr]Peer{netip.MustParseAddr("192.0.2.1"): {Cluster: 1, Alive: true}}))
-	must(t, c.db.SetPolicy(ingress))
 	return c
 }
 

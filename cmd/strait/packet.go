@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -93,6 +94,40 @@ func init() {
 	}
 	packetFlags(counters, &ccfg, nil)
 
-	parent.AddCommand(attach, teardown, counters)
+	var acfg packet.Config
+	var file string
+	apply := &cobra.Command{
+		Use:   "apply --name NAME -f FILE",
+		Short: "Make the gateway's maps hold exactly the state in FILE (YAML: clusters, imports, exports, peers, policy; see packet/state.go)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return fmt.Errorf("-f: required (the state file, or - for standard input)")
+			}
+			in := cmd.InOrStdin()
+			if file != "-" {
+				f, err := os.Open(file)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				in = f
+			}
+			st, err := packet.ParseState(in)
+			if err != nil {
+				return fmt.Errorf("%s: %w", file, err)
+			}
+			d, err := packet.Load(acfg, logger())
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			return st.Apply(d)
+		},
+	}
+	packetFlags(apply, &acfg, nil)
+	apply.Flags().StringVarP(&file, "file", "f", "", "the state file (- for standard input)")
+
+	parent.AddCommand(attach, apply, teardown, counters)
 	rootCmd.AddCommand(parent)
 }
