@@ -15,8 +15,13 @@ import (
 // (instruction by instruction), same maps, same Go bindings. It needs the
 // pinned compiler, clang-14 (scripts/setup.sh installs it).
 func TestGeneratedUpToDate(t *testing.T) {
-	if _, err := exec.LookPath("clang-14"); err != nil {
-		t.Skip("clang-14 is not installed (scripts/bpf.sh installs it)")
+	for _, cmd := range []string{"clang-14", "llvm-strip-14"} {
+		if _, err := exec.LookPath(cmd); err != nil {
+			t.Skipf("%s is not installed (scripts/setup.sh and scripts/bpf.sh install it)", cmd)
+		}
+	}
+	if _, err := os.Stat("/usr/include/bpf/bpf_helpers.h"); err != nil {
+		t.Skip("libbpf-dev is not installed (scripts/setup.sh and scripts/bpf.sh install it)")
 	}
 	dir := t.TempDir()
 	cmd := exec.Command("../scripts/bpf.sh", dir)

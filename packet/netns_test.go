@@ -258,10 +258,31 @@ func TestNamespaces(t *testing.T) {
 	waitCounter(t, da, "malformed_drops", ca1["malformed_drops"]+1)
 
 	// A restarted gateway process attaches again: it adopts the pinned
-	// maps and links (flows stay pinned) and forwarding goes on.
+	// maps and links (flows stay pinned) and forwarding goes on — here
+	// twice while an iperf3 stream runs, which must finish unbroken.
+	var iperf *exec.Cmd
+	if _, err := exec.LookPath("iperf3"); err == nil {
+		testenv.Start(t, "ip", "netns", "exec", sb, "iperf3", "-s", "-B", "10.2.0.2")
+		deadline := time.Now().Add(20 * time.Second)
+		for exec.Command("ip", "netns", "exec", ca, "iperf3", "-c", "10.96.0.10", "-t", "1").Run() != nil {
+			if time.Now().After(deadline) {
+				t.Fatal("iperf3 server unreachable through the packet path")
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		iperf = exec.Command("ip", "netns", "exec", ca, "iperf3", "-c", "10.96.0.10", "-t", "4", "-J")
+		must(t, iperf.Start())
+		time.Sleep(time.Second)
+	}
 	flowsBefore, err := da.Flows()
 	must(t, err)
 	c.attach(t)
+	c.attach(t)
+	if iperf != nil {
+		if err := iperf.Wait(); err != nil {
+			t.Errorf("iperf3 across re-attach: %v", err)
+		}
+	}
 	flowsAfter, err := da.Flows()
 	must(t, err)
 	for f, gw := range flowsBefore {

@@ -16,8 +16,10 @@ command -v clang-14 >/dev/null 2>&1 || want+=(clang-14)
 command -v llvm-strip-14 >/dev/null 2>&1 || want+=(llvm-14)
 [[ -e /usr/include/bpf/bpf_helpers.h ]] || want+=(libbpf-dev)
 [[ -e /usr/include/linux/bpf.h ]] || want+=(linux-libc-dev)
-command -v bpftool >/dev/null 2>&1 || want+=(bpftool) # to inspect what is loaded
 if ((${#want[@]})); then
+	# bpftool is not needed to build, but it comes along to inspect what
+	# is loaded.
+	command -v bpftool >/dev/null 2>&1 || want+=(bpftool)
 	if [[ $(id -u) != 0 ]]; then
 		echo "bpf: need root to install: ${want[*]}" >&2
 		exit 1
