@@ -281,6 +281,67 @@ func TestNATReply(t *testing.T) {
 	}
 }
 
+// TestICMPFragNeeded: a "fragmentation needed" error that a router on the
+// target's side sends to the SNAT address about a NAT flow reaches the
+// client as an error from the clusterset IP about its own packet — outer
+// and quoted addresses and ports restored, the MTU kept, every checksum
+// valid — so path-MTU discovery works through the tunnel.
+func TestICMPFragNeeded(t *testing.T) {
+	f := newImportFixture(t, 1)
+	client := netip.MustParseAddrPort("10.1.0.2:40000")
+	snat, target := addNATEntry(t, f, client)
+	router := netip.MustParseAddr("10.2.0.9")
+	// The quoted packet: the first 28 bytes of what the gateway sent.
+	quoted := frame(TCP, netip.AddrPortFrom(snat, 40000), target, false, 1400)[14 : 14+28]
+	pkt := make([]byte, 14+20+8+len(quoted))
+	binary.BigEndian.PutUint16(pkt[12:], 0x0800)
+	ip := pkt[14:]
+	ip[0], ip[8], ip[9] = 0x45, 64, 1
+	binary.BigEndian.PutUint16(ip[2:], uint16(len(ip)))
+	copy(ip[12:], router.AsSlice())
+	copy(ip[16:], snat.AsSlice())
+	binary.BigEndian.PutUint16(ip[10:], ipChecksum(ip[:20]))
+	icmp := ip[20:]
+	icmp[0], icmp[1] = 3, 4 // destination unreachable, fragmentation needed
+	binary.BigEndian.PutUint16(icmp[6:], 1400)
+	copy(icmp[8:], quoted)
+	binary.BigEndian.PutUint16(icmp[2:], ipChecksum(icmp))
+
+	out := make([]byte, len(pkt)+64)
+	ret, err := f.d.Program("lan_ingress").Run(&ebpf.RunOptions{Data: pkt, DataOut: out})
+	must(t, err)
+	if ret != tcActRedirect {
+		t.Fatalf("verdict %d, want redirect", ret)
+	}
+	out = out[:len(pkt)]
+	oip := out[14:]
+	oicmp := oip[20:]
+	in := oicmp[8:]
+	addr := func(b []byte) netip.Addr { return netip.AddrFrom4([4]byte(b[:4])) }
+	for _, c := range []struct {
+		what      string
+		got, want any
+	}{
+		{"outer source", addr(oip[12:]), f.vip.Addr()},
+		{"outer destination", addr(oip[16:]), client.Addr()},
+		{"quoted source", netip.AddrPortFrom(addr(in[12:]), binary.BigEndian.Uint16(in[20:])), client},
+		{"quoted destination", netip.AddrPortFrom(addr(in[16:]), binary.BigEndian.Uint16(in[22:])), f.vip},
+		{"MTU", binary.BigEndian.Uint16(oicmp[6:]), uint16(1400)},
+		{"outer IP checksum", ipChecksum(oip[:20]), uint16(0)},
+		{"ICMP checksum", ipChecksum(oicmp), uint16(0)},
+		{"quoted IP checksum", ipChecksum(in[:20]), uint16(0)},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %v, want %v", c.what, c.got, c.want)
+		}
+	}
+	cs, err := f.d.Counters()
+	must(t, err)
+	if cs["icmp_error_tx_packets"] != 1 {
+		t.Errorf("icmp_error_tx_packets %d, want 1", cs["icmp_error_tx_packets"])
+	}
+}
+
 // TestEgressPolicy: a compiled AccessPolicy decides new import flows in the
 // kernel, and drops are counted per rule.
 func TestEgressPolicy(t *testing.T) {

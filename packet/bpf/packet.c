@@ -652,15 +652,10 @@ static __always_inline int icmp_reply(struct __sk_buff *skb, struct config *cfg,
 	// Quoted header: client:cport → vaddr:vport. Its IP checksum changes
 	// with the addresses, and the ICMP checksum with all of it.
 	__be16 ocsum = in.check;
-	__u32 sum = bpf_csum_diff(&in.saddr, 4, &ck.caddr, 4, 0);
-	sum = bpf_csum_diff(&in.daddr, 4, &ck.vaddr, 4, sum);
-	// Fold the difference into the quoted header's checksum.
-	__u32 c32 = (__u16)~bpf_ntohs(ocsum);
-	c32 += (sum & 0xffff) + (sum >> 16);
-	c32 = (c32 & 0xffff) + (c32 >> 16);
-	c32 = (c32 & 0xffff) + (c32 >> 16);
-	c32 = (c32 & 0xffff) + (c32 >> 16);
-	__be16 ncsum = bpf_htons((__u16)~c32);
+	// One's-complement arithmetic is byte-order neutral: the sums stay in
+	// the packet's byte order throughout.
+	__u32 sum = csum_add(csum_add(csum_add(~in.saddr, ~in.daddr), ck.caddr), ck.vaddr);
+	__be16 ncsum = ~csum_fold(csum_add((__u16)~ocsum, sum));
 	struct {
 		__be32 saddr, daddr;
 		__be16 sport, dport;
