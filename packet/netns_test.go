@@ -256,6 +256,18 @@ func TestNamespaces(t *testing.T) {
 	nsRun(gb, "python3", "-c", udpTool, "vxlan", "192.0.2.2", "192.0.2.1", inner[:(14+24)*2])
 	waitCounter(t, da, "non_peer_drops", ca1["non_peer_drops"]+1)
 	waitCounter(t, da, "malformed_drops", ca1["malformed_drops"]+1)
+	// A whole packet from the peer for a service this gateway neither
+	// exports nor imports (10.1.0.2:40000 → 10.96.0.10:80 arriving at the
+	// importing side) is dropped and counted too.
+	nsRun(gb, "python3", "-c", udpTool, "vxlan", "192.0.2.2", "192.0.2.1", inner)
+	waitCounter(t, da, "unknown_service_drops", ca1["unknown_service_drops"]+1)
+	// A datagram the client itself fragments (3000 bytes on a 1500-byte
+	// link) is not translated: its fragments are counted, and the kernel
+	// drops them (no route to the clusterset IP).
+	if out := strings.TrimSpace(nsRun(ca, "python3", "-c", udpTool, "ask", "10.96.0.10", "5353", "3000")); out != "timeout" {
+		t.Errorf("UDP of 3000 bytes: %s, want timeout (fragments are not translated)", out)
+	}
+	waitCounter(t, da, "fragments", ca1["fragments"]+2)
 
 	// A restarted gateway process attaches again: it adopts the pinned
 	// maps and links (flows stay pinned) and forwarding goes on — here
