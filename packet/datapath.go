@@ -362,11 +362,28 @@ func (d *Datapath) Close() error {
 
 // Teardown detaches the programs, removes every pin of the gateway and the
 // VXLAN device (when it runs in the device's network namespace), and
-// closes d. What it cannot remove it reports; the rest is still removed.
+// closes d.
 func (d *Datapath) Teardown(ctx context.Context) error {
+	d.Close()
+	return Teardown(ctx, d.cfg)
+}
+
+// Teardown removes what Attach and Load left for the gateway cfg names,
+// without loading anything, so that it also works when the pins come from
+// another version whose maps this one could not adopt: the pinned links
+// (which detaches the programs), every other pin in the gateway's
+// directory and the directory, and the VXLAN device if this network
+// namespace has it. What it cannot remove it reports; the rest is still
+// removed.
+func Teardown(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cfg.defaults()
+	dir := filepath.Join(cfg.PinRoot, cfg.Name)
 	var errs []error
 	for _, pin := range []string{pinLAN, pinTunnel} {
-		path := filepath.Join(d.dir, pin)
+		path := filepath.Join(dir, pin)
 		l, err := link.LoadPinnedLink(path, nil)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
@@ -380,22 +397,24 @@ func (d *Datapath) Teardown(ctx context.Context) error {
 		}
 		l.Close() // the last reference: the program detaches
 	}
-	if d.coll != nil {
-		for name, m := range d.coll.Maps {
-			if err := m.Unpin(); err != nil {
-				errs = append(errs, fmt.Errorf("unpin map %s: %w", name, err))
-			}
-		}
-	}
-	if err := os.Remove(d.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
-	if _, err := net.InterfaceByName(d.cfg.Tunnel); err == nil {
-		if out, err := exec.CommandContext(ctx, "ip", "link", "del", d.cfg.Tunnel).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("ip link del %s: %v: %s", d.cfg.Tunnel, err, trimOut(out)))
+	for _, e := range entries {
+		// Removing a bpffs file unpins the map behind it.
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+			errs = append(errs, fmt.Errorf("unpin %s: %w", e.Name(), err))
 		}
 	}
-	d.Close()
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	if _, err := net.InterfaceByName(cfg.Tunnel); err == nil {
+		if out, err := exec.CommandContext(ctx, "ip", "link", "del", cfg.Tunnel).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("ip link del %s: %v: %s", cfg.Tunnel, err, trimOut(out)))
+		}
+	}
 	return errors.Join(errs...)
 }
 

@@ -1,7 +1,10 @@
 package packet
 
 import (
+	"context"
+	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -99,4 +102,27 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// TestIncompatiblePins: pins whose maps differ from this version's (here:
+// another flow map size) are refused with a message saying what to do,
+// and Teardown removes them without loading them.
+func TestIncompatiblePins(t *testing.T) {
+	pins := testenv.BPFFS(t)
+	d := loadTest(t, Config{PinRoot: pins, FlowEntries: 64})
+	must(t, d.SetPeers(map[netip.Addr]Peer{netip.MustParseAddr("192.0.2.1"): {Alive: true}}))
+	d.Close()
+	_, err := Load(Config{Name: "test", PinRoot: pins, FlowEntries: 128}, nil)
+	if err == nil || !strings.Contains(err.Error(), "tear the gateway's packet mode down") {
+		t.Fatalf("loading over incompatible pins: %v", err)
+	}
+	must(t, Teardown(context.Background(), Config{Name: "test", PinRoot: pins, Tunnel: "stv-absent"}))
+	if _, err := os.Stat(filepath.Join(pins, "test")); !os.IsNotExist(err) {
+		t.Fatalf("pin directory after teardown: %v", err)
+	}
+	d2 := loadTest(t, Config{PinRoot: pins, FlowEntries: 128})
+	var v []byte
+	if err := d2.coll.Maps["peers"].Lookup([]byte{192, 0, 2, 1}, &v); err == nil {
+		t.Error("a peer survived teardown")
+	}
 }

@@ -63,11 +63,7 @@ func init() {
 		Short: "Detach the programs and remove the gateway's pins and VXLAN device (run it in the gateway node's network namespace)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, err := packet.Load(tcfg, logger())
-			if err != nil {
-				return err
-			}
-			return d.Teardown(cmd.Context())
+			return packet.Teardown(cmd.Context(), tcfg)
 		},
 	}
 	packetFlags(teardown, &tcfg, nil)
