@@ -276,7 +276,13 @@ func (d *Datapath) Attach(ctx context.Context) error {
 	if err := d.coll.Maps["config"].Update(uint32(0), s, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write settings: %w", err)
 	}
-	if err := d.attach(pinLAN, "lan_ingress", lan.Index); err != nil {
+	// A device without a link-layer address (TUN, as the lab's link
+	// emulator uses) hands the program bare IP packets.
+	lanProg := "lan_ingress"
+	if len(lan.HardwareAddr) == 0 {
+		lanProg = "lan_ingress_l3"
+	}
+	if err := d.attach(pinLAN, lanProg, lan.Index); err != nil {
 		return err
 	}
 	return d.attach(pinTunnel, "tun_ingress", tun.Index)
@@ -419,7 +425,8 @@ func Teardown(ctx context.Context, cfg Config) error {
 }
 
 // Program returns a loaded program by its C name (lan_ingress,
-// tun_ingress), for BPF_PROG_TEST_RUN and run-time statistics.
+// lan_ingress_l3, tun_ingress), for BPF_PROG_TEST_RUN and run-time
+// statistics.
 func (d *Datapath) Program(name string) *ebpf.Program { return d.coll.Programs[name] }
 
 // SetImports makes the imports map hold exactly imports.

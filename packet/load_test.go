@@ -32,7 +32,7 @@ func loadTest(t testing.TB, cfg Config) *Datapath {
 
 func TestLoad(t *testing.T) {
 	d := loadTest(t, Config{})
-	if d.Program("lan_ingress") == nil || d.Program("tun_ingress") == nil {
+	if d.Program("lan_ingress") == nil || d.Program("lan_ingress_l3") == nil || d.Program("tun_ingress") == nil {
 		t.Fatal("programs missing")
 	}
 }

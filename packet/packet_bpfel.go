@@ -16,20 +16,21 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	packetMapConfig      = "config"
-	packetMapCounters    = "counters"
-	packetMapExports     = "exports"
-	packetMapFlows       = "flows"
-	packetMapImports     = "imports"
-	packetMapMaglev      = "maglev"
-	packetMapNat         = "nat"
-	packetMapPeers       = "peers"
-	packetMapPolicy      = "policy"
-	packetMapRnat        = "rnat"
-	packetMapRuleDrops   = "rule_drops"
-	packetMapTables      = "tables"
-	packetProgLanIngress = "lan_ingress"
-	packetProgTunIngress = "tun_ingress"
+	packetMapConfig        = "config"
+	packetMapCounters      = "counters"
+	packetMapExports       = "exports"
+	packetMapFlows         = "flows"
+	packetMapImports       = "imports"
+	packetMapMaglev        = "maglev"
+	packetMapNat           = "nat"
+	packetMapPeers         = "peers"
+	packetMapPolicy        = "policy"
+	packetMapRnat          = "rnat"
+	packetMapRuleDrops     = "rule_drops"
+	packetMapTables        = "tables"
+	packetProgLanIngress   = "lan_ingress"
+	packetProgLanIngressL3 = "lan_ingress_l3"
+	packetProgTunIngress   = "tun_ingress"
 )
 
 // loadPacket returns the embedded CollectionSpec for packet.
@@ -74,8 +75,9 @@ type packetSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type packetProgramSpecs struct {
-	LanIngress *ebpf.ProgramSpec `ebpf:"lan_ingress"`
-	TunIngress *ebpf.ProgramSpec `ebpf:"tun_ingress"`
+	LanIngress   *ebpf.ProgramSpec `ebpf:"lan_ingress"`
+	LanIngressL3 *ebpf.ProgramSpec `ebpf:"lan_ingress_l3"`
+	TunIngress   *ebpf.ProgramSpec `ebpf:"tun_ingress"`
 }
 
 // packetMapSpecs contains maps before they are loaded into the kernel.
@@ -163,13 +165,15 @@ type packetVariables struct {
 //
 // It can be passed to loadPacketObjects or ebpf.CollectionSpec.LoadAndAssign.
 type packetPrograms struct {
-	LanIngress *ebpf.Program `ebpf:"lan_ingress"`
-	TunIngress *ebpf.Program `ebpf:"tun_ingress"`
+	LanIngress   *ebpf.Program `ebpf:"lan_ingress"`
+	LanIngressL3 *ebpf.Program `ebpf:"lan_ingress_l3"`
+	TunIngress   *ebpf.Program `ebpf:"tun_ingress"`
 }
 
 func (p *packetPrograms) Close() error {
 	return _PacketClose(
 		p.LanIngress,
+		p.LanIngressL3,
 		p.TunIngress,
 	)
 }

@@ -47,11 +47,13 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define MAX_RULES 1024
 #define NAT_TRIES 8
 
-// Byte offsets in an Ethernet frame carrying IPv4 without options: the
-// programs translate only such packets (others are passed or dropped and
-// counted), which keeps every offset a constant the verifier can check.
-#define IP_OFF ETH_HLEN
-#define L4_OFF (ETH_HLEN + sizeof(struct iphdr))
+// Byte offsets in a packet carrying IPv4 without options, after l2 bytes of
+// link-layer header: ETH_HLEN on Ethernet devices, 0 on layer-3 devices
+// (TUN, as the lab's link emulator uses). Every function that uses them
+// takes l2 as a parameter; the programs pass a constant, so every offset is
+// one the verifier can check. Packets with IP options are not translated.
+#define IP_OFF (l2)
+#define L4_OFF (l2 + sizeof(struct iphdr))
 #define IP_CSUM_OFF (IP_OFF + offsetof(struct iphdr, check))
 #define IP_SRC_OFF (IP_OFF + offsetof(struct iphdr, saddr))
 #define IP_DST_OFF (IP_OFF + offsetof(struct iphdr, daddr))
@@ -361,7 +363,7 @@ static __always_inline __u64 flow_hash(__u8 proto, __be32 saddr, __be16 sport, _
 // ---- Packet editing. All writes go through helpers, so the checksums
 // follow; packet pointers are stale after each and are not used again. ----
 
-static __always_inline int set_addr(struct __sk_buff *skb, __u32 off, __be32 old, __be32 new, __u32 l4csum,
+static __always_inline int set_addr(struct __sk_buff *skb, const __u32 l2, __u32 off, __be32 old, __be32 new, __u32 l4csum,
 				    __u64 l4flags)
 {
 	if (old == new)
@@ -373,7 +375,7 @@ static __always_inline int set_addr(struct __sk_buff *skb, __u32 off, __be32 old
 	return bpf_skb_store_bytes(skb, off, &new, sizeof(new), 0);
 }
 
-static __always_inline int l4_csum_off(__u8 proto, __u32 *off, __u64 *flags)
+static __always_inline int l4_csum_off(const __u32 l2, __u8 proto, __u32 *off, __u64 *flags)
 {
 	if (proto == IPPROTO_TCP) {
 		*off = TCP_CSUM_OFF;
@@ -410,13 +412,13 @@ static __always_inline __u16 csum_fold(__u32 c)
 // one call for the addresses (pseudo-header) and one for the ports. The IP
 // header's checksum and the fields are written directly: two helper calls
 // per packet where a call per field took twelve.
-static __always_inline int translate(struct __sk_buff *skb, __u8 proto, __be32 osaddr, __be32 nsaddr,
+static __always_inline int translate(struct __sk_buff *skb, const __u32 l2, __u8 proto, __be32 osaddr, __be32 nsaddr,
 				     __be16 osport, __be16 nsport, __be32 odaddr, __be32 ndaddr, __be16 odport,
 				     __be16 ndport)
 {
 	__u32 csum;
 	__u64 flags;
-	if (l4_csum_off(proto, &csum, &flags))
+	if (l4_csum_off(l2, proto, &csum, &flags))
 		return -1;
 	__u32 ad = csum_add(csum_add(csum_add(~osaddr, ~odaddr), nsaddr), ndaddr);
 	__u32 op = (__u32)osport | (__u32)odport << 16, np = (__u32)nsport | (__u32)ndport << 16;
@@ -442,8 +444,10 @@ static __always_inline int translate(struct __sk_buff *skb, __u8 proto, __be32 o
 // segments still fit the underlay after the VXLAN headers.
 //
 // A global function: the verifier checks it once, not once per caller.
-__noinline int clamp_mss(struct __sk_buff *skb, __u32 mss)
+__noinline int clamp_mss(struct __sk_buff *skb, __u32 mss, __u32 l2)
 {
+	if (l2 > ETH_HLEN)
+		return 0;
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
 	struct tcphdr *th = data + L4_OFF;
@@ -505,16 +509,20 @@ struct pkt {
 
 enum { P_OK, P_PASS, P_MALFORMED, P_FRAGMENT, P_OPTIONS };
 
-static __always_inline int parse(struct __sk_buff *skb, struct pkt *p)
+static __always_inline int parse(struct __sk_buff *skb, const __u32 l2, struct pkt *p)
 {
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
-	struct ethhdr *eth = data;
-	if ((void *)(eth + 1) > end)
-		return P_MALFORMED;
-	if (eth->h_proto != bpf_htons(ETH_P_IP))
+	if (l2) {
+		struct ethhdr *eth = data;
+		if ((void *)(eth + 1) > end)
+			return P_MALFORMED;
+		if (eth->h_proto != bpf_htons(ETH_P_IP))
+			return P_PASS;
+	} else if (skb->protocol != bpf_htons(ETH_P_IP)) {
 		return P_PASS;
-	struct iphdr *ip = (void *)(eth + 1);
+	}
+	struct iphdr *ip = data + l2;
 	if ((void *)(ip + 1) > end)
 		return P_MALFORMED;
 	if (ip->version != 4 || ip->ihl < 5 || bpf_ntohs(ip->tot_len) < ip->ihl * 4)
@@ -561,8 +569,17 @@ static __always_inline int policy_allows(__u32 cluster, __u32 service, __be32 ad
 	return 0;
 }
 
-static __always_inline int to_tunnel(struct __sk_buff *skb, struct config *cfg, __be32 remote)
+static __always_inline int to_tunnel(struct __sk_buff *skb, const __u32 l2, struct config *cfg, __be32 remote)
 {
+	if (!l2) {
+		// From a layer-3 device: the VXLAN device carries Ethernet
+		// frames. The receiving gateway's program reads only the type; a
+		// fixed, locally administered source keeps the kernel's VXLAN
+		// receive path from taking the frame for its own.
+		struct ethhdr eth = {.h_source = {0x02, 0, 0, 0, 0, 0x01}, .h_proto = bpf_htons(ETH_P_IP)};
+		if (bpf_skb_change_head(skb, ETH_HLEN, 0) || bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0))
+			return TC_ACT_SHOT;
+	}
 	struct bpf_tunnel_key key = {};
 	key.remote_ipv4 = bpf_ntohl(remote);
 	key.tunnel_id = cfg->vni;
@@ -628,7 +645,7 @@ static __always_inline __be32 pick_gateway(struct pkt *p, struct import_val *imp
 // icmp_reply translates an ICMP error that a target (or a router before
 // it) sent about an export flow: the quoted packet is snat→target, and the
 // client must see client→clusterset IP.
-static __always_inline int icmp_reply(struct __sk_buff *skb, struct config *cfg, struct pkt *p)
+static __always_inline int icmp_reply(struct __sk_buff *skb, const __u32 l2, struct config *cfg, struct pkt *p)
 {
 	if (p->icmp_type != ICMP_DEST_UNREACH && p->icmp_type != ICMP_TIME_EXCEEDED)
 		return TC_ACT_OK;
@@ -647,7 +664,7 @@ static __always_inline int icmp_reply(struct __sk_buff *skb, struct config *cfg,
 	struct nat_key ck = c->flow;
 	// Outer header: from the clusterset IP to the client (ICMP has no
 	// pseudo-header).
-	if (set_addr(skb, IP_SRC_OFF, p->saddr, ck.vaddr, 0, 0) || set_addr(skb, IP_DST_OFF, p->daddr, ck.caddr, 0, 0))
+	if (set_addr(skb, l2, IP_SRC_OFF, p->saddr, ck.vaddr, 0, 0) || set_addr(skb, l2, IP_DST_OFF, p->daddr, ck.caddr, 0, 0))
 		return TC_ACT_SHOT;
 	// Quoted header: client:cport → vaddr:vport. Its IP checksum changes
 	// with the addresses, and the ICMP checksum with all of it.
@@ -671,22 +688,21 @@ static __always_inline int icmp_reply(struct __sk_buff *skb, struct config *cfg,
 	    bpf_skb_store_bytes(skb, IN_L4_OFF, &nw.sport, 4, 0))
 		return TC_ACT_SHOT;
 	count(C_ICMP_ERROR_TX_PACKETS);
-	return to_tunnel(skb, cfg, ck.peer);
+	return to_tunnel(skb, l2, cfg, ck.peer);
 }
 
-SEC("tc")
-int lan_ingress(struct __sk_buff *skb)
+static __always_inline int lan(struct __sk_buff *skb, const __u32 l2)
 {
 	struct config *cfg = get_config();
 	if (!cfg || !cfg->tun_ifindex)
 		return TC_ACT_OK;
 	struct pkt p;
-	int rc = parse(skb, &p);
+	int rc = parse(skb, l2, &p);
 	if (rc == P_PASS || rc == P_MALFORMED)
 		return TC_ACT_OK; // not ours to judge: the kernel's path decides
 	if (p.proto == IPPROTO_ICMP) {
 		if (rc == P_OK && p.daddr == cfg->snat_addr)
-			return icmp_reply(skb, cfg, &p);
+			return icmp_reply(skb, l2, cfg, &p);
 		return TC_ACT_OK;
 	}
 	if (p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP)
@@ -710,9 +726,9 @@ int lan_ingress(struct __sk_buff *skb)
 			return TC_ACT_SHOT;
 		}
 		if (p.proto == IPPROTO_TCP)
-			clamp_mss(skb, cfg->mss);
+			clamp_mss(skb, cfg->mss, l2);
 		count(C_IMPORT_TX_PACKETS);
-		return to_tunnel(skb, cfg, gw);
+		return to_tunnel(skb, l2, cfg, gw);
 	}
 
 	if (p.daddr != cfg->snat_addr)
@@ -723,12 +739,25 @@ int lan_ingress(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	c->seen = bpf_ktime_get_ns();
 	struct nat_key ck = c->flow;
-	if (translate(skb, p.proto, p.saddr, ck.vaddr, p.sport, ck.vport, p.daddr, ck.caddr, p.dport, ck.cport))
+	if (translate(skb, l2, p.proto, p.saddr, ck.vaddr, p.sport, ck.vport, p.daddr, ck.caddr, p.dport, ck.cport))
 		return TC_ACT_SHOT;
 	if (p.proto == IPPROTO_TCP)
-		clamp_mss(skb, cfg->mss);
+		clamp_mss(skb, cfg->mss, l2);
 	count(C_REPLY_TX_PACKETS);
-	return to_tunnel(skb, cfg, ck.peer);
+	return to_tunnel(skb, l2, cfg, ck.peer);
+}
+
+SEC("tc")
+int lan_ingress(struct __sk_buff *skb)
+{
+	return lan(skb, ETH_HLEN);
+}
+
+// lan_ingress_l3 is lan_ingress for a layer-3 LAN device (no link header).
+SEC("tc")
+int lan_ingress_l3(struct __sk_buff *skb)
+{
+	return lan(skb, 0);
 }
 
 // nat_port picks the i-th candidate SNAT port of a flow: first the client's
@@ -763,7 +792,7 @@ static __always_inline int reclaim(struct config *cfg, struct rnat_key *rk, __u6
 	return 1;
 }
 
-static __always_inline int export_flow(struct __sk_buff *skb, struct config *cfg, struct pkt *p,
+static __always_inline int export_flow(struct __sk_buff *skb, const __u32 l2, struct config *cfg, struct pkt *p,
 				       struct export_val *ev, struct peer_val *pv, __be32 peer)
 {
 	struct nat_key nk = {.peer = peer,
@@ -807,7 +836,7 @@ static __always_inline int export_flow(struct __sk_buff *skb, struct config *cfg
 		bpf_map_update_elem(&nat, &nk, &nv, BPF_ANY);
 		count(C_EXPORT_FLOWS);
 	}
-	if (translate(skb, p->proto, p->saddr, cfg->snat_addr, p->sport, nv.sport, p->daddr, nv.taddr, p->dport,
+	if (translate(skb, l2, p->proto, p->saddr, cfg->snat_addr, p->sport, nv.sport, p->daddr, nv.taddr, p->dport,
 		      nv.tport))
 		return TC_ACT_SHOT;
 	count(C_EXPORT_RX_PACKETS);
@@ -817,6 +846,7 @@ static __always_inline int export_flow(struct __sk_buff *skb, struct config *cfg
 SEC("tc")
 int tun_ingress(struct __sk_buff *skb)
 {
+	const __u32 l2 = ETH_HLEN; // the VXLAN device carries Ethernet frames
 	struct config *cfg = get_config();
 	if (!cfg)
 		return TC_ACT_SHOT;
@@ -832,7 +862,7 @@ int tun_ingress(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	}
 	struct pkt p;
-	int rc = parse(skb, &p);
+	int rc = parse(skb, l2, &p);
 	if (rc != P_OK) {
 		count(rc == P_FRAGMENT ? C_FRAGMENTS : rc == P_OPTIONS ? C_IP_OPTIONS : C_MALFORMED_DROPS);
 		return TC_ACT_SHOT;
@@ -844,8 +874,8 @@ int tun_ingress(struct __sk_buff *skb)
 			struct export_val e = *ev;
 			struct peer_val pvc = *pv;
 			if (p.proto == IPPROTO_TCP)
-				clamp_mss(skb, cfg->mss);
-			return export_flow(skb, cfg, &p, &e, &pvc, peer);
+				clamp_mss(skb, cfg->mss, l2);
+			return export_flow(skb, l2, cfg, &p, &e, &pvc, peer);
 		}
 		struct svc_key ik = {.addr = p.saddr, .port = p.sport, .proto = p.proto};
 		if (bpf_map_lookup_elem(&imports, &ik)) {
