@@ -1,5 +1,5 @@
 # The two entry points the README starts with. Both set up the machine first.
-.PHONY: demo test setup build vet fuzz clean k8s-tools
+.PHONY: demo test setup build vet fuzz clean k8s-tools bpf
 
 # Fuzz targets run briefly by `make test`; `make fuzz FUZZTIME=5m` digs deeper.
 FUZZTIME ?= 5s
@@ -28,6 +28,11 @@ k8s-tools:
 
 fuzz:
 	scripts/fuzz.sh $(FUZZTIME)
+
+# Recompiles package packet's BPF programs (installing clang-14 and libbpf
+# headers if missing); commit the regenerated packet/packet_bpf*.{o,go}.
+bpf:
+	scripts/bpf.sh
 
 clean:
 	bin/strait lab down --all || true

@@ -359,6 +359,17 @@ func (t *Table) Down(member string) bool {
 	return ok && t.down != nil && t.down[i]
 }
 
+// NoMember is the owner Owners reports for a bucket with no live member.
+const NoMember = none
+
+// Owners exposes the lookup for data planes that do it themselves (package
+// packet's BPF programs): LookupIndex(key) is owners[hi], where hi is the
+// high word of the 128-bit product mix64(key ^ seed) · len(owners), and a
+// bucket holding NoMember means no live member. owners is a copy.
+func (t *Table) Owners() (seed uint64, owners []uint16) {
+	return t.seed, slices.Clone(t.entry)
+}
+
 // Size returns the number of buckets, M.
 func (t *Table) Size() int { return len(t.entry) }
 

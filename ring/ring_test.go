@@ -3,6 +3,7 @@ package ring
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -504,4 +505,27 @@ func TestConcurrentLookups(t *testing.T) {
 		cur.Store(cur.Load().WithDown(map[string]bool{base.members[i%4]: i%2 == 0}))
 	}
 	wg.Wait()
+}
+
+// TestOwners: the exposed bucket table and seed reproduce LookupIndex,
+// for a configured table and for a view with a member down (whose buckets
+// then hold no NoMember while others live).
+func TestOwners(t *testing.T) {
+	base, err := New([]string{"a", "b", "c"}, Options{Seed: 42})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tb := range []*Table{base, base.WithDown(map[string]bool{"b": true})} {
+		seed, owners := tb.Owners()
+		if len(owners) != tb.Size() {
+			t.Fatalf("%d owners for %d buckets", len(owners), tb.Size())
+		}
+		for key := uint64(0); key < 100_000; key++ {
+			hi, _ := bits.Mul64(mix64(key^seed), uint64(len(owners)))
+			want := tb.LookupIndex(key)
+			if got := int(owners[hi]); owners[hi] == NoMember || got != want {
+				t.Fatalf("key %d: owners say %d, LookupIndex %d", key, owners[hi], want)
+			}
+		}
+	}
 }

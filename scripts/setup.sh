@@ -12,6 +12,9 @@ declare -A want=(
 	[wireguard-go]=wireguard-go [wg]=wireguard-tools [nft]=nftables
 	[nebula]=nebula [nebula-cert]=nebula [python3]=python3
 	[chromium]=chromium [fc-list]=fontconfig
+	# The pinned BPF compiler: TestGeneratedUpToDate rebuilds package
+	# packet's objects with it (scripts/bpf.sh).
+	[clang-14]=clang-14 [llvm-strip-14]=llvm-14 [bpftool]=bpftool
 )
 missing=()
 for cmd in "${!want[@]}"; do
@@ -22,6 +25,7 @@ done
 [[ -e /usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf ]] || missing+=(fonts-liberation)
 # The envoy venv below needs ensurepip, which Debian packages apart.
 python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
+[[ -e /usr/include/bpf/bpf_helpers.h ]] || missing+=(libbpf-dev)
 if ((${#missing[@]})); then
 	if [[ $(id -u) != 0 ]]; then
 		echo "setup: need root to install: ${missing[*]}" >&2

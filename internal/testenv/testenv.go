@@ -159,3 +159,25 @@ func Main(m *testing.M) {
 	}
 	os.Exit(code)
 }
+
+// BPFFS mounts a fresh bpffs instance on a temporary directory (pins in it
+// are seen by nothing else) and unmounts it when t ends, which frees every
+// object still pinned there. Processes started later with `ip netns exec`
+// see it too: that command remounts /sys, not the temporary directory.
+func BPFFS(t testing.TB) string {
+	t.Helper()
+	RequireRoot(t)
+	dir, err := os.MkdirTemp("", "strait-bpffs-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "bpf", "bpf", dir).CombinedOutput(); err != nil {
+		_ = os.Remove(dir)
+		t.Skipf("cannot mount bpffs: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		_ = exec.Command("umount", dir).Run()
+		_ = os.Remove(dir)
+	})
+	return dir
+}

@@ -35,6 +35,7 @@ wan:
 // needs lists the commands each tool runs besides strait.
 var needs = map[string][]string{
 	"vxlan":            {"nft", "ping"},
+	"packet":           {"curl"},
 	"wireguard":        {"wg", "nft", "ping"},
 	"wireguard-debian": {"wireguard-go", "wg", "nft", "ping"},
 	"envoy":            {"envoy", "curl"},

@@ -1,0 +1,904 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//
+// strait's packet data plane: tc (tcx) programs on a gateway node.
+//
+// lan_ingress runs on the gateway node's interface toward its cluster:
+//   - a packet to an import's clusterset IP:port is sent to a gateway of the
+//     exporting cluster, chosen by the Maglev table and pinned in the flow
+//     map, through the VXLAN device (the kernel frames, segments and, when
+//     the packet does not fit the underlay, fragments the outer packet);
+//   - a reply of an export's target to this gateway's SNAT address is
+//     restored to the client's socket address and sent back to the importing
+//     gateway, and so are ICMP errors about such flows.
+// tun_ingress runs on the VXLAN device (collect_md): it drops what did not
+// come from a known peer gateway, then either DNATs/SNATs a packet for an
+// export toward its target, or delivers a reply to a local client.
+//
+// Struct layouts here are mirrored by package packet's Go encoders
+// (maps.go); change both together.
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+// <linux/icmp.h> pulls in glibc headers that do not build for -target bpf.
+struct icmphdr {
+	__u8 type;
+	__u8 code;
+	__sum16 checksum;
+	__be32 rest;
+};
+#define ICMP_DEST_UNREACH 3
+#define ICMP_TIME_EXCEEDED 11
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#define MAX_IMPORTS 4096
+#define MAX_EXPORTS 4096
+#define MAX_PEERS 1024
+#define MAX_TABLES 64
+#define MAX_POLICY 16384
+#define MAX_RULES 1024
+#define NAT_TRIES 8
+
+// Byte offsets in a packet carrying IPv4 without options, after l2 bytes of
+// link-layer header: ETH_HLEN on Ethernet devices, 0 on layer-3 devices
+// (TUN, as the lab's link emulator uses). Every function that uses them
+// takes l2 as a parameter; the programs pass a constant, so every offset is
+// one the verifier can check. Packets with IP options are not translated.
+#define IP_OFF (l2)
+#define L4_OFF (l2 + sizeof(struct iphdr))
+#define IP_CSUM_OFF (IP_OFF + offsetof(struct iphdr, check))
+#define IP_SRC_OFF (IP_OFF + offsetof(struct iphdr, saddr))
+#define IP_DST_OFF (IP_OFF + offsetof(struct iphdr, daddr))
+#define TCP_CSUM_OFF (L4_OFF + offsetof(struct tcphdr, check))
+#define UDP_CSUM_OFF (L4_OFF + offsetof(struct udphdr, check))
+#define ICMP_CSUM_OFF (L4_OFF + offsetof(struct icmphdr, checksum))
+#define L4_SPORT_OFF L4_OFF
+#define L4_DPORT_OFF (L4_OFF + 2)
+// The quoted packet inside an ICMP error.
+#define IN_IP_OFF (L4_OFF + sizeof(struct icmphdr))
+#define IN_L4_OFF (IN_IP_OFF + sizeof(struct iphdr))
+
+// Counters, indices into the per-CPU counters map. Package packet's
+// CounterNames are these names in lower case without C_, in this order
+// (TestCounterNames reads the enum from BTF).
+enum counter {
+	C_IMPORT_TX_PACKETS,     // packets of import flows sent into the tunnel
+	C_IMPORT_FLOWS,  // import flows placed by the Maglev table
+	C_IMPORT_REPINNED_FLOWS,  // pinned flows moved because their gateway died
+	C_IMPORT_NO_GATEWAY_DROPS,  // import packets dropped: no live gateway
+	C_EGRESS_POLICY_DROPS,   // new import flows dropped by egress policy
+	C_EXPORT_RX_PACKETS,     // tunnel packets translated to an export's target
+	C_EXPORT_FLOWS,  // export flows given a NAT entry
+	C_INGRESS_POLICY_DROPS,  // new export flows dropped by ingress policy
+	C_NAT_EXHAUSTED_DROPS, // new export flows dropped: no free SNAT port
+	C_REPLY_TX_PACKETS,      // target replies sent back into the tunnel
+	C_REPLY_RX_PACKETS,      // replies delivered from the tunnel to clients
+	C_ICMP_ERROR_TX_PACKETS,       // ICMP errors about export flows sent back
+	C_NON_PEER_DROPS,      // tunnel packets from addresses that are no peer
+	C_MALFORMED_DROPS,     // truncated or malformed packets dropped
+	C_FRAGMENTS,      // IPv4 fragments of translated flows (not handled)
+	C_IP_OPTIONS,    // packets of translated flows with IP options dropped
+	C_UNKNOWN_SERVICE_DROPS,       // tunnel packets for no export and no import
+	C_MSS_CLAMPED,   // SYNs whose MSS option was lowered
+	C_FIB_PASS,      // translated packets left to the kernel's routing
+	C_COUNTERS,
+};
+
+struct svc_key {
+	__be32 addr;
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+struct import_val {
+	__u32 id;    // service ID in policy keys
+	__u32 table; // index into tables
+};
+
+struct table_info {
+	__u64 seed; // ring's mixed key seed
+	__u32 size; // buckets, 0 = no table
+	__u32 base; // first bucket's index in maglev
+};
+
+struct flow_key {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+struct flow_val {
+	__be32 gw;
+	__u32 pad;
+};
+
+#define PEER_ALIVE 1
+
+struct peer_val {
+	__u32 cluster; // cluster ID in policy keys (0 is this cluster)
+	__u32 flags;
+};
+
+struct export_val {
+	__be32 addr; // the target
+	__be16 port;
+	__u16 pad;
+	__u32 id; // service ID in policy keys
+};
+
+// An LPM key: the first 64 bits (cluster, service) are always matched in
+// full, then prefixlen-64 bits of the client address.
+struct policy_key {
+	__u32 prefixlen;
+	__u32 cluster;
+	__u32 service;
+	__be32 addr;
+};
+
+struct policy_val {
+	__u32 allow;
+	__u32 rule; // index into rule_drops, 0 = default deny
+};
+
+struct nat_key {
+	__be32 peer;
+	__be32 caddr;
+	__be32 vaddr;
+	__be16 cport;
+	__be16 vport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+struct nat_val {
+	__be32 taddr;
+	__be16 tport;
+	__be16 sport; // the SNAT port
+	__u64 seen;   // bpf_ktime_get_ns of the last packet from the client
+};
+
+struct rnat_val {
+	struct nat_key flow;
+	__u32 pad;
+	__u64 seen; // bpf_ktime_get_ns of the last packet from the target
+};
+
+struct rnat_key {
+	__be32 taddr;
+	__be16 tport;
+	__be16 sport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+struct config {
+	__u32 tun_ifindex; // the VXLAN (collect_md) device
+	__u32 vni;
+	__be32 snat_addr; // this gateway's address toward export targets
+	__u16 mss;        // TCP MSS clamp, 0 = none
+	__u16 port_min;   // SNAT port range, host order
+	__u16 port_max;
+	__u16 pad;
+	__u64 idle_ns; // a NAT entry idle this long in both directions may be reused
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct config);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_IMPORTS);
+	__type(key, struct svc_key);
+	__type(value, struct import_val);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} imports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_TABLES);
+	__type(key, __u32);
+	__type(value, struct table_info);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} tables SEC(".maps");
+
+// Bucket → gateway address (0: no live gateway). Go sizes it at load time.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __be32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} maglev SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct flow_key);
+	__type(value, struct flow_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_PEERS);
+	__type(key, __be32);
+	__type(value, struct peer_val);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} peers SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_EXPORTS);
+	__type(key, struct svc_key);
+	__type(value, struct export_val);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} exports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, MAX_POLICY);
+	__type(key, struct policy_key);
+	__type(value, struct policy_val);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} policy SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct nat_key);
+	__type(value, struct nat_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} nat SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct rnat_key);
+	__type(value, struct rnat_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} rnat SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, C_COUNTERS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} counters SEC(".maps");
+
+// Drops per policy rule (index 0: the default deny).
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_RULES);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} rule_drops SEC(".maps");
+
+static __always_inline void count(enum counter c)
+{
+	__u32 i = c;
+	__u64 *v = bpf_map_lookup_elem(&counters, &i);
+	if (v)
+		*v += 1;
+}
+
+static __always_inline struct config *get_config(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&config, &zero);
+}
+
+// ---- Maglev: the same arithmetic as package ring (hash.go, ring.go). ----
+
+#define GOLDEN 0x9e3779b97f4a7c15ULL
+#define OFFSET_KEY 0xa0761d6478bd642fULL
+#define SKIP_KEY 0xe7037ed1a0b428dbULL
+#define FLOW_KEY0 0x589965cc75374cc3ULL
+#define FLOW_KEY1 0x1d8e4e27c47d124fULL
+#define FLOW_KEY2 0xc2b2ae3d27d4eb4fULL
+
+// mulhi is the high word of the 128-bit product (bits.Mul64's hi); BPF has
+// only 64-bit multiplication.
+static __always_inline __u64 mulhi(__u64 a, __u64 b)
+{
+	__u64 al = (__u32)a, ah = a >> 32, bl = (__u32)b, bh = b >> 32;
+	__u64 p0 = al * bl, p1 = al * bh, p2 = ah * bl, p3 = ah * bh;
+	__u64 mid = (p0 >> 32) + (__u32)p1 + (__u32)p2;
+	return p3 + (p1 >> 32) + (p2 >> 32) + (mid >> 32);
+}
+
+static __always_inline __u64 mum(__u64 a, __u64 b)
+{
+	return mulhi(a, b) ^ (a * b);
+}
+
+static __always_inline __u64 mix64(__u64 x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdULL;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ULL;
+	x ^= x >> 33;
+	return x;
+}
+
+// v4word is the little-endian second word of the IPv4-mapped IPv6 form
+// (::ffff:a.b.c.d), as ring.KeyOf reads it from As16.
+static __always_inline __u64 v4word(__be32 addr)
+{
+	return ((__u64)__builtin_bswap32(bpf_ntohl(addr)) << 32) | 0xffff0000ULL;
+}
+
+// flow_hash is ring.KeyOf(proto, saddr:sport, daddr:dport).
+static __always_inline __u64 flow_hash(__u8 proto, __be32 saddr, __be16 sport, __be32 daddr, __be16 dport)
+{
+	__u64 ports = (__u64)bpf_ntohs(sport) << 24 | (__u64)bpf_ntohs(dport) << 8 | proto;
+	__u64 h = mum(FLOW_KEY0, v4word(saddr) ^ FLOW_KEY1);
+	h = mum(h ^ FLOW_KEY2, v4word(daddr) ^ OFFSET_KEY);
+	return mum(h ^ ports ^ SKIP_KEY, GOLDEN);
+}
+
+// ---- Packet editing. All writes go through helpers, so the checksums
+// follow; packet pointers are stale after each and are not used again. ----
+
+static __always_inline int set_addr(struct __sk_buff *skb, const __u32 l2, __u32 off, __be32 old, __be32 new, __u32 l4csum,
+				    __u64 l4flags)
+{
+	if (old == new)
+		return 0;
+	if (l4csum && bpf_l4_csum_replace(skb, l4csum, old, new, l4flags | BPF_F_PSEUDO_HDR | sizeof(new)))
+		return -1;
+	if (bpf_l3_csum_replace(skb, IP_CSUM_OFF, old, new, sizeof(new)))
+		return -1;
+	return bpf_skb_store_bytes(skb, off, &new, sizeof(new), 0);
+}
+
+static __always_inline int l4_csum_off(const __u32 l2, __u8 proto, __u32 *off, __u64 *flags)
+{
+	if (proto == IPPROTO_TCP) {
+		*off = TCP_CSUM_OFF;
+		*flags = 0;
+		return 0;
+	}
+	if (proto == IPPROTO_UDP) {
+		*off = UDP_CSUM_OFF;
+		// A zero UDP checksum means none: keep it so.
+		*flags = BPF_F_MARK_MANGLED_0;
+		return 0;
+	}
+	return -1;
+}
+
+// csum_add is one's-complement addition of 32-bit words, what
+// bpf_csum_diff computes, without a helper call.
+static __always_inline __u32 csum_add(__u32 a, __u32 b)
+{
+	a += b;
+	return a + (a < b);
+}
+
+static __always_inline __u16 csum_fold(__u32 c)
+{
+	c = (c & 0xffff) + (c >> 16);
+	c = (c & 0xffff) + (c >> 16);
+	return (__u16)c;
+}
+
+// translate rewrites a TCP or UDP packet's addresses and ports. The L4
+// checksum goes through bpf_l4_csum_replace, which alone knows whether the
+// skb's checksum is partial (then only the pseudo-header part changes);
+// one call for the addresses (pseudo-header) and one for the ports. The IP
+// header's checksum and the fields are written directly: two helper calls
+// per packet where a call per field took twelve.
+static __always_inline int translate(struct __sk_buff *skb, const __u32 l2, __u8 proto, __be32 osaddr, __be32 nsaddr,
+				     __be16 osport, __be16 nsport, __be32 odaddr, __be32 ndaddr, __be16 odport,
+				     __be16 ndport)
+{
+	__u32 csum;
+	__u64 flags;
+	if (l4_csum_off(l2, proto, &csum, &flags))
+		return -1;
+	__u32 ad = csum_add(csum_add(csum_add(~osaddr, ~odaddr), nsaddr), ndaddr);
+	__u32 op = (__u32)osport | (__u32)odport << 16, np = (__u32)nsport | (__u32)ndport << 16;
+	__u32 pd = csum_add(~op, np);
+	if (bpf_l4_csum_replace(skb, csum, 0, ad, flags | BPF_F_PSEUDO_HDR) ||
+	    bpf_l4_csum_replace(skb, csum, 0, pd, flags))
+		return -1;
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct iphdr *ip = data + IP_OFF;
+	__be16 *ports = data + L4_OFF;
+	if ((void *)(ip + 1) > end || (void *)(ports + 2) > end)
+		return -1;
+	ip->check = ~csum_fold(csum_add((__u16)~ip->check, ad));
+	ip->saddr = nsaddr;
+	ip->daddr = ndaddr;
+	ports[0] = nsport;
+	ports[1] = ndport;
+	return 0;
+}
+
+// clamp_mss lowers the MSS option of a SYN to mss, so that full-size
+// segments still fit the underlay after the VXLAN headers.
+//
+// A global function: the verifier checks it once, not once per caller.
+__noinline int clamp_mss(struct __sk_buff *skb, __u32 mss, __u32 l2)
+{
+	if (l2 > ETH_HLEN)
+		return 0;
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct tcphdr *th = data + L4_OFF;
+	if (!mss || (void *)(th + 1) > end || !th->syn)
+		return 0;
+	__u32 optlen = th->doff * 4;
+	if (optlen <= sizeof(*th) || optlen > 60)
+		return 0;
+	optlen -= sizeof(*th);
+	__u32 i = 0;
+	// SYN options are a handful (MSS, SACK-permitted, timestamps, window
+	// scale, NOPs): eight items cover what stacks send.
+	for (int n = 0; n < 8; n++) {
+		if (i >= optlen || i >= 40)
+			return 0;
+		__u8 *p = data + L4_OFF + sizeof(*th) + i;
+		if ((void *)(p + 1) > end)
+			return 0;
+		__u8 kind = p[0];
+		if (kind == 0)
+			return 0;
+		if (kind == 1) {
+			i++;
+			continue;
+		}
+		if ((void *)(p + 2) > end)
+			return 0;
+		__u8 len = p[1];
+		if (len < 2)
+			return 0;
+		if (kind == 2 && len == 4) {
+			if ((void *)(p + 4) > end)
+				return 0;
+			__be16 old;
+			__builtin_memcpy(&old, p + 2, 2);
+			if (bpf_ntohs(old) <= mss)
+				return 0;
+			__be16 new = bpf_htons(mss);
+			__u32 off = L4_OFF + sizeof(*th) + i + 2;
+			if (bpf_l4_csum_replace(skb, TCP_CSUM_OFF, old, new, sizeof(new)))
+				return 0;
+			if (bpf_skb_store_bytes(skb, off, &new, sizeof(new), 0))
+				return 0;
+			count(C_MSS_CLAMPED);
+			return 0;
+		}
+		i += len;
+	}
+	return 0;
+}
+
+// The parsed headers of an IPv4 TCP/UDP/ICMP packet.
+struct pkt {
+	__be32 saddr, daddr;
+	__be16 sport, dport;
+	__u8 proto;
+	__u8 icmp_type;
+};
+
+enum { P_OK, P_PASS, P_MALFORMED, P_FRAGMENT, P_OPTIONS };
+
+static __always_inline int parse(struct __sk_buff *skb, const __u32 l2, struct pkt *p)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	if (l2) {
+		struct ethhdr *eth = data;
+		if ((void *)(eth + 1) > end)
+			return P_MALFORMED;
+		if (eth->h_proto != bpf_htons(ETH_P_IP))
+			return P_PASS;
+	} else if (skb->protocol != bpf_htons(ETH_P_IP)) {
+		return P_PASS;
+	}
+	struct iphdr *ip = data + l2;
+	if ((void *)(ip + 1) > end)
+		return P_MALFORMED;
+	if (ip->version != 4 || ip->ihl < 5 || bpf_ntohs(ip->tot_len) < ip->ihl * 4)
+		return P_MALFORMED;
+	p->saddr = ip->saddr;
+	p->daddr = ip->daddr;
+	p->proto = ip->protocol;
+	p->sport = p->dport = 0;
+	p->icmp_type = 0;
+	if (ip->frag_off & bpf_htons(0x3fff))
+		return P_FRAGMENT;
+	if (ip->ihl != 5)
+		return P_OPTIONS;
+	if (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP) {
+		__be16 *ports = (void *)(ip + 1);
+		if ((void *)(ports + 2) > end)
+			return P_MALFORMED;
+		if (p->proto == IPPROTO_TCP && (void *)((struct tcphdr *)ports + 1) > end)
+			return P_MALFORMED;
+		p->sport = ports[0];
+		p->dport = ports[1];
+		return P_OK;
+	}
+	if (p->proto == IPPROTO_ICMP) {
+		struct icmphdr *ic = (void *)(ip + 1);
+		if ((void *)(ic + 1) > end)
+			return P_MALFORMED;
+		p->icmp_type = ic->type;
+		return P_OK;
+	}
+	return P_PASS;
+}
+
+static __always_inline int policy_allows(__u32 cluster, __u32 service, __be32 addr)
+{
+	struct policy_key k = {.prefixlen = 96, .cluster = cluster, .service = service, .addr = addr};
+	struct policy_val *v = bpf_map_lookup_elem(&policy, &k);
+	if (v && v->allow)
+		return 1;
+	__u32 rule = v ? v->rule : 0;
+	__u64 *n = bpf_map_lookup_elem(&rule_drops, &rule);
+	if (n)
+		*n += 1;
+	return 0;
+}
+
+static __always_inline int to_tunnel(struct __sk_buff *skb, const __u32 l2, struct config *cfg, __be32 remote)
+{
+	if (!l2) {
+		// From a layer-3 device: the VXLAN device carries Ethernet
+		// frames. The receiving gateway's program reads only the type; a
+		// fixed, locally administered source keeps the kernel's VXLAN
+		// receive path from taking the frame for its own.
+		struct ethhdr eth = {.h_source = {0x02, 0, 0, 0, 0, 0x01}, .h_proto = bpf_htons(ETH_P_IP)};
+		if (bpf_skb_change_head(skb, ETH_HLEN, 0) || bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0))
+			return TC_ACT_SHOT;
+	}
+	struct bpf_tunnel_key key = {};
+	key.remote_ipv4 = bpf_ntohl(remote);
+	key.tunnel_id = cfg->vni;
+	key.tunnel_ttl = 64;
+	// No outer UDP checksum, as the kernel's VXLAN devices default to
+	// for IPv4; the inner packet keeps its own.
+	if (bpf_skb_set_tunnel_key(skb, &key, sizeof(key), BPF_F_ZERO_CSUM_TX))
+		return TC_ACT_SHOT;
+	return bpf_redirect(cfg->tun_ifindex, 0);
+}
+
+// to_local sends a translated packet toward daddr through the FIB; when the
+// FIB has no complete answer the kernel's own forwarding takes it.
+static __always_inline int to_local(struct __sk_buff *skb, __be32 saddr, __be32 daddr)
+{
+	struct bpf_fib_lookup fib = {};
+	fib.family = 2; // AF_INET
+	fib.ipv4_src = saddr;
+	fib.ipv4_dst = daddr;
+	fib.ifindex = skb->ingress_ifindex;
+	int rc = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) {
+		count(C_FIB_PASS);
+		// The inner frame's MAC was the sending node's next hop, not
+		// this device: as "other host" the kernel would drop it.
+		bpf_skb_change_type(skb, 0); // PACKET_HOST
+		return TC_ACT_OK;
+	}
+	return bpf_redirect_neigh(fib.ifindex, 0, 0, 0);
+}
+
+// pick_gateway returns the gateway for a new or pinned import flow, or 0.
+static __always_inline __be32 pick_gateway(struct pkt *p, struct import_val *imp)
+{
+	struct flow_key fk = {
+		.saddr = p->saddr, .daddr = p->daddr, .sport = p->sport, .dport = p->dport, .proto = p->proto};
+	struct flow_val *fv = bpf_map_lookup_elem(&flows, &fk);
+	int repin = 0;
+	if (fv) {
+		struct peer_val *pv = bpf_map_lookup_elem(&peers, &fv->gw);
+		if (pv && (pv->flags & PEER_ALIVE))
+			return fv->gw;
+		repin = 1;
+	} else if (!policy_allows(0, imp->id, p->saddr)) {
+		count(C_EGRESS_POLICY_DROPS);
+		return 0;
+	}
+	__u32 ti = imp->table;
+	struct table_info *t = bpf_map_lookup_elem(&tables, &ti);
+	if (!t || !t->size)
+		return 0;
+	__u64 key = flow_hash(p->proto, p->saddr, p->sport, p->daddr, p->dport);
+	__u32 bucket = t->base + (__u32)mulhi(mix64(key ^ t->seed), t->size);
+	__be32 *gw = bpf_map_lookup_elem(&maglev, &bucket);
+	if (!gw || !*gw)
+		return 0;
+	struct flow_val nv = {.gw = *gw};
+	bpf_map_update_elem(&flows, &fk, &nv, BPF_ANY);
+	count(repin ? C_IMPORT_REPINNED_FLOWS : C_IMPORT_FLOWS);
+	return nv.gw;
+}
+
+// icmp_reply translates an ICMP error that a target (or a router before
+// it) sent about an export flow: the quoted packet is snat→target, and the
+// client must see client→clusterset IP.
+static __always_inline int icmp_reply(struct __sk_buff *skb, const __u32 l2, struct config *cfg, struct pkt *p)
+{
+	if (p->icmp_type != ICMP_DEST_UNREACH && p->icmp_type != ICMP_TIME_EXCEEDED)
+		return TC_ACT_OK;
+	struct iphdr in;
+	__be16 ports[2];
+	if (bpf_skb_load_bytes(skb, IN_IP_OFF, &in, sizeof(in)) || bpf_skb_load_bytes(skb, IN_L4_OFF, ports, 4)) {
+		count(C_MALFORMED_DROPS);
+		return TC_ACT_SHOT;
+	}
+	if (in.ihl != 5 || in.saddr != cfg->snat_addr)
+		return TC_ACT_OK;
+	struct rnat_key rk = {.taddr = in.daddr, .tport = ports[1], .sport = ports[0], .proto = in.protocol};
+	struct rnat_val *c = bpf_map_lookup_elem(&rnat, &rk);
+	if (!c)
+		return TC_ACT_OK;
+	struct nat_key ck = c->flow;
+	// Outer header: from the clusterset IP to the client (ICMP has no
+	// pseudo-header).
+	if (set_addr(skb, l2, IP_SRC_OFF, p->saddr, ck.vaddr, 0, 0) || set_addr(skb, l2, IP_DST_OFF, p->daddr, ck.caddr, 0, 0))
+		return TC_ACT_SHOT;
+	// Quoted header: client:cport → vaddr:vport. Its IP checksum changes
+	// with the addresses, and the ICMP checksum with all of it.
+	__be16 ocsum = in.check;
+	// One's-complement arithmetic is byte-order neutral: the sums stay in
+	// the packet's byte order throughout.
+	__u32 sum = csum_add(csum_add(csum_add(~in.saddr, ~in.daddr), ck.caddr), ck.vaddr);
+	__be16 ncsum = ~csum_fold(csum_add((__u16)~ocsum, sum));
+	struct {
+		__be32 saddr, daddr;
+		__be16 sport, dport;
+	} nw = {ck.caddr, ck.vaddr, ck.cport, ck.vport};
+	if (bpf_l4_csum_replace(skb, ICMP_CSUM_OFF, in.saddr, ck.caddr, 4) ||
+	    bpf_l4_csum_replace(skb, ICMP_CSUM_OFF, in.daddr, ck.vaddr, 4) ||
+	    bpf_l4_csum_replace(skb, ICMP_CSUM_OFF, ports[0], ck.cport, 2) ||
+	    bpf_l4_csum_replace(skb, ICMP_CSUM_OFF, ports[1], ck.vport, 2) ||
+	    bpf_l4_csum_replace(skb, ICMP_CSUM_OFF, ocsum, ncsum, 2))
+		return TC_ACT_SHOT;
+	if (bpf_skb_store_bytes(skb, IN_IP_OFF + offsetof(struct iphdr, check), &ncsum, 2, 0) ||
+	    bpf_skb_store_bytes(skb, IN_IP_OFF + offsetof(struct iphdr, saddr), &nw.saddr, 8, 0) ||
+	    bpf_skb_store_bytes(skb, IN_L4_OFF, &nw.sport, 4, 0))
+		return TC_ACT_SHOT;
+	count(C_ICMP_ERROR_TX_PACKETS);
+	return to_tunnel(skb, l2, cfg, ck.peer);
+}
+
+static __always_inline int lan(struct __sk_buff *skb, const __u32 l2)
+{
+	struct config *cfg = get_config();
+	if (!cfg || !cfg->tun_ifindex)
+		return TC_ACT_OK;
+	struct pkt p;
+	int rc = parse(skb, l2, &p);
+	if (rc == P_PASS || rc == P_MALFORMED)
+		return TC_ACT_OK; // not ours to judge: the kernel's path decides
+	if (p.proto == IPPROTO_ICMP) {
+		if (rc == P_OK && p.daddr == cfg->snat_addr)
+			return icmp_reply(skb, l2, cfg, &p);
+		return TC_ACT_OK;
+	}
+	if (p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP)
+		return TC_ACT_OK;
+	if (rc != P_OK) {
+		// Fragments and IP options cannot be matched by port here; a
+		// packet to a clusterset IP that is one is dropped below only
+		// when its address belongs to an import on port 0 — otherwise
+		// the kernel drops it (no route), and either way it is counted.
+		count(rc == P_FRAGMENT ? C_FRAGMENTS : C_IP_OPTIONS);
+		return TC_ACT_OK;
+	}
+
+	struct svc_key ik = {.addr = p.daddr, .port = p.dport, .proto = p.proto};
+	struct import_val *imp = bpf_map_lookup_elem(&imports, &ik);
+	if (imp) {
+		struct import_val iv = *imp;
+		__be32 gw = pick_gateway(&p, &iv);
+		if (!gw) {
+			count(C_IMPORT_NO_GATEWAY_DROPS);
+			return TC_ACT_SHOT;
+		}
+		if (p.proto == IPPROTO_TCP)
+			clamp_mss(skb, cfg->mss, l2);
+		count(C_IMPORT_TX_PACKETS);
+		return to_tunnel(skb, l2, cfg, gw);
+	}
+
+	if (p.daddr != cfg->snat_addr)
+		return TC_ACT_OK;
+	struct rnat_key rk = {.taddr = p.saddr, .tport = p.sport, .sport = p.dport, .proto = p.proto};
+	struct rnat_val *c = bpf_map_lookup_elem(&rnat, &rk);
+	if (!c)
+		return TC_ACT_OK;
+	c->seen = bpf_ktime_get_ns();
+	struct nat_key ck = c->flow;
+	if (translate(skb, l2, p.proto, p.saddr, ck.vaddr, p.sport, ck.vport, p.daddr, ck.caddr, p.dport, ck.cport))
+		return TC_ACT_SHOT;
+	if (p.proto == IPPROTO_TCP)
+		clamp_mss(skb, cfg->mss, l2);
+	count(C_REPLY_TX_PACKETS);
+	return to_tunnel(skb, l2, cfg, ck.peer);
+}
+
+SEC("tc")
+int lan_ingress(struct __sk_buff *skb)
+{
+	return lan(skb, ETH_HLEN);
+}
+
+// lan_ingress_l3 is lan_ingress for a layer-3 LAN device (no link header).
+SEC("tc")
+int lan_ingress_l3(struct __sk_buff *skb)
+{
+	return lan(skb, 0);
+}
+
+// nat_port picks the i-th candidate SNAT port of a flow: first the client's
+// own port, then ports spread by the flow's hash over the range.
+static __always_inline __be16 nat_port(struct config *cfg, struct nat_key *k, __u32 i)
+{
+	__u32 lo = cfg->port_min, hi = cfg->port_max;
+	if (!lo || hi < lo) {
+		lo = 1024;
+		hi = 65535;
+	}
+	__u16 cport = bpf_ntohs(k->cport);
+	if (i == 0 && cport >= lo && cport <= hi)
+		return k->cport;
+	__u64 h = mix64(((__u64)k->caddr << 32 | k->cport) ^ ((__u64)k->peer << 16) ^ ((__u64)i * GOLDEN));
+	return bpf_htons((__u16)(lo + h % (hi - lo + 1)));
+}
+
+// reclaim frees the SNAT port of rk if its flow has been idle in both
+// directions for cfg->idle_ns: LRU maps evict only when full, and a port
+// held by a finished flow would otherwise stay taken.
+static __always_inline int reclaim(struct config *cfg, struct rnat_key *rk, __u64 now)
+{
+	struct rnat_val *old = bpf_map_lookup_elem(&rnat, rk);
+	if (!old || !cfg->idle_ns || now - old->seen < cfg->idle_ns)
+		return 0;
+	struct nat_key ok = old->flow;
+	struct nat_val *fwd = bpf_map_lookup_elem(&nat, &ok);
+	if (fwd && now - fwd->seen < cfg->idle_ns)
+		return 0;
+	bpf_map_delete_elem(&nat, &ok);
+	return 1;
+}
+
+static __always_inline int export_flow(struct __sk_buff *skb, const __u32 l2, struct config *cfg, struct pkt *p,
+				       struct export_val *ev, struct peer_val *pv, __be32 peer)
+{
+	struct nat_key nk = {.peer = peer,
+			     .caddr = p->saddr,
+			     .vaddr = p->daddr,
+			     .cport = p->sport,
+			     .vport = p->dport,
+			     .proto = p->proto};
+	struct nat_val nv;
+	struct nat_val *cur = bpf_map_lookup_elem(&nat, &nk);
+	if (cur) {
+		cur->seen = bpf_ktime_get_ns();
+		nv = *cur;
+	} else {
+		if (!policy_allows(pv->cluster, ev->id, p->saddr)) {
+			count(C_INGRESS_POLICY_DROPS);
+			return TC_ACT_SHOT;
+		}
+		nv.taddr = ev->addr;
+		nv.tport = ev->port;
+		int ok = 0;
+		__u64 now = bpf_ktime_get_ns();
+		nv.seen = now;
+		struct rnat_val rv = {.flow = nk, .seen = now};
+		for (__u32 i = 0; i < NAT_TRIES; i++) {
+			nv.sport = nat_port(cfg, &nk, i);
+			struct rnat_key rk = {.taddr = nv.taddr, .tport = nv.tport, .sport = nv.sport, .proto = p->proto};
+			if (bpf_map_update_elem(&rnat, &rk, &rv, BPF_NOEXIST) == 0) {
+				ok = 1;
+				break;
+			}
+			if (reclaim(cfg, &rk, now) && bpf_map_update_elem(&rnat, &rk, &rv, BPF_ANY) == 0) {
+				ok = 1;
+				break;
+			}
+		}
+		if (!ok) {
+			count(C_NAT_EXHAUSTED_DROPS);
+			return TC_ACT_SHOT;
+		}
+		bpf_map_update_elem(&nat, &nk, &nv, BPF_ANY);
+		count(C_EXPORT_FLOWS);
+	}
+	if (translate(skb, l2, p->proto, p->saddr, cfg->snat_addr, p->sport, nv.sport, p->daddr, nv.taddr, p->dport,
+		      nv.tport))
+		return TC_ACT_SHOT;
+	count(C_EXPORT_RX_PACKETS);
+	return to_local(skb, cfg->snat_addr, nv.taddr);
+}
+
+SEC("tc")
+int tun_ingress(struct __sk_buff *skb)
+{
+	const __u32 l2 = ETH_HLEN; // the VXLAN device carries Ethernet frames
+	struct config *cfg = get_config();
+	if (!cfg)
+		return TC_ACT_SHOT;
+	struct bpf_tunnel_key key = {};
+	if (bpf_skb_get_tunnel_key(skb, &key, sizeof(key), 0)) {
+		count(C_NON_PEER_DROPS);
+		return TC_ACT_SHOT;
+	}
+	__be32 peer = bpf_htonl(key.remote_ipv4);
+	struct peer_val *pv = bpf_map_lookup_elem(&peers, &peer);
+	if (!pv) {
+		count(C_NON_PEER_DROPS);
+		return TC_ACT_SHOT;
+	}
+	struct pkt p;
+	int rc = parse(skb, l2, &p);
+	if (rc != P_OK) {
+		count(rc == P_FRAGMENT ? C_FRAGMENTS : rc == P_OPTIONS ? C_IP_OPTIONS : C_MALFORMED_DROPS);
+		return TC_ACT_SHOT;
+	}
+	if (p.proto == IPPROTO_TCP || p.proto == IPPROTO_UDP) {
+		struct svc_key ek = {.addr = p.daddr, .port = p.dport, .proto = p.proto};
+		struct export_val *ev = bpf_map_lookup_elem(&exports, &ek);
+		if (ev) {
+			struct export_val e = *ev;
+			struct peer_val pvc = *pv;
+			if (p.proto == IPPROTO_TCP)
+				clamp_mss(skb, cfg->mss, l2);
+			return export_flow(skb, l2, cfg, &p, &e, &pvc, peer);
+		}
+		struct svc_key ik = {.addr = p.saddr, .port = p.sport, .proto = p.proto};
+		if (bpf_map_lookup_elem(&imports, &ik)) {
+			count(C_REPLY_RX_PACKETS);
+			return to_local(skb, p.saddr, p.daddr);
+		}
+	} else if (p.proto == IPPROTO_ICMP &&
+		   (p.icmp_type == ICMP_DEST_UNREACH || p.icmp_type == ICMP_TIME_EXCEEDED)) {
+		// An error about an import flow: the quoted packet went from
+		// the client to an import's clusterset IP:port.
+		struct iphdr in;
+		__be16 ports[2];
+		if (bpf_skb_load_bytes(skb, IN_IP_OFF, &in, sizeof(in)) ||
+		    bpf_skb_load_bytes(skb, IN_L4_OFF, ports, 4)) {
+			count(C_MALFORMED_DROPS);
+			return TC_ACT_SHOT;
+		}
+		struct svc_key ik = {.addr = in.daddr, .port = ports[1], .proto = in.protocol};
+		if (in.saddr == p.daddr && bpf_map_lookup_elem(&imports, &ik)) {
+			count(C_REPLY_RX_PACKETS);
+			return to_local(skb, p.saddr, p.daddr);
+		}
+	}
+	count(C_UNKNOWN_SERVICE_DROPS);
+	return TC_ACT_SHOT;
+}

@@ -1,0 +1,68 @@
+package packet
+
+import "fmt"
+
+// CounterNames names the per-CPU counters of bpf/packet.c, in the order of
+// its enum; a counter's Prometheus name is strait_packet_ plus its name.
+var CounterNames = []string{
+	"import_tx_packets",       // import packets sent into the tunnel
+	"import_flows",            // import flows placed by the Maglev table
+	"import_repinned_flows",   // pinned flows moved off a dead gateway
+	"import_no_gateway_drops", // import packets with no live gateway
+	"egress_policy_drops",     // new import flows denied by egress policy
+	"export_rx_packets",       // tunnel packets translated to a target
+	"export_flows",            // export flows given a NAT entry
+	"ingress_policy_drops",    // new export flows denied by ingress policy
+	"nat_exhausted_drops",     // new export flows with no free SNAT port
+	"reply_tx_packets",        // target replies sent back into the tunnel
+	"reply_rx_packets",        // replies delivered to local clients
+	"icmp_error_tx_packets",   // ICMP errors about export flows sent back
+	"non_peer_drops",          // tunnel packets from addresses that are no peer
+	"malformed_drops",         // truncated or malformed tunnel packets
+	"fragments",               // IPv4 fragments of translated flows
+	"ip_options",              // packets with IP options (not translated)
+	"unknown_service_drops",   // tunnel packets for no export and no import
+	"mss_clamped",             // SYNs whose MSS was lowered
+	"fib_pass",                // translated packets left to kernel routing
+}
+
+// Counters sums the per-CPU counters by name.
+func (d *Datapath) Counters() (map[string]uint64, error) {
+	m := d.coll.Maps["counters"]
+	if int(m.MaxEntries()) != len(CounterNames) {
+		return nil, fmt.Errorf("counters map has %d entries, this version names %d", m.MaxEntries(), len(CounterNames))
+	}
+	out := make(map[string]uint64, len(CounterNames))
+	for i, name := range CounterNames {
+		var perCPU []uint64
+		if err := m.Lookup(uint32(i), &perCPU); err != nil {
+			return nil, fmt.Errorf("counter %s: %w", name, err)
+		}
+		var sum uint64
+		for _, v := range perCPU {
+			sum += v
+		}
+		out[name] = sum
+	}
+	return out, nil
+}
+
+// RuleDrops returns the packets dropped per compiled policy rule (index 0:
+// the default deny), summed over CPUs, for the first n rules.
+func (d *Datapath) RuleDrops(n int) ([]uint64, error) {
+	m := d.coll.Maps["rule_drops"]
+	if n > int(m.MaxEntries()) {
+		n = int(m.MaxEntries())
+	}
+	out := make([]uint64, n)
+	for i := range out {
+		var perCPU []uint64
+		if err := m.Lookup(uint32(i), &perCPU); err != nil {
+			return nil, fmt.Errorf("rule %d: %w", i, err)
+		}
+		for _, v := range perCPU {
+			out[i] += v
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,577 @@
+package packet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+
+	"github.com/strait-net/strait/ring"
+)
+
+// Defaults of Config's zero fields.
+const (
+	DefaultPinRoot     = "/sys/fs/bpf/strait"
+	DefaultTunnelPort  = 4789 // IANA's VXLAN port
+	DefaultVNI         = 1
+	DefaultUnderlayMTU = 1500
+	DefaultPortMin     = 1024
+	DefaultPortMax     = 65535
+	DefaultIdle        = 5 * time.Minute
+	DefaultFlowEntries = 65536
+	DefaultNATEntries  = 65536
+	DefaultTables      = 8
+
+	// vxlanOverhead is what VXLAN adds in front of an inner Ethernet
+	// frame: outer IPv4 (20), UDP (8), VXLAN (8) and inner Ethernet (14).
+	vxlanOverhead = 50
+	// maxRules bounds the compiled policy rules (MAX_RULES in the C).
+	maxRules  = 1024
+	maxTables = 64
+)
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$`)
+
+// Config configures one gateway node's packet data plane. The zero value of
+// every field but Name and LAN picks the default named beside it.
+type Config struct {
+	// Name identifies the gateway: its pins live in PinRoot/Name. A DNS
+	// label of at most 32 characters.
+	Name string
+	// PinRoot is a directory on a bpffs mount (default DefaultPinRoot).
+	// `ip netns exec` remounts /sys and hides /sys/fs/bpf from what it
+	// starts: give such gateways a bpffs mounted elsewhere.
+	PinRoot string
+	// LAN is the interface toward the cluster's nodes: clients' packets to
+	// imports and targets' replies arrive on it. Needed by Attach.
+	LAN string
+	// Tunnel is the VXLAN device Attach creates in collect_md mode
+	// (default "stv-" and Name, cut to 15 characters).
+	Tunnel string
+	// TunnelPort is the VXLAN UDP port (default 4789); peers must agree.
+	TunnelPort uint16
+	// VNI is the VXLAN network identifier, 1..16777215 (default 1).
+	VNI uint32
+	// SNAT is the address exported flows leave with toward their targets;
+	// replies come back to it. It must be an address of this node that no
+	// local socket uses for outgoing connections (a second address on the
+	// LAN interface), since its ports belong to the programs' NAT. Only
+	// gateways that export need one.
+	SNAT netip.Addr
+	// UnderlayMTU is the MTU between gateways (default 1500): TCP SYNs get
+	// their MSS clamped to UnderlayMTU − 90 so that full segments fit
+	// inside VXLAN without fragmenting.
+	UnderlayMTU int
+	// PortMin..PortMax is the SNAT port range (default 1024..65535).
+	PortMin, PortMax uint16
+	// Idle is how long a NAT entry must be unused in both directions
+	// before its SNAT port can be reused (default 5 minutes).
+	Idle time.Duration
+	// FlowEntries and NATEntries size the LRU flow and NAT maps (default
+	// 65536 each); the oldest entries are evicted when they are full.
+	FlowEntries, NATEntries int
+	// Tables is how many exporting clusters' Maglev tables fit (default
+	// 8, at most 64), each of ring.DefaultSize buckets.
+	Tables int
+}
+
+func (c *Config) defaults() {
+	if c.PinRoot == "" {
+		c.PinRoot = DefaultPinRoot
+	}
+	if c.Tunnel == "" {
+		c.Tunnel = "stv-" + c.Name
+		if len(c.Tunnel) > unix.IFNAMSIZ-1 {
+			c.Tunnel = c.Tunnel[:unix.IFNAMSIZ-1]
+		}
+	}
+	if c.TunnelPort == 0 {
+		c.TunnelPort = DefaultTunnelPort
+	}
+	if c.VNI == 0 {
+		c.VNI = DefaultVNI
+	}
+	if c.UnderlayMTU == 0 {
+		c.UnderlayMTU = DefaultUnderlayMTU
+	}
+	if c.PortMin == 0 && c.PortMax == 0 {
+		c.PortMin, c.PortMax = DefaultPortMin, DefaultPortMax
+	}
+	if c.Idle == 0 {
+		c.Idle = DefaultIdle
+	}
+	if c.FlowEntries == 0 {
+		c.FlowEntries = DefaultFlowEntries
+	}
+	if c.NATEntries == 0 {
+		c.NATEntries = DefaultNATEntries
+	}
+	if c.Tables == 0 {
+		c.Tables = DefaultTables
+	}
+}
+
+// Validate checks c after filling in defaults, naming the field at fault.
+func (c *Config) Validate() error {
+	d := *c
+	d.defaults()
+	switch {
+	case !nameRE.MatchString(d.Name):
+		return fmt.Errorf("name %q: want a DNS label of 1..32 characters (a-z, 0-9, -)", d.Name)
+	case !filepath.IsAbs(d.PinRoot):
+		return fmt.Errorf("pinRoot %q: want an absolute path on a bpffs mount", d.PinRoot)
+	case len(d.Tunnel) > unix.IFNAMSIZ-1 || strings.ContainsAny(d.Tunnel, "/ \t\n") || d.Tunnel == "":
+		return fmt.Errorf("tunnel %q: want an interface name of 1..15 characters", d.Tunnel)
+	case d.VNI >= 1<<24:
+		return fmt.Errorf("vni %d: allowed 1..16777215", d.VNI)
+	case d.SNAT.IsValid() && !d.SNAT.Unmap().Is4():
+		return fmt.Errorf("snat %v: the packet mode carries IPv4 only", d.SNAT)
+	case d.UnderlayMTU < 576+vxlanOverhead || d.UnderlayMTU > 65535:
+		return fmt.Errorf("underlayMTU %d: allowed %d..65535", d.UnderlayMTU, 576+vxlanOverhead)
+	case d.PortMin == 0 || d.PortMax < d.PortMin:
+		return fmt.Errorf("ports %d..%d: want 1 ≤ portMin ≤ portMax ≤ 65535", d.PortMin, d.PortMax)
+	case d.Idle < time.Second:
+		return fmt.Errorf("idle %v: at least 1s", d.Idle)
+	case d.FlowEntries < 1 || d.FlowEntries > 1<<24:
+		return fmt.Errorf("flowEntries %d: allowed 1..%d", d.FlowEntries, 1<<24)
+	case d.NATEntries < 1 || d.NATEntries > 1<<24:
+		return fmt.Errorf("natEntries %d: allowed 1..%d", d.NATEntries, 1<<24)
+	case d.Tables < 1 || d.Tables > maxTables:
+		return fmt.Errorf("tables %d: allowed 1..%d", d.Tables, maxTables)
+	}
+	return nil
+}
+
+// MSS is the TCP MSS the programs clamp SYNs to.
+func (c *Config) MSS() uint16 {
+	d := *c
+	d.defaults()
+	return uint16(d.UnderlayMTU - vxlanOverhead - 40)
+}
+
+// Dir is the gateway's pin directory.
+func (c *Config) Dir() string {
+	d := *c
+	d.defaults()
+	return filepath.Join(d.PinRoot, d.Name)
+}
+
+// Datapath is one gateway node's loaded programs and maps. Its methods
+// replace map contents wholesale (what a reconcile wants: entries not
+// given are deleted), and are not safe for concurrent use.
+type Datapath struct {
+	cfg  Config
+	log  *slog.Logger
+	coll *ebpf.Collection
+	dir  string
+}
+
+// link pin names in the gateway's directory.
+const (
+	pinLAN    = "link_lan_ingress"
+	pinTunnel = "link_tun_ingress"
+)
+
+// Load loads the programs and creates, or adopts, the pinned maps of the
+// gateway cfg names. It attaches nothing: Attach does, and tests that only
+// run the programs with BPF_PROG_TEST_RUN stop here.
+func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.defaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := checkBPFFS(cfg.PinRoot); err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(cfg.PinRoot, cfg.Name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("pin directory: %w", err)
+	}
+	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	}
+	spec, err := loadPacket()
+	if err != nil {
+		return nil, err
+	}
+	spec.Maps["flows"].MaxEntries = uint32(cfg.FlowEntries)
+	spec.Maps["nat"].MaxEntries = uint32(cfg.NATEntries)
+	spec.Maps["rnat"].MaxEntries = uint32(cfg.NATEntries)
+	spec.Maps["maglev"].MaxEntries = uint32(cfg.Tables * ring.DefaultSize)
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
+		Maps: ebpf.MapOptions{PinPath: dir},
+	})
+	if err != nil {
+		var ve *ebpf.VerifierError
+		switch {
+		case errors.As(err, &ve):
+			return nil, fmt.Errorf("the kernel's verifier rejected the programs (Linux 6.6 or later is needed): %w", err)
+		case errors.Is(err, ebpf.ErrMapIncompatible):
+			return nil, fmt.Errorf("pinned maps in %s do not match this version's (changed sizes or layout): tear the gateway's packet mode down first: %w", dir, err)
+		}
+		return nil, fmt.Errorf("load programs: %w", err)
+	}
+	return &Datapath{cfg: cfg, log: log, coll: coll, dir: dir}, nil
+}
+
+func checkBPFFS(dir string) error {
+	// The pin root may not exist yet: check the nearest existing parent.
+	p := dir
+	for {
+		var st unix.Statfs_t
+		err := unix.Statfs(p, &st)
+		if err == nil {
+			if st.Type != unix.BPF_FS_MAGIC {
+				return fmt.Errorf("pinRoot %s is not on a bpffs mount (mount -t bpf bpf DIR; `ip netns exec` hides /sys/fs/bpf)", dir)
+			}
+			return nil
+		}
+		if !errors.Is(err, unix.ENOENT) || p == "/" {
+			return fmt.Errorf("pinRoot %s: %w", dir, err)
+		}
+		p = filepath.Dir(p)
+	}
+}
+
+// Attach creates the VXLAN device if it is missing, writes the settings
+// and attaches the programs to LAN and the device through pinned tcx
+// links. Links already pinned (by an earlier process) are updated to this
+// process's programs in place, so forwarding never stops.
+func (d *Datapath) Attach(ctx context.Context) error {
+	if d.cfg.LAN == "" {
+		return errors.New("lan: the interface toward the cluster is required to attach")
+	}
+	lan, err := net.InterfaceByName(d.cfg.LAN)
+	if err != nil {
+		return fmt.Errorf("lan %q: %w", d.cfg.LAN, err)
+	}
+	tun, err := d.ensureTunnel(ctx)
+	if err != nil {
+		return err
+	}
+	if err := d.enableForwarding(); err != nil {
+		return err
+	}
+	s := settings{
+		TunIfindex: uint32(tun.Index), VNI: d.cfg.VNI, SNAT: d.cfg.SNAT, MSS: d.cfg.MSS(),
+		PortMin: d.cfg.PortMin, PortMax: d.cfg.PortMax, Idle: d.cfg.Idle,
+	}
+	if err := d.coll.Maps["config"].Update(uint32(0), s, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write settings: %w", err)
+	}
+	// A device without a link-layer address (TUN, as the lab's link
+	// emulator uses) hands the program bare IP packets.
+	lanProg := "lan_ingress"
+	if len(lan.HardwareAddr) == 0 {
+		lanProg = "lan_ingress_l3"
+	}
+	if err := d.attach(pinLAN, lanProg, lan.Index); err != nil {
+		return err
+	}
+	return d.attach(pinTunnel, "tun_ingress", tun.Index)
+}
+
+func (d *Datapath) attach(pin, prog string, ifindex int) error {
+	path := filepath.Join(d.dir, pin)
+	p := d.coll.Programs[prog]
+	if l, err := link.LoadPinnedLink(path, nil); err == nil {
+		defer l.Close()
+		info, ierr := l.Info()
+		if ierr == nil && info.TCX() != nil && int(info.TCX().Ifindex) == ifindex {
+			if err := l.Update(p); err != nil {
+				return fmt.Errorf("update pinned link %s: %w", path, err)
+			}
+			d.log.Info("packet: adopted pinned link", "link", pin, "ifindex", ifindex)
+			return nil
+		}
+		// A link for another interface (the device was recreated): replace it.
+		if err := l.Unpin(); err != nil {
+			return fmt.Errorf("unpin stale link %s: %w", path, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("load pinned link %s: %w", path, err)
+	}
+	l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: p, Attach: ebpf.AttachTCXIngress})
+	if err != nil {
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			return fmt.Errorf("attach %s: the kernel has no tcx (Linux 6.6 or later): %w", prog, err)
+		}
+		return fmt.Errorf("attach %s to ifindex %d: %w", prog, ifindex, err)
+	}
+	defer l.Close()
+	if err := l.Pin(path); err != nil {
+		return fmt.Errorf("pin link %s: %w", path, err)
+	}
+	return nil
+}
+
+func (d *Datapath) ensureTunnel(ctx context.Context) (*net.Interface, error) {
+	if ifc, err := net.InterfaceByName(d.cfg.Tunnel); err == nil {
+		return ifc, nil
+	}
+	steps := [][]string{
+		{"link", "add", d.cfg.Tunnel, "type", "vxlan", "external", "nolearning",
+			"dstport", fmt.Sprint(d.cfg.TunnelPort)},
+		{"link", "set", d.cfg.Tunnel, "up"},
+	}
+	for _, args := range steps {
+		if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("ip %s: %v: %s (the kernel needs VXLAN)", strings.Join(args, " "), err, trimOut(out))
+		}
+	}
+	ifc, err := net.InterfaceByName(d.cfg.Tunnel)
+	if err != nil {
+		return nil, fmt.Errorf("tunnel %q: %w", d.cfg.Tunnel, err)
+	}
+	return ifc, nil
+}
+
+// enableForwarding turns IPv4 forwarding on for the tunnel device alone:
+// bpf_fib_lookup answers only for packets whose ingress device forwards,
+// and the programs look up the route of every packet they decapsulate.
+func (d *Datapath) enableForwarding() error {
+	p := filepath.Join("/proc/sys/net/ipv4/conf", d.cfg.Tunnel, "forwarding")
+	if err := os.WriteFile(p, []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("enable forwarding on %s: %w", d.cfg.Tunnel, err)
+	}
+	return nil
+}
+
+func trimOut(b []byte) string { return strings.TrimSpace(string(b)) }
+
+// Close releases this process's handles. Pinned maps and links stay, and
+// so does forwarding. Close is idempotent.
+func (d *Datapath) Close() error {
+	if d.coll != nil {
+		d.coll.Close()
+		d.coll = nil
+	}
+	return nil
+}
+
+// Teardown detaches the programs, removes every pin of the gateway and the
+// VXLAN device (when it runs in the device's network namespace), and
+// closes d.
+func (d *Datapath) Teardown(ctx context.Context) error {
+	d.Close()
+	return Teardown(ctx, d.cfg)
+}
+
+// Teardown removes what Attach and Load left for the gateway cfg names,
+// without loading anything, so that it also works when the pins come from
+// another version whose maps this one could not adopt: the pinned links
+// (which detaches the programs), every other pin in the gateway's
+// directory and the directory, and the VXLAN device if this network
+// namespace has it. What it cannot remove it reports; the rest is still
+// removed.
+func Teardown(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cfg.defaults()
+	dir := filepath.Join(cfg.PinRoot, cfg.Name)
+	var errs []error
+	for _, pin := range []string{pinLAN, pinTunnel} {
+		path := filepath.Join(dir, pin)
+		l, err := link.LoadPinnedLink(path, nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("load pinned link %s: %w", path, err))
+			continue
+		}
+		if err := l.Unpin(); err != nil {
+			errs = append(errs, err)
+		}
+		l.Close() // the last reference: the program detaches
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	for _, e := range entries {
+		// Removing a bpffs file unpins the map behind it.
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+			errs = append(errs, fmt.Errorf("unpin %s: %w", e.Name(), err))
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	if _, err := net.InterfaceByName(cfg.Tunnel); err == nil {
+		if out, err := exec.CommandContext(ctx, "ip", "link", "del", cfg.Tunnel).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("ip link del %s: %v: %s", cfg.Tunnel, err, trimOut(out)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Program returns a loaded program by its C name (lan_ingress,
+// lan_ingress_l3, tun_ingress), for BPF_PROG_TEST_RUN and run-time
+// statistics.
+func (d *Datapath) Program(name string) *ebpf.Program { return d.coll.Programs[name] }
+
+// SetImports makes the imports map hold exactly imports.
+func (d *Datapath) SetImports(imports map[Service]Import) error {
+	for s, v := range imports {
+		if int(v.Table) >= d.cfg.Tables {
+			return fmt.Errorf("import %v: table %d: allowed 0..%d", s, v.Table, d.cfg.Tables-1)
+		}
+	}
+	return syncMap(d.coll.Maps["imports"], "imports", imports)
+}
+
+// SetExports makes the exports map hold exactly exports.
+func (d *Datapath) SetExports(exports map[Service]Export) error {
+	return syncMap(d.coll.Maps["exports"], "exports", exports)
+}
+
+// SetPeers makes the peers map hold exactly peers, keyed by the peer
+// gateways' underlay addresses: tunnel packets from any other address are
+// dropped, and flows pinned to a gateway that is not Alive move.
+func (d *Datapath) SetPeers(peers map[netip.Addr]Peer) error {
+	m := make(map[addrValue]Peer, len(peers))
+	for a, p := range peers {
+		if !a.Unmap().Is4() {
+			return fmt.Errorf("peer %v: the packet mode carries IPv4 only", a)
+		}
+		m[addrValue{a.Unmap()}] = p
+	}
+	return syncMap(d.coll.Maps["peers"], "peers", m)
+}
+
+// SetPolicy makes the policy map hold exactly entries (see CompilePolicy).
+func (d *Datapath) SetPolicy(entries map[PolicyKey]Verdict) error {
+	return syncMap(d.coll.Maps["policy"], "policy", entries)
+}
+
+// SetTable writes an exporting cluster's Maglev table into slot index:
+// every bucket gets the underlay address of its owner in t (a view from
+// ring's WithDown included), addrs mapping t's members to addresses. A nil
+// t clears the slot.
+func (d *Datapath) SetTable(index int, t *ring.Table, addrs map[string]netip.Addr) error {
+	if index < 0 || index >= d.cfg.Tables {
+		return fmt.Errorf("table %d: allowed 0..%d", index, d.cfg.Tables-1)
+	}
+	tables := d.coll.Maps["tables"]
+	if t == nil {
+		return tables.Update(uint32(index), tableInfo{}, ebpf.UpdateAny)
+	}
+	seed, owners := t.Owners()
+	if len(owners) > ring.DefaultSize {
+		return fmt.Errorf("table %d: %d buckets, at most %d", index, len(owners), ring.DefaultSize)
+	}
+	members := t.Members()
+	byIndex := make([][4]byte, len(members))
+	for i, m := range members {
+		a, ok := addrs[m]
+		if !ok || !a.Unmap().Is4() {
+			return fmt.Errorf("table %d: member %q has no IPv4 underlay address", index, m)
+		}
+		byIndex[i] = a.Unmap().As4()
+	}
+	base := uint32(index * ring.DefaultSize)
+	keys := make([]uint32, len(owners))
+	vals := make([][4]byte, len(owners))
+	for i, o := range owners {
+		keys[i] = base + uint32(i)
+		if o != ring.NoMember {
+			vals[i] = byIndex[o]
+		}
+	}
+	if _, err := d.coll.Maps["maglev"].BatchUpdate(keys, vals, nil); err != nil {
+		return fmt.Errorf("table %d: write buckets: %w", index, err)
+	}
+	// The size goes in last: the program reads buckets only below it.
+	info := tableInfo{Seed: seed, Size: uint32(len(owners)), Base: base}
+	if err := tables.Update(uint32(index), info, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("table %d: %w", index, err)
+	}
+	return nil
+}
+
+// Flows returns the pinned flows and their gateways.
+func (d *Datapath) Flows() (map[Flow]netip.Addr, error) {
+	out := map[Flow]netip.Addr{}
+	var k Flow
+	var v addrValue
+	it := d.coll.Maps["flows"].Iterate()
+	for it.Next(&k, &v) {
+		out[k] = v.Addr
+	}
+	return out, it.Err()
+}
+
+// Flow returns the gateway a flow is pinned to, if it is.
+func (d *Datapath) Flow(f Flow) (netip.Addr, bool) {
+	var v addrValue
+	if err := d.coll.Maps["flows"].Lookup(f, &v); err != nil {
+		return netip.Addr{}, false
+	}
+	return v.Addr, true
+}
+
+// ClearFlows empties the flow map.
+func (d *Datapath) ClearFlows() error {
+	return syncMap(d.coll.Maps["flows"], "flows", map[Flow]addrValue{})
+}
+
+// syncMap makes m hold exactly want: it writes every entry, then deletes
+// the keys m holds that want lacks (read as raw bytes, so that entries this
+// version cannot decode are removed too).
+func syncMap[K comparable, V any](m *ebpf.Map, name string, want map[K]V) error {
+	keep := make(map[string]bool, len(want))
+	for k, v := range want {
+		kb, err := marshal(k)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if err := m.Update(kb, v, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("%s: update %v: %w", name, k, err)
+		}
+		keep[string(kb)] = true
+	}
+	var stale [][]byte
+	kb := make([]byte, m.KeySize())
+	vb := make([]byte, m.ValueSize())
+	it := m.Iterate()
+	for it.Next(kb, vb) {
+		if !keep[string(kb)] {
+			stale = append(stale, append([]byte(nil), kb...))
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("%s: iterate: %w", name, err)
+	}
+	for _, k := range stale {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("%s: delete: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func marshal(v any) ([]byte, error) {
+	if m, ok := v.(interface{ MarshalBinary() ([]byte, error) }); ok {
+		return m.MarshalBinary()
+	}
+	return nil, fmt.Errorf("%T has no binary encoding", v)
+}

@@ -1,0 +1,128 @@
+package packet
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/strait-net/strait/internal/testenv"
+)
+
+func loadTest(t testing.TB, cfg Config) *Datapath {
+	t.Helper()
+	if cfg.PinRoot == "" {
+		cfg.PinRoot = testenv.BPFFS(t)
+	}
+	if cfg.Name == "" {
+		cfg.Name = "test"
+	}
+	d, err := Load(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func TestLoad(t *testing.T) {
+	d := loadTest(t, Config{})
+	if d.Program("lan_ingress") == nil || d.Program("lan_ingress_l3") == nil || d.Program("tun_ingress") == nil {
+		t.Fatal("programs missing")
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{}, "name"},
+		{Config{Name: "Gw_1"}, "name"},
+		{Config{Name: "gw", PinRoot: "rel"}, "pinRoot"},
+		{Config{Name: "gw", Tunnel: "much-too-long-name"}, "tunnel"},
+		{Config{Name: "gw", VNI: 1 << 24}, "vni"},
+		{Config{Name: "gw", UnderlayMTU: 500}, "underlayMTU"},
+		{Config{Name: "gw", PortMin: 2000, PortMax: 1000}, "ports"},
+		{Config{Name: "gw", Tables: 65}, "tables"},
+		{Config{Name: "gw", FlowEntries: -1}, "flowEntries"},
+	} {
+		err := c.cfg.Validate()
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("%+v: error %v, want one naming %s", c.cfg, err, c.want)
+		}
+	}
+	if err := (&Config{Name: "gw-1"}).Validate(); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+	if mss := (&Config{Name: "gw"}).MSS(); mss != 1410 {
+		t.Errorf("MSS on a 1500-byte underlay: %d, want 1410", mss)
+	}
+}
+
+// TestCounterNames checks CounterNames against enum counter in
+// bpf/packet.c, name by name (clang leaves the enum out of the object's
+// BTF: no map or function keeps its type).
+func TestCounterNames(t *testing.T) {
+	src, err := os.ReadFile("bpf/packet.c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := regexp.MustCompile(`(?s)enum counter \{(.*?)\};`).FindSubmatch(src)
+	if block == nil {
+		t.Fatal("enum counter not found in bpf/packet.c")
+	}
+	var names []string
+	for _, m := range regexp.MustCompile(`(?m)^\s*(C_[A-Z0-9_]+),`).FindAllSubmatch(block[1], -1) {
+		if n := string(m[1]); n != "C_COUNTERS" {
+			names = append(names, strings.ToLower(strings.TrimPrefix(n, "C_")))
+		}
+	}
+	if !slices.Equal(names, CounterNames) {
+		t.Errorf("CounterNames = %v\nbpf/packet.c says %v", CounterNames, names)
+	}
+	spec, err := loadPacket()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := int(spec.Maps["counters"].MaxEntries); n != len(CounterNames) {
+		t.Errorf("the counters map has %d entries, CounterNames %d", n, len(CounterNames))
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// TestIncompatiblePins: pins whose maps differ from this version's (here:
+// another flow map size) are refused with a message saying what to do,
+// and Teardown removes them without loading them.
+func TestIncompatiblePins(t *testing.T) {
+	pins := testenv.BPFFS(t)
+	d := loadTest(t, Config{PinRoot: pins, FlowEntries: 64})
+	must(t, d.SetPeers(map[netip.Addr]Peer{netip.MustParseAddr("192.0.2.1"): {Alive: true}}))
+	d.Close()
+	_, err := Load(Config{Name: "test", PinRoot: pins, FlowEntries: 128}, nil)
+	if err == nil || !strings.Contains(err.Error(), "tear the gateway's packet mode down") {
+		t.Fatalf("loading over incompatible pins: %v", err)
+	}
+	must(t, Teardown(context.Background(), Config{Name: "test", PinRoot: pins, Tunnel: "stv-absent"}))
+	if _, err := os.Stat(filepath.Join(pins, "test")); !os.IsNotExist(err) {
+		t.Fatalf("pin directory after teardown: %v", err)
+	}
+	d2 := loadTest(t, Config{PinRoot: pins, FlowEntries: 128})
+	var v []byte
+	if err := d2.coll.Maps["peers"].Lookup([]byte{192, 0, 2, 1}, &v); err == nil {
+		t.Error("a peer survived teardown")
+	}
+}
