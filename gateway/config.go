@@ -30,6 +30,7 @@ import (
 //	sources:                          # who a client address is, for policies
 //	  - {cidr: 10.0.0.0/8, namespace: default, labels: {app: web}}
 //	resources: [exports.yaml]         # applied at start, before the admin API opens
+//	udp: {idle-timeout: 30s, queue-bytes: 262144, max-flows: 8192}   # the defaults
 type Config struct {
 	Cluster   string        `yaml:"cluster"`
 	Identity  IdentityFiles `yaml:"identity"`
@@ -79,6 +80,8 @@ type Config struct {
 	// the cluster's gateways (e.g. a resilient nexthop group) can drop a
 	// dead one.
 	Health string `yaml:"health"`
+	// UDP bounds the UDP flows of import ports with protocol UDP (udp.go).
+	UDP UDPConfig `yaml:"udp"`
 
 	Logger *slog.Logger `yaml:"-"`
 }
@@ -230,6 +233,9 @@ func (c *Config) Validate() error {
 	// in this file's words, rather than when the first peer is dialed.
 	if c.KeepaliveTimeout == 0 && c.probeInterval() >= defaultKeepaliveTimeout {
 		return fmt.Errorf("probe-interval %v: must be below keepalive-timeout, which defaults to %v; set keepalive-timeout above it", c.probeInterval(), defaultKeepaliveTimeout)
+	}
+	if err := c.UDP.Validate(); err != nil {
+		return fmt.Errorf("udp.%w", err)
 	}
 	for i := range c.Sources {
 		s := &c.Sources[i]

@@ -34,6 +34,7 @@ type metrics struct {
 	denials          [2]atomic.Uint64
 	bytesOut         [2]atomic.Uint64 // toward the peer cluster
 	bytesIn          [2]atomic.Uint64 // from the peer cluster
+	udp              udpMetrics
 }
 
 func newMetrics() *metrics { return &metrics{} }
@@ -88,6 +89,8 @@ func (g *Gateway) writeMetrics(w io.Writer) {
 	fmt.Fprintf(w, "strait_target_dials_total{kind=\"cold\"} %d\n", m.coldDials.Load())
 	counter("strait_sessions_accepted_total", "Sessions accepted from peer gateways.")
 	fmt.Fprintf(w, "strait_sessions_accepted_total %d\n", m.sessionsAccepted.Load())
+
+	m.udp.write(w)
 
 	counter("strait_handshake_failures_total", "TLS handshakes rejected by certificate verification, by reason.")
 	rej := g.id.Rejections()

@@ -47,9 +47,9 @@ type DatagramReader struct {
 	end int
 }
 
-// datagramReadSize is how much one Read asks for: any record fits, and a
-// burst of small ones arrives in one call.
-const datagramReadSize = 128 << 10
+// The reader's buffer starts small, as most flows carry small datagrams
+// (a gateway holds thousands of flows), and grows to fit a larger record.
+const datagramReadSize = 4 << 10
 
 // NewDatagramReader returns a reader of the records of r.
 func NewDatagramReader(r io.Reader) *DatagramReader {
@@ -91,6 +91,11 @@ func (d *DatagramReader) Buffered() bool {
 func (d *DatagramReader) fill(n int) error {
 	if d.end-d.off >= n {
 		return nil
+	}
+	if n > len(d.buf) {
+		buf := make([]byte, max(n, 2*len(d.buf)))
+		d.end = copy(buf, d.buf[d.off:d.end])
+		d.buf, d.off = buf, 0
 	}
 	if d.off > 0 {
 		d.end = copy(d.buf, d.buf[d.off:d.end])

@@ -1,0 +1,140 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/strait-net/strait/catalog"
+	"github.com/strait-net/strait/tunnel"
+)
+
+// udpIngressFlow is one UDP flow at the exporting gateway: a datagram
+// stream from the importing gateway and a connected socket to the target.
+type udpIngressFlow struct {
+	g    *Gateway
+	st   tunnel.Stream
+	conn *net.UDPConn
+	q    *datagramQueue
+	act  udpActivity
+	done chan struct{}
+	once sync.Once
+}
+
+// serveUDPStream carries an incoming datagram stream, already allowed by
+// policy, to the target of the export's UDP port and the replies back.
+func (g *Gateway) serveUDPStream(st tunnel.Stream, h Header, exp *catalog.ServiceExport) {
+	export := h.Namespace + "/" + h.Export
+	addr, err := exp.TargetForProtocol(catalog.UDP, int32(h.Port))
+	if err != nil {
+		g.refuse(st, export, err.Error())
+		return
+	}
+	m := &g.metrics.udp
+	if !m.open(pointIngress, g.cfg.UDP.maxFlows()) {
+		m.drop(pointIngress, dropFlowLimit)
+		g.refuse(st, export, fmt.Sprintf("UDP flow limit %d reached (udp.max-flows)", g.cfg.UDP.maxFlows()))
+		return
+	}
+	ua, err := net.ResolveUDPAddr("udp", addr)
+	var conn *net.UDPConn
+	if err == nil {
+		conn, err = net.DialUDP("udp", nil, ua)
+	}
+	if err != nil {
+		m.close(pointIngress)
+		g.refuse(st, export, fmt.Sprintf("export target %s unreachable: %v", addr, err))
+		return
+	}
+	_ = conn.SetReadBuffer(udpReadBuffer)
+	f := &udpIngressFlow{g: g, st: st, conn: conn, q: newDatagramQueue(g.cfg.UDP.queueBytes()), done: make(chan struct{})}
+	f.act.touch(time.Now().UnixNano())
+	g.udp.mu.Lock()
+	if g.udp.ingress == nil { // closed, or no import reconciled yet
+		g.udp.ingress = map[*udpIngressFlow]struct{}{}
+	}
+	g.udp.ingress[f] = struct{}{}
+	g.udp.mu.Unlock()
+	g.spawn(f.fromTarget)
+	g.spawn(func() {
+		if err := f.q.drain(st, f.done); err != nil {
+			f.close()
+		}
+	})
+	f.toTarget()
+}
+
+// toTarget sends the stream's datagrams to the target until the stream
+// ends.
+func (f *udpIngressFlow) toTarget() {
+	m := &f.g.metrics.udp
+	d := tunnel.NewDatagramReader(f.st)
+	for {
+		p, err := d.Next()
+		if err != nil {
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				_ = f.st.Reset("datagram stream cut inside a record")
+			}
+			f.close()
+			return
+		}
+		f.act.touch(time.Now().UnixNano())
+		if _, err := f.conn.Write(p); err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				f.close()
+				return
+			}
+			// A connected socket reports the target's ICMP port
+			// unreachable on a later call; the target may come back, so
+			// the flow lives on.
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				m.drop(pointIngress, dropTarget)
+			} else {
+				m.drop(pointIngress, dropSend)
+			}
+			continue
+		}
+		m.in(pointIngress, len(p))
+	}
+}
+
+// fromTarget queues the target's replies toward the stream.
+func (f *udpIngressFlow) fromTarget() {
+	m := &f.g.metrics.udp
+	buf := make([]byte, tunnel.MaxDatagram)
+	for {
+		n, err := f.conn.Read(buf)
+		if err != nil {
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				m.drop(pointIngress, dropTarget)
+				continue
+			}
+			f.close()
+			return
+		}
+		f.act.touch(time.Now().UnixNano())
+		if !f.q.push(buf[:n]) {
+			m.drop(pointIngress, dropQueueFull)
+			continue
+		}
+		m.out(pointIngress, n)
+	}
+}
+
+// close ends the flow once; the reader of the stream and of the socket
+// return.
+func (f *udpIngressFlow) close() {
+	f.once.Do(func() {
+		close(f.done)
+		_ = f.conn.Close()
+		_ = f.st.Close()
+		f.g.udp.mu.Lock()
+		delete(f.g.udp.ingress, f)
+		f.g.udp.mu.Unlock()
+		f.g.metrics.udp.close(pointIngress)
+	})
+}
