@@ -423,23 +423,31 @@ func (f *udpFlow) send() {
 }
 
 // receive answers the client with the datagrams the stream brings, from
-// the import's address.
+// the import's address, a batch at a time: what one stream read brought.
 func (f *udpFlow) receive() {
 	m := &f.l.g.metrics.udp
 	d := tunnel.NewDatagramReader(f.st)
+	s := newDatagramSender(f.l.conn, net.UDPAddrFromAddrPort(f.client))
+	dropped := func(error) { m.drop(pointEgress, dropSend) }
 	for {
 		p, err := d.Next()
 		if err != nil {
+			f.flush(s, dropped)
 			f.fail(err)
 			return
 		}
 		f.act.touch(time.Now().UnixNano())
-		if _, err := f.l.conn.WriteToUDPAddrPort(p, f.client); err != nil {
-			m.drop(pointEgress, dropSend)
-			continue
+		if s.add(p) || !d.Buffered() {
+			f.flush(s, dropped)
 		}
-		m.in(pointEgress, len(p))
 	}
+}
+
+func (f *udpFlow) flush(s *datagramSender, dropped func(error)) {
+	m := &f.l.g.metrics.udp
+	n, bytes, _ := s.flush(dropped)
+	m.dgramsIn[pointEgress].Add(uint64(n))
+	m.bytesIn[pointEgress].Add(uint64(bytes))
 }
 
 // fail ends the flow after its stream failed or ended.

@@ -69,13 +69,30 @@ func (g *Gateway) serveUDPStream(st tunnel.Stream, h Header, exp *catalog.Servic
 }
 
 // toTarget sends the stream's datagrams to the target until the stream
-// ends.
+// ends, a batch at a time: what one stream read brought.
 func (f *udpIngressFlow) toTarget() {
 	m := &f.g.metrics.udp
 	d := tunnel.NewDatagramReader(f.st)
+	s := newDatagramSender(f.conn, nil)
+	// A connected socket reports the target's ICMP port unreachable on a
+	// later call; the target may come back, so the flow lives on.
+	dropped := func(err error) {
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			m.drop(pointIngress, dropTarget)
+		} else {
+			m.drop(pointIngress, dropSend)
+		}
+	}
+	flush := func() error {
+		n, bytes, err := s.flush(dropped)
+		m.dgramsIn[pointIngress].Add(uint64(n))
+		m.bytesIn[pointIngress].Add(uint64(bytes))
+		return err
+	}
 	for {
 		p, err := d.Next()
 		if err != nil {
+			_ = flush()
 			if errors.Is(err, io.ErrUnexpectedEOF) {
 				_ = f.st.Reset("datagram stream cut inside a record")
 			}
@@ -83,22 +100,12 @@ func (f *udpIngressFlow) toTarget() {
 			return
 		}
 		f.act.touch(time.Now().UnixNano())
-		if _, err := f.conn.Write(p); err != nil {
-			if errors.Is(err, net.ErrClosed) {
+		if s.add(p) || !d.Buffered() {
+			if flush() != nil {
 				f.close()
 				return
 			}
-			// A connected socket reports the target's ICMP port
-			// unreachable on a later call; the target may come back, so
-			// the flow lives on.
-			if errors.Is(err, syscall.ECONNREFUSED) {
-				m.drop(pointIngress, dropTarget)
-			} else {
-				m.drop(pointIngress, dropSend)
-			}
-			continue
 		}
-		m.in(pointIngress, len(p))
 	}
 }
 
