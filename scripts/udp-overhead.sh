@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=$PWD/bin/strait
 reps=${1:-5} rate=${2:-1000} dur=${3:-5s} size=${4:-64}
-lab=udpo$$
+lab=udpo$(($$ % 10000))   # a lab name has at most 8 characters
 dir=$(mktemp -d /tmp/strait-udp-overhead-XXXX)
 pids=()
 cleanup() {
