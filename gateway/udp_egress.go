@@ -20,7 +20,8 @@ import (
 )
 
 // udpPlane is the gateway's UDP state. Its maps are guarded by Gateway.mu,
-// like the TCP listeners; each listener guards its own flows.
+// like the TCP listeners, except ingress (its own mu: streams arrive
+// without Gateway.mu); each listener guards its own flows.
 type udpPlane struct {
 	rev       uint64                   // store revision realized; 0: nothing yet
 	listeners map[string]*udpListener  // "ip:port" → listener
@@ -29,8 +30,8 @@ type udpPlane struct {
 	failed    map[catalog.Key]bool     // imports whose sockets did not open: retried every time
 	sweeping  bool
 
-	mu      sync.Mutex // guards ingress
-	ingress map[*udpIngressFlow]struct{}
+	mu      sync.Mutex                   // guards ingress
+	ingress map[*udpIngressFlow]struct{} // flows where this gateway exports; nil until the first
 }
 
 // udpRoute is where an import's UDP flows go.
@@ -56,7 +57,6 @@ func (g *Gateway) reconcileUDP(set *catalog.Set) error {
 	}
 	if u.listeners == nil {
 		u.listeners, u.claims, u.imports, u.failed = map[string]*udpListener{}, map[string]catalog.Key{}, map[catalog.Key][]string{}, map[catalog.Key]bool{}
-		u.ingress = map[*udpIngressFlow]struct{}{}
 	}
 	if !u.sweeping {
 		u.sweeping = true

@@ -54,7 +54,7 @@ func (g *Gateway) serveUDPStream(st tunnel.Stream, h Header, exp *catalog.Servic
 	f := &udpIngressFlow{g: g, st: st, conn: conn, q: newDatagramQueue(g.cfg.UDP.queueBytes()), done: make(chan struct{})}
 	f.act.touch(time.Now().UnixNano())
 	g.udp.mu.Lock()
-	if g.udp.ingress == nil { // closed, or no import reconciled yet
+	if g.udp.ingress == nil {
 		g.udp.ingress = map[*udpIngressFlow]struct{}{}
 	}
 	g.udp.ingress[f] = struct{}{}
