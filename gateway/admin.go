@@ -72,7 +72,9 @@ type Status struct {
 	Revision uint64       `json:"revision"`
 	Peers    []PeerStatus `json:"peers"`
 	Imports  []string     `json:"imports"`
-	Exports  []string     `json:"exports"`
+	// UDPImports are the UDP addresses of imports, with their flows open.
+	UDPImports []string `json:"udp_imports,omitempty"`
+	Exports    []string `json:"exports"`
 }
 
 // PeerStatus describes the sessions to one peer cluster.
@@ -272,6 +274,7 @@ func (g *Gateway) status() Status {
 		r := l.route.Load()
 		st.Imports = append(st.Imports, r.ns+"/"+r.name+" "+addr)
 	}
+	st.UDPImports = g.udpStatus()
 	g.mu.Unlock()
 	for k := range g.routes.Load().exports {
 		st.Exports = append(st.Exports, k.ns+"/"+k.name)

@@ -183,6 +183,21 @@ func udpAddrs(imp *catalog.ServiceImport) []string {
 	return out
 }
 
+// udpStatus lists the UDP import addresses, sorted, each as "ns/name
+// ip:port flows N". Gateway.mu is held.
+func (g *Gateway) udpStatus() []string {
+	var out []string
+	for addr, l := range g.udp.listeners {
+		r := l.route.Load()
+		l.mu.Lock()
+		n := len(l.flows)
+		l.mu.Unlock()
+		out = append(out, fmt.Sprintf("%s/%s %s flows %d", r.ns, r.name, addr, n))
+	}
+	slices.Sort(out)
+	return out
+}
+
 // closeUDP closes every UDP socket and flow; the gateway is stopping.
 // Gateway.mu is held.
 func (g *Gateway) closeUDP() {

@@ -211,6 +211,13 @@ func (e *udpEnv) digAt(t *testing.T, ip, qtype, qname string) (status, answer st
 
 func testUDPDig(t *testing.T, e *udpEnv) {
 	const flows = `strait_udp_flows_total{point="ingress"}`
+	st, err := e.b.admin().Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.UDPImports) != 5 || !strings.HasPrefix(st.UDPImports[0], "default/dns "+ipDNS+":53 flows ") {
+		t.Errorf("b's status lists UDP imports %q, want the 5, default/dns first", st.UDPImports)
+	}
 	before := e.a.metric(t, flows)
 	for _, tt := range []struct{ qtype, qname, status, answer string }{
 		{"TXT", "dns-version.clusterset.local", "NOERROR", `"1.0.0"`},

@@ -107,7 +107,7 @@ for tool in ("direct", "strait"):
     rows = [json.load(open(f"{d}/{tool}-{r}.json")) for r in range(1, reps + 1)]
     for r in rows:
         l = r["latency"]
-        print(f'{tool:6} sent {r["sent"]} lost {r["lost"]} ({r["loss_pct"]:.3f}%) corrupt {r["corrupt"]} '
+        print(f'{tool:6} sent {r["sent"]} lost {r["lost"]} ({r["loss_pct"]:.3f}%, late {r["late"]}) corrupt {r["corrupt"]} '
               f'iqr-mean {r["iqr_mean_us"]:.1f}us p50 {l["p50_us"]} p99 {l["p99_us"]}')
     med[tool] = statistics.median(r["iqr_mean_us"] for r in rows)
 print(f'median IQR mean: direct {med["direct"]:.1f}us strait {med["strait"]:.1f}us '
