@@ -201,6 +201,11 @@ func FuzzLoadConfig(f *testing.F) {
 	f.Add([]byte("cluster: a\nidentity: {dir: /x}\nlisten: \":99999\"\npreconnect: 99999999999999999999\nsessions: 9223372036854775808\nkeepalive-timeout: 9999999999h\nprobe-interval: 9223372036854775808ns\n"))
 	f.Add([]byte("cluster: a\nidentity: {dir: /x}\nlisten: \":-1\"\npreconnect: -1\nsessions: -16\nkeepalive-timeout: -1s\nprobe-interval: -5ms\n"))
 	f.Add([]byte("cluster: \xff\xfe\nidentity: {dir: /\xc3}\nsources: [{cidr: 10.0.0.0/99, namespace: x}]\n"))
+	// UDP: the defaults, the bounds, one past each, and past the types.
+	f.Add([]byte("cluster: a\nidentity: {dir: /x}\nudp: {idle-timeout: 30s, queue-bytes: 262144, max-flows: 8192}\n"))
+	f.Add([]byte("cluster: a\nidentity: {dir: /x}\nudp: {idle-timeout: 100ms, queue-bytes: 65537, max-flows: 1048576}\n"))
+	f.Add([]byte("cluster: a\nidentity: {dir: /x}\nudp: {idle-timeout: 99ms, queue-bytes: 65536, max-flows: 1048577}\n"))
+	f.Add([]byte("cluster: a\nidentity: {dir: /x}\nudp: {idle-timeout: -9223372036854775808ns, queue-bytes: 9223372036854775807, max-flows: -1}\n"))
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, b []byte) {
 		path := filepath.Join(dir, "gateway.yaml")
