@@ -109,28 +109,57 @@ func (f *udpIngressFlow) toTarget() {
 	}
 }
 
-// fromTarget queues the target's replies toward the stream.
+// fromTarget queues the target's replies toward the stream. It waits for
+// the socket to be readable holding no buffer, then reads every datagram
+// waiting into a shared one: a buffer of the largest datagram per flow
+// made the exporting gateway's memory 94 KB per idle flow (1000 flows,
+// VmRSS), now the flow's queue and goroutines alone.
 func (f *udpIngressFlow) fromTarget() {
 	m := &f.g.metrics.udp
-	buf := make([]byte, tunnel.MaxDatagram)
+	rc, err := f.conn.SyscallConn()
+	if err != nil {
+		f.close()
+		return
+	}
 	for {
-		n, err := f.conn.Read(buf)
-		if err != nil {
-			if errors.Is(err, syscall.ECONNREFUSED) {
-				m.drop(pointIngress, dropTarget)
-				continue
+		var rerr error
+		err := rc.Read(func(fd uintptr) bool {
+			bp := datagramBufs.Get().(*[]byte)
+			defer datagramBufs.Put(bp)
+			for {
+				n, _, err := syscall.Recvfrom(int(fd), *bp, 0)
+				switch {
+				case err == syscall.EAGAIN:
+					return false // wait for the next datagram
+				case err == syscall.EINTR:
+					continue
+				case err == syscall.ECONNREFUSED:
+					// The target's ICMP port unreachable for a datagram
+					// sent to it; it may come back, so the flow lives on.
+					m.drop(pointIngress, dropTarget)
+					continue
+				case err != nil:
+					rerr = err
+					return true
+				}
+				f.act.touch(time.Now().UnixNano())
+				if !f.q.push((*bp)[:n]) {
+					m.drop(pointIngress, dropQueueFull)
+					continue
+				}
+				m.out(pointIngress, n)
 			}
+		})
+		if err != nil || rerr != nil {
 			f.close()
 			return
 		}
-		f.act.touch(time.Now().UnixNano())
-		if !f.q.push(buf[:n]) {
-			m.drop(pointIngress, dropQueueFull)
-			continue
-		}
-		m.out(pointIngress, n)
 	}
 }
+
+// datagramBufs hold one datagram of any size while it is copied into a
+// flow's queue.
+var datagramBufs = sync.Pool{New: func() any { b := make([]byte, tunnel.MaxDatagram); return &b }}
 
 // close ends the flow once; the reader of the stream and of the socket
 // return.
