@@ -2,9 +2,12 @@ package gateway_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -99,4 +102,64 @@ func udpEchoLoop(b *testing.B, addr string) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestUDPImportLifecycle applies, changes and deletes a UDP import on a
+// running gateway: its socket opens, moves to the new port (the old one
+// closes) and closes with the import, and status lists it meanwhile.
+func TestUDPImportLifecycle(t *testing.T) {
+	p := startPair(t)
+	echo := udpEchoServer(t)
+	first := p.udpImport(t, echo)
+	roundTrip := func(addr string) error {
+		r, err := load.RunUDP(context.Background(), load.UDPConfig{Addr: addr, Rate: 100, Duration: 100 * time.Millisecond, Timeout: 5 * time.Second})
+		if err == nil && (r.Sent != 10 || r.Received != r.Sent) {
+			err = fmt.Errorf("sent %d, received %d", r.Sent, r.Received)
+		}
+		return err
+	}
+	if err := roundTrip(first); err != nil {
+		t.Fatalf("import %s: %v", first, err)
+	}
+	second := p.udpImport(t, echo) // the same import on another port
+	if err := roundTrip(second); err != nil {
+		t.Fatalf("import moved to %s: %v", second, err)
+	}
+	st, err := p.b.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.UDPImports) != 1 || !strings.HasPrefix(st.UDPImports[0], "default/uecho "+second+" flows ") {
+		t.Errorf("status lists %q, want only default/uecho at %s", st.UDPImports, second)
+	}
+	// The old port is closed: a datagram to it is refused by the kernel.
+	if !closed(t, first) {
+		t.Errorf("UDP port %s still open after the import moved", first)
+	}
+	if _, err := p.b.Delete([]byte("apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceImport\nmetadata: {name: uecho, namespace: default}\nspec: {ips: [127.0.0.1], ports: [{port: 1, protocol: UDP}]}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if !closed(t, second) {
+		t.Errorf("UDP port %s still open after the import was deleted", second)
+	}
+}
+
+// closed reports whether nothing listens on the UDP address: a datagram
+// sent there draws an ICMP port unreachable, which the next read reports.
+func closed(t *testing.T, addr string) bool {
+	t.Helper()
+	c, err := net.Dial("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for range 50 {
+		_, _ = c.Write([]byte("anyone?"))
+		_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		_, err := c.Read(make([]byte, 64))
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			return true
+		}
+	}
+	return false
 }

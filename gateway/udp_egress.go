@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -94,7 +95,7 @@ func (g *Gateway) reconcileUDP(set *catalog.Set) error {
 				return
 			}
 		}
-	}, func(a, b catalog.Key) int { return cmpKey(a, b) })
+	}, cmpKey)
 	want := map[catalog.Key][]string{}
 	for _, k := range keys {
 		var addrs []string
@@ -145,22 +146,7 @@ func (g *Gateway) reconcileUDP(set *catalog.Set) error {
 }
 
 func cmpKey(a, b catalog.Key) int {
-	switch {
-	case a.Namespace != b.Namespace:
-		return cmpStr(a.Namespace, b.Namespace)
-	default:
-		return cmpStr(a.Name, b.Name)
-	}
-}
-
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 }
 
 // udpAddrs are the addresses an import's UDP ports listen on.
