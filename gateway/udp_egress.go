@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/strait-net/strait/catalog"
@@ -288,16 +289,51 @@ func (l *udpListener) close() {
 	}
 }
 
+// serve receives the import's datagrams. It waits for the socket to be
+// readable holding no buffer and reads into a pooled one: a gateway with
+// thousands of UDP imports keeps no buffer per import.
 func (l *udpListener) serve() {
-	buf := make([]byte, tunnel.MaxDatagram)
 	m := &l.g.metrics.udp
+	rc, err := l.conn.SyscallConn()
+	if err != nil {
+		l.g.log.Warn("import receive failed", "addr", l.local.String(), "err", err)
+		return
+	}
 	var delay time.Duration
 	for {
-		n, client, err := l.conn.ReadFromUDPAddrPort(buf)
-		if errors.Is(err, net.ErrClosed) {
-			return
+		var (
+			bp   *[]byte
+			n    int
+			from syscall.Sockaddr
+			rerr error
+		)
+		err := rc.Read(func(fd uintptr) bool {
+			if bp == nil {
+				bp = datagramBufs.Get().(*[]byte)
+			}
+			for {
+				n, from, rerr = syscall.Recvfrom(int(fd), *bp, 0)
+				switch rerr {
+				case syscall.EINTR:
+					continue
+				case syscall.EAGAIN:
+					datagramBufs.Put(bp)
+					bp = nil
+					return false
+				}
+				return true
+			}
+		})
+		if err == nil && rerr != nil {
+			err = rerr
 		}
 		if err != nil {
+			if bp != nil {
+				datagramBufs.Put(bp)
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
 			// As for TCP accept: out of memory or buffers, back off and
 			// retry rather than leave the import dead.
 			if delay == 0 {
@@ -308,22 +344,40 @@ func (l *udpListener) serve() {
 			continue
 		}
 		delay = 0
-		now := time.Now()
-		f := l.flow(client, now)
-		if f == nil {
-			continue
+		if client, ok := addrPortOf(from); ok {
+			l.receive(client, (*bp)[:n], m)
 		}
-		if f.dead >= 0 {
-			m.drop(pointEgress, f.dead)
-			continue
-		}
-		f.act.touch(now.UnixNano())
-		if !f.q.push(buf[:n]) {
-			m.drop(pointEgress, dropQueueFull)
-			continue
-		}
-		m.out(pointEgress, n)
+		datagramBufs.Put(bp)
 	}
+}
+
+// receive hands one datagram of client to its flow.
+func (l *udpListener) receive(client netip.AddrPort, p []byte, m *udpMetrics) {
+	now := time.Now()
+	f := l.flow(client, now)
+	if f == nil {
+		return
+	}
+	if f.dead >= 0 {
+		m.drop(pointEgress, f.dead)
+		return
+	}
+	f.act.touch(now.UnixNano())
+	if !f.q.push(p) {
+		m.drop(pointEgress, dropQueueFull)
+		return
+	}
+	m.out(pointEgress, len(p))
+}
+
+func addrPortOf(sa syscall.Sockaddr) (netip.AddrPort, bool) {
+	switch sa := sa.(type) {
+	case *syscall.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)), true
+	case *syscall.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr).Unmap(), uint16(sa.Port)), true
+	}
+	return netip.AddrPort{}, false
 }
 
 // udpFlow is one client's flow at the importing gateway.
