@@ -374,9 +374,11 @@ func testUDPEgressDeny(t *testing.T, e *udpEnv) {
 	if r.Received != 0 {
 		t.Errorf("%d echoes through a denied import", r.Received)
 	}
-	// One flow, one decision; every datagram of it dropped and counted.
-	if got := mb2[denials] - mb[denials]; got != 1 {
-		t.Errorf("egress denials went up by %v, want 1", got)
+	// One flow, one decision a second (udpRetry); every datagram of it
+	// dropped and counted. 30 datagrams in 0.3 s make one decision, or
+	// two on a host that starved the gateway for most of a second.
+	if got := mb2[denials] - mb[denials]; got < 1 || got > 2 {
+		t.Errorf("egress denials went up by %v, want 1 (2 at most on a starved host), not one per datagram", got)
 	}
 	if got := mb2[drops] - mb[drops]; got != float64(r.Sent) {
 		t.Errorf("denied drops went up by %v, want the %d datagrams sent", got, r.Sent)
@@ -393,9 +395,10 @@ func testUDPIngressDeny(t *testing.T, e *udpEnv) {
 	if r.Received != 0 {
 		t.Errorf("%d echoes through an import its export denies", r.Received)
 	}
-	// The refusal holds the flow for a second, so one flow, one denial.
-	if got := e.a.metric(t, denials) - before; got != 1 {
-		t.Errorf("ingress denials went up by %v, want 1", got)
+	// The refusal holds the flow for a second, so one flow, one denial
+	// (two on a host that starved the gateways for most of a second).
+	if got := e.a.metric(t, denials) - before; got < 1 || got > 2 {
+		t.Errorf("ingress denials went up by %v, want 1 (2 at most on a starved host), not one per datagram", got)
 	}
 	waitLog(t, e.b, "flow reset by peer", "denied by policy")
 }
@@ -407,8 +410,8 @@ func testUDPGhost(t *testing.T, e *udpEnv) {
 	if r.Received != 0 {
 		t.Errorf("%d echoes through an import nobody exports", r.Received)
 	}
-	if got := e.a.metric(t, refused) - before; got != 1 {
-		t.Errorf("streams refused on a went up by %v, want 1", got)
+	if got := e.a.metric(t, refused) - before; got < 1 || got > 2 {
+		t.Errorf("streams refused on a went up by %v, want 1 (2 at most on a starved host), not one per datagram", got)
 	}
 	waitLog(t, e.b, "flow reset by peer", "unknown export default/ughost")
 }
@@ -449,7 +452,8 @@ func testUDPFlowLimit(t *testing.T, e *udpEnv) {
 	r := e.loadUDP(t, net.JoinHostPort(ipEcho, strconv.Itoa(udpPort)), rate, time.Second, 64, flows, 2*time.Second)
 	dropped := e.b.metric(t, drops) - before
 	// The first 16 flows get a slot; the last 4 send 4/20 of the datagrams.
-	if want := float64(r.Sent * 4 / flows); dropped != want || r.Received != r.Sent-uint64(want) {
-		t.Errorf("flow limit %d, %d flows: %v datagrams dropped, %d of %d received; want %v dropped, the rest received", udpMaxFlow, flows, dropped, r.Received, r.Sent, want)
+	// Echoes later than the timeout (a starved host) still came back.
+	if want := float64(r.Sent * 4 / flows); dropped != want || r.Received+r.Late != r.Sent-uint64(want) {
+		t.Errorf("flow limit %d, %d flows: %v datagrams dropped, %d of %d received (%d late); want %v dropped, the rest received", udpMaxFlow, flows, dropped, r.Received, r.Sent, r.Late, want)
 	}
 }

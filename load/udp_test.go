@@ -29,8 +29,8 @@ func TestRunUDPEcho(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Sent != 1000 || res.Received != res.Sent || res.Lost != 0 || res.Corrupt != 0 || res.Duplicates != 0 {
-		t.Fatalf("sent %d received %d lost %d corrupt %d dups %d; want 1000 sent, all back intact", res.Sent, res.Received, res.Lost, res.Corrupt, res.Duplicates)
+	if res.Sent != 1000 || res.Received+res.Late != res.Sent || res.Corrupt != 0 || res.Duplicates != 0 {
+		t.Fatalf("sent %d received %d late %d corrupt %d dups %d; want 1000 sent, all back intact", res.Sent, res.Received, res.Late, res.Corrupt, res.Duplicates)
 	}
 	if res.Latency.P50 <= 0 || res.IQRMeanUS <= 0 || res.Latency.P100 < res.Latency.P50 {
 		t.Errorf("latency %+v, IQR mean %v: want positive and ordered", res.Latency, res.IQRMeanUS)
@@ -64,13 +64,15 @@ func TestRunUDPCountsExactly(t *testing.T) {
 			_, _ = srv.WriteToUDPAddrPort(buf[:n], from)
 		}
 	}()
-	res, err := RunUDP(context.Background(), UDPConfig{Addr: srv.LocalAddr().String(), Rate: 1000, Duration: time.Second, Size: 100, Timeout: 2 * time.Second})
+	res, err := RunUDP(context.Background(), UDPConfig{Addr: srv.LocalAddr().String(), Rate: 1000, Duration: time.Second, Size: 100, Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 1000 datagrams: 100 dropped, 40 corrupted, 20 echoed twice.
-	if res.Sent != 1000 || res.Lost != 140 || res.Corrupt != 40 || res.Duplicates != 20 || res.Received != 860 {
-		t.Fatalf("sent %d received %d lost %d corrupt %d dups %d; want 1000, 860, 140, 40, 20", res.Sent, res.Received, res.Lost, res.Corrupt, res.Duplicates)
+	// 1000 datagrams: 100 dropped, 40 corrupted, 20 echoed twice. An echo
+	// later than the timeout (a descheduled test process) counts as lost
+	// and late, so the accounting holds on a loaded host too.
+	if res.Sent != 1000 || res.Lost-res.Late != 140 || res.Corrupt != 40 || res.Duplicates != 20 || res.Received+res.Late != 860 {
+		t.Fatalf("sent %d received %d lost %d late %d corrupt %d dups %d; want 1000, 860, 140 (late ones counted in both), 40, 20", res.Sent, res.Received, res.Lost, res.Late, res.Corrupt, res.Duplicates)
 	}
 }
 
