@@ -55,3 +55,37 @@ func TestTargetFor(t *testing.T) {
 		})
 	}
 }
+
+// TestTargetForProtocol: a port number served over TCP and UDP at
+// different addresses sends each protocol to its own, and a protocol the
+// export does not list on that number is an error naming it.
+func TestTargetForProtocol(t *testing.T) {
+	e := &ServiceExport{Metadata: ObjectMeta{Name: "dns", Namespace: "ns"}, Spec: ServiceExportSpec{Target: "a:53", Ports: []ServicePort{
+		{Name: "dns-tcp", Port: 53},
+		{Name: "dns", Port: 53, Protocol: UDP, Target: "b:53"},
+		{Name: "syslog", Port: 514, Protocol: UDP},
+	}}}
+	if err := e.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		proto Protocol
+		port  int32
+		want  string // "" means an error
+	}{
+		{TCP, 53, "a:53"}, {"", 53, "a:53"}, {UDP, 53, "b:53"},
+		{UDP, 514, "a:53"}, {TCP, 514, ""}, {UDP, 80, ""},
+	} {
+		got, err := e.TargetForProtocol(tt.proto, tt.port)
+		switch {
+		case tt.want == "" && (err == nil || !strings.Contains(err.Error(), "no "+string(tt.proto)+" port")):
+			t.Errorf("TargetForProtocol(%s, %d) = %q, %v; want an error naming the protocol", tt.proto, tt.port, got, err)
+		case tt.want != "" && (err != nil || got != tt.want):
+			t.Errorf("TargetForProtocol(%s, %d) = %q, %v; want %q", tt.proto, tt.port, got, err, tt.want)
+		}
+	}
+	noPorts := &ServiceExport{Metadata: ObjectMeta{Name: "x", Namespace: "ns"}, Spec: ServiceExportSpec{Target: "c:1"}}
+	if got, err := noPorts.TargetForProtocol(UDP, 9); got != "c:1" || err != nil {
+		t.Errorf("export without ports, UDP: %q, %v; want spec.target", got, err)
+	}
+}

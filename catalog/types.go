@@ -124,8 +124,8 @@ type Resource interface {
 // Protocol is a transport protocol of a service port, as in Kubernetes.
 type Protocol string
 
-// The protocols Kubernetes services have. The strait data plane carries TCP;
-// UDP and SCTP are accepted so MCS resources from Kubernetes parse.
+// The protocols Kubernetes services have. The strait data plane carries TCP
+// and UDP; SCTP is accepted so MCS resources from Kubernetes parse.
 const (
 	TCP  Protocol = "TCP"
 	UDP  Protocol = "UDP"
@@ -181,8 +181,9 @@ type ServiceExportSpec struct {
 	Target string `json:"target,omitempty" yaml:"target,omitempty"`
 	// Ports optionally describe the service's ports, copied into imports
 	// (without their targets). A client reaches an import's port; the
-	// stream carries that port number, and the exporting gateway serves
-	// only the TCP ports listed here (any port when none is listed).
+	// stream carries that port number and protocol, and the exporting
+	// gateway serves only the TCP and UDP ports listed here (any port when
+	// none is listed).
 	Ports []ServicePort `json:"ports,omitempty" yaml:"ports,omitempty"`
 }
 
@@ -203,18 +204,31 @@ func (s *ServiceExport) TargetFor(port int32) (string, error) {
 		return "", fmt.Errorf("export %s/%s has a target per port, and the peer did not say which port (a gateway too old for multi-port exports)",
 			s.Metadata.Namespace, s.Metadata.Name)
 	}
+	return s.TargetForProtocol(TCP, port)
+}
+
+// TargetForProtocol returns where the export sends traffic of protocol
+// proto (TCP or UDP) to its port port, by the rules of TargetFor: the
+// listed port of that number and protocol, never one of the other
+// protocol (a service may serve TCP and UDP on one number at different
+// addresses). An export without ports sends every port of either protocol
+// to spec.target.
+func (s *ServiceExport) TargetForProtocol(proto Protocol, port int32) (string, error) {
+	if proto == "" {
+		proto = TCP
+	}
 	if len(s.Spec.Ports) == 0 {
 		return s.Spec.Target, nil
 	}
 	for _, p := range s.Spec.Ports {
-		if p.Port == port && (p.Protocol == TCP || p.Protocol == "") {
+		if p.Port == port && (p.Protocol == proto || (p.Protocol == "" && proto == TCP)) {
 			if p.Target != "" {
 				return p.Target, nil
 			}
 			return s.Spec.Target, nil
 		}
 	}
-	return "", fmt.Errorf("export %s/%s has no TCP port %d", s.Metadata.Namespace, s.Metadata.Name, port)
+	return "", fmt.Errorf("export %s/%s has no %s port %d", s.Metadata.Namespace, s.Metadata.Name, proto, port)
 }
 
 // Targets returns the distinct addresses TargetFor can return, in port
@@ -231,7 +245,7 @@ func (s *ServiceExport) Targets() []string {
 	}
 	for _, p := range s.Spec.Ports {
 		if p.Protocol != TCP && p.Protocol != "" {
-			continue // the data plane carries TCP only
+			continue // warm connections are TCP connections
 		}
 		if p.Target != "" {
 			add(p.Target)

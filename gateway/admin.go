@@ -76,7 +76,9 @@ type Status struct {
 	Intercept string       `json:"intercept"`
 	Peers     []PeerStatus `json:"peers"`
 	Imports   []string     `json:"imports"`
-	Exports   []string     `json:"exports"`
+	// UDPImports are the UDP addresses of imports, with their flows open.
+	UDPImports []string `json:"udp_imports,omitempty"`
+	Exports    []string `json:"exports"`
 	// ImportCount counts import addresses served, ExportCount exports
 	// (also when the lists are left out: AdminClient.Health).
 	ImportCount int `json:"importCount"`
@@ -293,6 +295,7 @@ func (g *Gateway) status(lists bool) Status {
 			st.Imports = append(st.Imports, r.ns+"/"+r.name+" "+addr)
 		}
 	}
+	st.UDPImports = g.udpStatus()
 	g.mu.Unlock()
 	exports := g.routes.Load().exports
 	st.ExportCount = len(exports)

@@ -31,6 +31,7 @@ import (
 //	sources:                          # who a client address is, for policies
 //	  - {cidr: 10.0.0.0/8, namespace: default, labels: {app: web}}
 //	resources: [exports.yaml]         # applied at start, before the admin API opens
+//	udp: {idle-timeout: 30s, queue-bytes: 262144, max-flows: 8192}   # the defaults
 type Config struct {
 	Cluster   string        `yaml:"cluster"`
 	Identity  IdentityFiles `yaml:"identity"`
@@ -87,6 +88,8 @@ type Config struct {
 	// address:port, "auto" (the default) steers where the program loads
 	// and falls back to listeners with a warning where it does not.
 	Intercept string `yaml:"intercept"`
+	// UDP bounds the UDP flows of import ports with protocol UDP (udp.go).
+	UDP UDPConfig `yaml:"udp"`
 
 	Logger *slog.Logger `yaml:"-"`
 }
@@ -250,6 +253,9 @@ func (c *Config) Validate() error {
 	// in this file's words, rather than when the first peer is dialed.
 	if c.KeepaliveTimeout == 0 && c.probeInterval() >= defaultKeepaliveTimeout {
 		return fmt.Errorf("probe-interval %v: must be below keepalive-timeout, which defaults to %v; set keepalive-timeout above it", c.probeInterval(), defaultKeepaliveTimeout)
+	}
+	if err := c.UDP.Validate(); err != nil {
+		return fmt.Errorf("udp.%w", err)
 	}
 	for i := range c.Sources {
 		s := &c.Sources[i]

@@ -52,6 +52,12 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"probe interval tiny", goodConfig + "probe-interval: 10us\n", "probe-interval 10µs: must be at least 100us"},
 		{"probe misses", goodConfig + "probe-misses: -2\n", "probe-misses -2: must be 0 (default 10) to 1000"},
 		{"health address", goodConfig + "health: nowhere\n", "health \"nowhere\": want host:port"},
+		{"udp idle negative", goodConfig + "udp: {idle-timeout: -1s}\n", "udp.idle-timeout -1s: must be 0 (default 30s) or positive"},
+		{"udp idle tiny", goodConfig + "udp: {idle-timeout: 1ms}\n", "udp.idle-timeout 1ms: must be at least 100ms"},
+		{"udp queue below a datagram", goodConfig + "udp: {queue-bytes: 1000}\n", "udp.queue-bytes 1000: must be 0 (default 262144) or 65537 to 67108864"},
+		{"udp queue huge", goodConfig + "udp: {queue-bytes: 1000000000}\n", "udp.queue-bytes 1000000000"},
+		{"udp flows", goodConfig + "udp: {max-flows: -1}\n", "udp.max-flows -1: must be 0 (default 8192) to 1048576"},
+		{"udp unknown field", goodConfig + "udp: {timeout: 1s}\n", "field timeout not found"},
 		{"keepalive not a duration", goodConfig + "keepalive-timeout: soon\n", "line 3: cannot unmarshal !!str `soon` into time.Duration"},
 		{"unknown field", goodConfig + "lisen: :4443\n", "field lisen not found"},
 		{"unknown nested field", "cluster: a\nidentity: {dir: x, certificate: y}\n", "field certificate not found"},
@@ -196,6 +202,11 @@ func FuzzLoadConfig(f *testing.F) {
 	f.Add([]byte("cluster: a\nidentity: {dir: /x}\nlisten: \":99999\"\npreconnect: 99999999999999999999\nsessions: 9223372036854775808\nkeepalive-timeout: 9999999999h\nprobe-interval: 9223372036854775808ns\n"))
 	f.Add([]byte("cluster: a\nidentity: {dir: /x}\nlisten: \":-1\"\npreconnect: -1\nsessions: -16\nkeepalive-timeout: -1s\nprobe-interval: -5ms\n"))
 	f.Add([]byte("cluster: \xff\xfe\nidentity: {dir: /\xc3}\nsources: [{cidr: 10.0.0.0/99, namespace: x}]\n"))
+	// UDP: the defaults, the bounds, one past each, and past the types.
+	f.Add([]byte("cluster: a\nidentity: {dir: /x}\nudp: {idle-timeout: 30s, queue-bytes: 262144, max-flows: 8192}\n"))
+	f.Add([]byte("cluster: a\nidentity: {dir: /x}\nudp: {idle-timeout: 100ms, queue-bytes: 65537, max-flows: 1048576}\n"))
+	f.Add([]byte("cluster: a\nidentity: {dir: /x}\nudp: {idle-timeout: 99ms, queue-bytes: 65536, max-flows: 1048577}\n"))
+	f.Add([]byte("cluster: a\nidentity: {dir: /x}\nudp: {idle-timeout: -9223372036854775808ns, queue-bytes: 9223372036854775807, max-flows: -1}\n"))
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, b []byte) {
 		path := filepath.Join(dir, "gateway.yaml")

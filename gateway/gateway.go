@@ -50,6 +50,7 @@ type Gateway struct {
 	listeners map[string]*importListener // "ip:port" → listener
 	targets   map[string]*preconnector   // target address → warm connections
 	rec       reconciled                 // what reconcile made of the store so far
+	udp       udpPlane                   // UDP sockets and flows (udp_egress.go)
 	wg        sync.WaitGroup             // every goroutine the gateway starts
 	wan       tunnel.Listener
 	steering  *steering // nil: a listener per import address
@@ -260,6 +261,7 @@ func (g *Gateway) shutdown() {
 			t.close()
 			delete(g.targets, k)
 		}
+		g.closeUDP()
 		g.mu.Unlock()
 	})
 	g.wg.Wait()
@@ -294,13 +296,14 @@ type reconciled struct {
 // changed since its last call (the store's Changes), and everything when
 // the store cannot tell or when two imports claim one address (a full
 // pass decides which gets it).
-func (g *Gateway) reconcile() error {
+func (g *Gateway) reconcile() (err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.ctx == nil || g.ctx.Err() != nil {
 		return nil
 	}
 	set := g.store.Set()
+	defer func() { err = errors.Join(err, g.reconcileUDP(set)) }()
 	if g.rec.rev != 0 {
 		changed, deleted, rev, reset := set.ChangesShared(g.rec.rev) // read only
 		if !reset {
@@ -311,7 +314,7 @@ func (g *Gateway) reconcile() error {
 		}
 	}
 	rev := set.Revision() // before listing: a later change is seen again, harmlessly
-	err := g.reconcileAll(set)
+	err = g.reconcileAll(set)
 	g.rec.rev = rev
 	return err
 }

@@ -19,7 +19,10 @@ type Header struct {
 	// Port is the import's port the client connected to, which the
 	// exporting gateway maps to that port's target; 0 when the sender did
 	// not say (version 1).
-	Port            uint16
+	Port uint16
+	// Datagram marks a stream that carries one UDP flow of the port as
+	// datagram records (tunnel.DatagramReader), version 3; false is TCP.
+	Datagram        bool
 	SourceNamespace string
 	SourceLabels    map[string]string
 }
@@ -28,7 +31,8 @@ type Header struct {
 //
 //	'S' version
 //	len namespace, len export, len source namespace   (each followed by its bytes)
-//	version 2 only: port, 1..65535
+//	version 2 and 3: port, 1..65535
+//	version 3 only: IP protocol number, 17 (UDP)
 //	count of labels, then per label: len key, key, len value, value
 //
 // Labels are sorted by key so equal headers encode to equal bytes.
@@ -36,11 +40,17 @@ type Header struct {
 // reaches its own target. Marshal writes version 1 when Port is 0, which is
 // what a version-1 gateway sends, and ParseHeader reads both; a version-1
 // gateway refuses version 2 with a reason naming the version, which the
-// sending gateway logs.
+// sending gateway logs. Version 3 added the protocol, for UDP flows
+// carried as datagram streams; Marshal writes it only for those, so TCP
+// streams stay readable by version-2 gateways, which refuse UDP flows
+// naming the version.
 const (
 	headerMagic   = 'S'
 	headerV1      = 1
-	headerVersion = 2
+	headerV2      = 2
+	headerVersion = 3
+	// protoUDP is UDP's IP protocol number, the only one version 3 carries.
+	protoUDP      = 17
 	maxNameLen    = 253
 	maxLabels     = 64
 	maxLabelKey   = 317 // a DNS-subdomain prefix, '/', a 63-byte name
@@ -53,8 +63,11 @@ var ErrBadHeader = errors.New("bad stream header")
 // Marshal encodes h.
 func (h Header) Marshal() []byte {
 	b := make([]byte, 0, 16+len(h.Namespace)+len(h.Export)+len(h.SourceNamespace)+32*len(h.SourceLabels))
-	version := byte(headerVersion)
-	if h.Port == 0 {
+	version := byte(headerV2)
+	switch {
+	case h.Datagram:
+		version = headerVersion
+	case h.Port == 0:
 		version = headerV1
 	}
 	b = append(b, headerMagic, version)
@@ -63,6 +76,9 @@ func (h Header) Marshal() []byte {
 	b = appendString(b, h.SourceNamespace)
 	if version >= 2 {
 		b = binary.AppendUvarint(b, uint64(h.Port))
+	}
+	if version >= 3 {
+		b = binary.AppendUvarint(b, protoUDP)
 	}
 	keys := make([]string, 0, len(h.SourceLabels))
 	for k := range h.SourceLabels {
@@ -106,6 +122,13 @@ func ParseHeader(b []byte) (Header, error) {
 		} else {
 			h.Port = uint16(p)
 		}
+	}
+	if version >= 3 {
+		// TCP has the version-2 encoding; here it would be a second one.
+		if p := d.uvarint("protocol"); d.err == nil && p != protoUDP {
+			d.fail("protocol %d: want %d (UDP)", p, protoUDP)
+		}
+		h.Datagram = true
 	}
 	n := d.uvarint("label count")
 	if d.err == nil && n > maxLabels {

@@ -14,6 +14,8 @@ func TestHeaderRoundTrip(t *testing.T) {
 		{Namespace: "default", Export: "echo", Port: 1},
 		{Namespace: "default", Export: "echo", Port: 9090, SourceNamespace: "web", SourceLabels: map[string]string{"app": "front"}},
 		{Namespace: "default", Export: "echo", Port: 65535},
+		{Namespace: "default", Export: "dns", Port: 53, Datagram: true},
+		{Namespace: "default", Export: "dns", Port: 53, Datagram: true, SourceNamespace: "web", SourceLabels: map[string]string{"app": "front"}},
 	} {
 		b := h.Marshal()
 		got, err := ParseHeader(b)
@@ -24,8 +26,15 @@ func TestHeaderRoundTrip(t *testing.T) {
 			t.Errorf("round trip: got %+v, want %+v", got, h)
 		}
 		// Without a port the header is exactly what a version-1 gateway
-		// sends and reads; with one, version 2.
-		if want := map[bool]byte{true: 1, false: 2}[h.Port == 0]; b[1] != want {
+		// sends and reads; with one, version 2; a UDP flow, version 3.
+		want := byte(2)
+		switch {
+		case h.Datagram:
+			want = 3
+		case h.Port == 0:
+			want = 1
+		}
+		if b[1] != want {
 			t.Errorf("%+v encodes as version %d, want %d", h, b[1], want)
 		}
 	}
@@ -62,14 +71,18 @@ func TestParseHeaderRejects(t *testing.T) {
 		"v2 no port":         {'S', 2, 1, 'n', 1, 'e', 0},
 		"v2 long port":       {'S', 2, 1, 'n', 1, 'e', 0, 0x81, 0x00, 0},
 		"v2 cut in the port": Header{Namespace: "n", Export: "e", Port: 300}.Marshal()[:8],
+		"v3 TCP":             {'S', 3, 1, 'n', 1, 'e', 0, 53, 6, 0},
+		"v3 no protocol":     {'S', 3, 1, 'n', 1, 'e', 0, 53},
+		"v3 port 0":          {'S', 3, 1, 'n', 1, 'e', 0, 0, 17, 0},
+		"v3 long protocol":   {'S', 3, 1, 'n', 1, 'e', 0, 53, 0x91, 0x00, 0},
 	} {
 		if _, err := ParseHeader(b); !errors.Is(err, ErrBadHeader) {
 			t.Errorf("%s: err = %v, want ErrBadHeader", name, err)
 		}
 	}
 	// An unknown version is refused with a reason the sending gateway logs.
-	if _, err := ParseHeader([]byte{'S', 3, 1, 'n', 1, 'e', 0, 0}); err == nil || !strings.Contains(err.Error(), "version 3, this gateway speaks 1 to 2") {
-		t.Errorf("version 3: err = %v, want one naming the versions", err)
+	if _, err := ParseHeader([]byte{'S', 4, 1, 'n', 1, 'e', 0, 0}); err == nil || !strings.Contains(err.Error(), "version 4, this gateway speaks 1 to 3") {
+		t.Errorf("version 4: err = %v, want one naming the versions", err)
 	}
 }
 
@@ -92,6 +105,10 @@ func FuzzParseHeader(f *testing.F) {
 	f.Add([]byte{'S', 2, 1, 'n', 1, 'e', 0, 0, 0})
 	f.Add([]byte{'S', 2, 1, 'n', 1, 'e', 0, 0x80, 0x80, 0x04, 0})
 	f.Add([]byte{'S', 2, 1, 'n', 1, 'e', 0, 0x81, 0x00, 0})
+	// Version 3: a UDP flow, and protocols that are not UDP.
+	f.Add(Header{Namespace: "n", Export: "e", Port: 53, Datagram: true, SourceLabels: map[string]string{"k": "v"}}.Marshal())
+	f.Add([]byte{'S', 3, 1, 'n', 1, 'e', 0, 53, 6, 0})
+	f.Add([]byte{'S', 3, 1, 'n', 1, 'e', 0, 53, 0x91, 0x00, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, err := ParseHeader(b)
 		if err != nil {

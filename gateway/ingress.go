@@ -69,6 +69,10 @@ func (g *Gateway) serveStream(peerCluster string, st tunnel.Stream) {
 		_ = st.Reset("denied by policy: " + dec.Reason)
 		return
 	}
+	if h.Datagram {
+		g.serveUDPStream(st, h, exp)
+		return
+	}
 	// The port's own target, never another port's: a client of one port
 	// must not reach the server of another.
 	addr, err := exp.TargetFor(int32(h.Port))

@@ -50,6 +50,8 @@ type metrics struct {
 	// rtt holds every keepalive round-trip sample per peer cluster; the
 	// gauge strait_peer_rtt_seconds is only the smoothed value.
 	rtt *prometheus.HistogramVec
+
+	udp udpMetrics
 }
 
 // latencyBuckets span 10 µs to about 2.6 s by factors of 2: a stream
@@ -94,7 +96,7 @@ func newMetrics() *metrics {
 		Help: "Time from a stream's arrival at the exporting gateway to the first byte of its target's answer.", Buckets: latencyBuckets})
 	m.rtt = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "strait_peer_rtt_sample_seconds",
 		Help: "Keepalive round-trip samples to each peer cluster's gateways (TLS transport).", Buckets: latencyBuckets}, []string{"peer"})
-	m.reg.MustRegister(m.openTime, m.firstByte, m.rtt,
+	m.reg.MustRegister(m.openTime, m.firstByte, m.rtt, &m.udp,
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	return m
 }

@@ -63,6 +63,12 @@ func TestGatewayResources(t *testing.T) {
 			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "metrics", Protocol: corev1.ProtocolTCP, Port: 9090})
 		}),
 		&mcs.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "multi"}},
+		// DNS: UDP and TCP on one number, each carried with its protocol.
+		service(ns, "dns", func(s *corev1.Service) {
+			s.Spec.ClusterIP = "10.0.0.93"
+			s.Spec.Ports = []corev1.ServicePort{{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53}, {Name: "dns-tcp", Protocol: corev1.ProtocolTCP, Port: 53}}
+		}),
+		&mcs.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dns"}},
 		service(ns, "hmulti", func(s *corev1.Service) {
 			s.Spec.ClusterIP = corev1.ClusterIPNone
 			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "admin", Protocol: corev1.ProtocolTCP, Port: 9000},
@@ -83,6 +89,8 @@ func TestGatewayResources(t *testing.T) {
 		&mcs.ServiceExport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ghost"}},
 		&mcs.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "remote"},
 			Spec: mcs.ServiceImportSpec{Type: mcs.ClusterSetIP, IPs: []string{"10.77.1.5"}, Ports: []mcs.ServicePort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80}}}},
+		&mcs.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "remote-dns"},
+			Spec: mcs.ServiceImportSpec{Type: mcs.ClusterSetIP, IPs: []string{"10.77.1.6"}, Ports: []mcs.ServicePort{{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53}}}},
 		&mcs.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "headless"},
 			Spec: mcs.ServiceImportSpec{Type: mcs.Headless, Ports: []mcs.ServicePort{{Port: 80}}}},
 		&api.Peer{ObjectMeta: metav1.ObjectMeta{Name: "p-" + ns}, Spec: catalog.PeerSpec{Gateways: []string{"192.0.2.9:4443"}}},
@@ -97,13 +105,15 @@ func TestGatewayResources(t *testing.T) {
 	})
 	// The import's status, as the writer would set it: from b and a (this
 	// cluster, which the gateway must not dial).
-	var si mcs.ServiceImport
-	if err := c.Get(ctx, keyOf(ns, "remote"), &si); err != nil {
-		t.Fatal(err)
-	}
-	si.Status.Clusters = []mcs.ClusterStatus{{Cluster: "a"}, {Cluster: "b"}}
-	if err := c.Status().Update(ctx, &si); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"remote", "remote-dns"} {
+		var si mcs.ServiceImport
+		if err := c.Get(ctx, keyOf(ns, name), &si); err != nil {
+			t.Fatal(err)
+		}
+		si.Status.Clusters = []mcs.ClusterStatus{{Cluster: "a"}, {Cluster: "b"}}
+		if err := c.Status().Update(ctx, &si); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	ctrl, err := New(Config{Cluster: "a", REST: k.Config, SyncOnly: true})
@@ -149,6 +159,20 @@ func TestGatewayResources(t *testing.T) {
 		if got := targets(export(tt.name)); !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("%s: targets %v, want %v: %s", tt.name, got, tt.want, tt.why)
 		}
+	}
+	// The UDP port reaches the gateway as UDP, with its own target; the
+	// TCP port of the same number stays TCP.
+	if e := export("dns"); e == nil {
+		t.Error("dns: not exported")
+	} else {
+		udp, uerr := e.TargetForProtocol(catalog.UDP, 53)
+		tcp, terr := e.TargetForProtocol(catalog.TCP, 53)
+		if uerr != nil || udp != "10.0.0.93:53" || terr != nil || tcp != "10.0.0.93:53" || e.Spec.Ports[0].Protocol != catalog.UDP {
+			t.Errorf("dns: ports %+v: UDP 53 → %q (%v), TCP 53 → %q (%v); want both to the cluster IP with their protocols", e.Spec.Ports, udp, uerr, tcp, terr)
+		}
+	}
+	if imp, _ := got[catalog.Key{Kind: catalog.KindServiceImport, Namespace: ns, Name: "remote-dns"}].(*catalog.ServiceImport); imp == nil || len(imp.Spec.Ports) != 1 || imp.Spec.Ports[0].Protocol != catalog.UDP {
+		t.Errorf("remote-dns import: %+v, want its port as UDP", imp)
 	}
 	if export("lonely") != nil || export("ghost") != nil {
 		t.Error("exports without a target (no endpoint, no service) must be left out")

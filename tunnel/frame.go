@@ -45,6 +45,21 @@ import (
 // that is already gone still counts against the session window; the
 // receiver discards it and credits it back. Frames for a stream that was
 // never opened are a protocol violation.
+//
+// Datagram streams (datagram.go). A stream whose opener's header says so
+// (the gateway's stream header version 3, protocol UDP) carries datagrams
+// instead of a byte stream, as records in its DATA payload, each:
+//
+//	+-----------------+-----------------------------------------------+
+//	|    length 16    |           datagram (length bytes)             |
+//	+-----------------+-----------------------------------------------+
+//
+// Records may span DATA frames and a frame may hold several; a record of
+// length 0 is an empty datagram. FIN after a whole record ends the flow;
+// a stream that ends inside a record broke the framing, and the receiver
+// resets it. The multiplexer itself does not look into records: flow
+// control, FIN and RESET work as on any stream, and a sender drops
+// datagrams it cannot queue (bounded per flow) rather than stalling.
 const (
 	protocolALPN = "strait-mux/1"
 

@@ -181,3 +181,19 @@ func BPFFS(t testing.TB) string {
 	})
 	return dir
 }
+
+// RouteVia adds a route to dst (an address or prefix) in netns along the
+// path netns takes toward the address towards: same gateway and device.
+// Labs route between node addresses only; tests route extra addresses,
+// such as clusterset IPs, this way.
+func RouteVia(t testing.TB, netns, dst, towards string) {
+	t.Helper()
+	f := strings.Fields(Run(t, "ip", "-n", netns, "-o", "route", "get", towards))
+	args := []string{"-n", netns, "route", "add", dst}
+	for i := 0; i+1 < len(f); i++ {
+		if f[i] == "via" || f[i] == "dev" {
+			args = append(args, f[i], f[i+1])
+		}
+	}
+	Run(t, "ip", args...)
+}

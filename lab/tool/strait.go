@@ -405,9 +405,9 @@ func (t *straitTool) AdminSocket(node string) string {
 	return filepath.Join(t.env.Dir, gp.node.Cluster+"-"+gp.node.Name+".sock")
 }
 
-// straitCarries lists what strait's gateways carry: TCP streams over the
-// fabric's TLS sessions. The README's "Tools" section says so too; add a
-// protocol here when the gateways carry it.
+// straitCarries lists what this tool carries: the gateways carry TCP and
+// UDP import ports, but the tool programs every lab service as a TCP port
+// (services name no protocol yet), so UDP measurements show "not carried".
 var straitCarries = map[Protocol]bool{TCP: true}
 
 // Carries reports whether strait's gateways carry proto.
