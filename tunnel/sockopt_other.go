@@ -22,6 +22,6 @@ func tuneTCP(conn net.Conn, cfg *Config) (algo, upgrade string) {
 
 func setCongestion(net.Conn, string) string { return "" }
 
-func lossState(net.Conn) (uint32, bool, bool) { return 0, false, false }
+func lossState(net.Conn) (retrans, notsent, window uint32, ok bool) { return 0, 0, 0, false }
 
 func kernelSilence(net.Conn) (time.Duration, bool) { return 0, false }
