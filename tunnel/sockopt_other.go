@@ -4,6 +4,7 @@ package tunnel
 
 import (
 	"net"
+	"syscall"
 	"time"
 )
 
@@ -21,6 +22,8 @@ func tuneTCP(conn net.Conn, cfg *Config) (algo, upgrade string) {
 }
 
 func setCongestion(net.Conn, string) string { return "" }
+
+func presetCongestion(*Config) func(network, address string, c syscall.RawConn) error { return nil }
 
 func lossState(net.Conn) (retrans, notsent, window uint32, ok bool) { return 0, 0, 0, false }
 

@@ -162,7 +162,7 @@ func (c *Config) withDefaults() *Config {
 		d.PeerIdentity = URIIdentity
 	}
 	if d.DialContext == nil {
-		d.DialContext = (&net.Dialer{}).DialContext
+		d.DialContext = (&net.Dialer{Control: presetCongestion(&d)}).DialContext
 	}
 	return &d
 }
@@ -255,7 +255,7 @@ func (t *TLSTransport) Listen(addr string) (Listener, error) {
 	if t.cfg.ServerTLS == nil {
 		return nil, fmt.Errorf("listen %s: tunnel config: ServerTLS is required to listen", addr)
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := (&net.ListenConfig{Control: presetCongestion(t.cfg)}).Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
