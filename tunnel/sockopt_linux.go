@@ -124,23 +124,23 @@ func setCongestion(conn net.Conn, name string) string {
 }
 
 // lossState returns how many segments the kernel retransmitted on conn so
-// far, how many bytes wait in the socket unsent and how many the congestion
-// window lets into flight; ok is false when conn is not a TCP socket.
-func lossState(conn net.Conn) (retrans, notsent, window uint32, ok bool) {
+// far and how many bytes wait in the socket unsent; ok is false when conn is
+// not a TCP socket.
+func lossState(conn net.Conn) (retrans, notsent uint32, ok bool) {
 	tc, isTCP := conn.(*net.TCPConn)
 	if !isTCP {
-		return 0, 0, 0, false
+		return 0, 0, false
 	}
 	raw, err := tc.SyscallConn()
 	if err != nil {
-		return 0, 0, 0, false
+		return 0, 0, false
 	}
 	var info *unix.TCPInfo
 	cerr := raw.Control(func(fd uintptr) { info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
 	if cerr != nil || err != nil {
-		return 0, 0, 0, false
+		return 0, 0, false
 	}
-	return info.Total_retrans, info.Notsent_bytes, info.Snd_cwnd * info.Snd_mss, true
+	return info.Total_retrans, info.Notsent_bytes, true
 }
 
 // kernelSilence reports how long ago the kernel last received anything from
