@@ -443,9 +443,15 @@ func (s *session) upgradeCongestion() {
 	if s.batch == nil {
 		return
 	}
-	if got := setCongestion(s.batch.Conn, want); got != "" {
+	got := setCongestion(s.batch.Conn, want)
+	switch {
+	case got == want:
 		s.congestion.Store(&got)
 		s.log.Info("congestion control switched for bulk", "peer", s.peer, "congestion", got)
+	case got != "":
+		// The kernel has it (tuneTCP read that) but refused this process:
+		// without CAP_NET_ADMIN only tcp_allowed_congestion_control counts.
+		s.log.Warn("congestion control for bulk refused; add it to net.ipv4.tcp_allowed_congestion_control", "peer", s.peer, "want", want, "congestion", got)
 	}
 }
 
