@@ -25,7 +25,7 @@ type session struct {
 	bw          *bufio.Writer
 	batch       *recordBatcher // below TLS; nil on other connections
 	ramp        int            // small records written since the writer was idle (writer goroutine only)
-	bulkRun     int            // DATA bytes written since the last bulk check (writer goroutine only)
+	bulkRun     int            // DATA bytes written since the last bulk look (writer goroutine only)
 	ccUpgrade   string         // congestion control to switch to at the first lossy bulk transfer (writer goroutine only)
 	bulkRetrans uint32         // the socket's retransmissions at the last bulk check (writer goroutine only)
 	client      bool
@@ -318,6 +318,11 @@ func (s *session) writeLoop() {
 				break
 			}
 			corked = false
+			// A burst is in the kernel now: what its window could not
+			// send is still there (see bulkBacklog).
+			if s.ccUpgrade != "" && s.bulkRun >= bulkBacklog {
+				s.bulkLook()
+			}
 			idleSince = time.Now()
 			select {
 			case <-s.wsig:
@@ -339,15 +344,7 @@ func (s *session) writeLoop() {
 		if r.hdr.typ == frameData {
 			s.bulkRun += len(r.payload)
 			if s.ccUpgrade != "" && s.bulkRun >= bulkBytes {
-				s.bulkRun = 0
-				if s.batch != nil {
-					if n, notsent, ok := lossState(s.batch.Conn); ok {
-						if lossyBulk(s.bulkRetrans, n, notsent, s.cfg.NotSentLowWater) {
-							s.upgradeCongestion()
-						}
-						s.bulkRetrans = n
-					}
-				}
+				s.bulkLook()
 			}
 		}
 		if err == nil && r.flush {
@@ -392,10 +389,13 @@ const (
 )
 
 // A session switches to its bulk congestion control (Config.Congestion)
-// when it carries bulk data over a path that loses it. Every bulkBytes of
-// DATA it looks at its socket: if the kernel retransmitted segments since
-// the last look and at least bulkBacklog waits in the socket unsent, the
-// network, not the application, sets the pace, and it switches. That is
+// when it carries bulk data over a path that loses it. It looks at its
+// socket every bulkBytes of DATA, and when its writer runs dry after at
+// least bulkBacklog of DATA (a burst is then in the kernel: looks while the
+// writer gathers records see only earlier bursts, long delivered when
+// requests and responses alternate): if the kernel retransmitted segments
+// since the last look and at least bulkBacklog waits in the socket unsent,
+// the network, not the application, sets the pace, and it switches. That is
 // where cubic collapses (it halves its window at every loss and, carrying
 // bursts, never grows it back; seed 000's lossy link) and bbr keeps the link
 // full. A LAN loses nothing, so it stays unpaced however much it carries.
@@ -434,6 +434,20 @@ const (
 	burstCongestion = "cubic"
 	bulkCongestion  = "bbr"
 )
+
+// bulkLook applies the switch rule to the socket (writer goroutine).
+func (s *session) bulkLook() {
+	s.bulkRun = 0
+	if s.batch == nil {
+		return
+	}
+	if n, notsent, ok := lossState(s.batch.Conn); ok {
+		if lossyBulk(s.bulkRetrans, n, notsent, s.cfg.NotSentLowWater) {
+			s.upgradeCongestion()
+		}
+		s.bulkRetrans = n
+	}
+}
 
 // upgradeCongestion switches the socket to the bulk congestion control
 // (writer goroutine), once.
