@@ -418,14 +418,25 @@ const bulkBytes = 512 << 10
 // unsent.
 const bulkBacklog = 64 << 10
 
-// lossyBulk is the switch rule: retransmissions since the last look
-// (retrans0 then, retrans now) with notsent bytes waiting in the socket.
-func lossyBulk(retrans0, retrans, notsent uint32, lowWater int) bool {
+// sockState is what a look at the socket finds.
+type sockState struct {
+	retrans    uint32 // segments retransmitted so far, less reported duplicates
+	notsent    uint32 // bytes waiting unsent
+	cwnd       uint64 // bytes the congestion window lets into flight
+	peerWindow uint64 // bytes the peer's receive window lets into flight
+}
+
+// lossyBulk is the switch rule: more retransmissions than at the last look
+// (retrans0; the count falls as duplicates are reported, and wraps), at
+// least bulkBacklog unsent, and the congestion window, not the peer's
+// receive window, holding it back: a receiver that reads slowly (or drops
+// what overflows its buffer) is no case for bbr, which only paces.
+func lossyBulk(retrans0 uint32, st sockState, lowWater int) bool {
 	backlog := uint64(bulkBacklog)
 	if lowWater > 0 {
 		backlog = min(backlog, max(uint64(lowWater)/2, 1))
 	}
-	return retrans != retrans0 && uint64(notsent) >= backlog
+	return int32(st.retrans-retrans0) > 0 && uint64(st.notsent) >= backlog && st.cwnd < st.peerWindow
 }
 
 // The congestion controls of Config.Congestion's default: the one a session
@@ -441,11 +452,11 @@ func (s *session) bulkLook() {
 	if s.batch == nil {
 		return
 	}
-	if n, notsent, ok := lossState(s.batch.Conn); ok {
-		if lossyBulk(s.bulkRetrans, n, notsent, s.cfg.NotSentLowWater) {
+	if st, ok := lossState(s.batch.Conn); ok {
+		if lossyBulk(s.bulkRetrans, st, s.cfg.NotSentLowWater) {
 			s.upgradeCongestion()
 		}
-		s.bulkRetrans = n
+		s.bulkRetrans = st.retrans
 	}
 }
 

@@ -123,24 +123,30 @@ func setCongestion(conn net.Conn, name string) string {
 	return algo
 }
 
-// lossState returns how many segments the kernel retransmitted on conn so
-// far and how many bytes wait in the socket unsent; ok is false when conn is
-// not a TCP socket.
-func lossState(conn net.Conn) (retrans, notsent uint32, ok bool) {
+// lossState reads what the bulk rule (lossyBulk) needs from conn's TCP_INFO;
+// ok is false when conn is not a TCP socket.
+func lossState(conn net.Conn) (st sockState, ok bool) {
 	tc, isTCP := conn.(*net.TCPConn)
 	if !isTCP {
-		return 0, 0, false
+		return st, false
 	}
 	raw, err := tc.SyscallConn()
 	if err != nil {
-		return 0, 0, false
+		return st, false
 	}
 	var info *unix.TCPInfo
 	cerr := raw.Control(func(fd uintptr) { info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
 	if cerr != nil || err != nil {
-		return 0, 0, false
+		return st, false
 	}
-	return info.Total_retrans, info.Notsent_bytes, true
+	return sockState{
+		// Retransmissions the peer reported as duplicates (DSACK: the
+		// original had arrived) were no loss.
+		retrans:    info.Total_retrans - min(info.Dsack_dups, info.Total_retrans),
+		notsent:    info.Notsent_bytes,
+		cwnd:       uint64(info.Snd_cwnd) * uint64(info.Snd_mss),
+		peerWindow: uint64(info.Snd_wnd),
+	}, true
 }
 
 // kernelSilence reports how long ago the kernel last received anything from

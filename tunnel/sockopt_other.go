@@ -25,6 +25,6 @@ func setCongestion(net.Conn, string) string { return "" }
 
 func presetCongestion(*Config) func(network, address string, c syscall.RawConn) error { return nil }
 
-func lossState(net.Conn) (retrans, notsent uint32, ok bool) { return 0, 0, false }
+func lossState(net.Conn) (sockState, bool) { return sockState{}, false }
 
 func kernelSilence(net.Conn) (time.Duration, bool) { return 0, false }
