@@ -31,8 +31,8 @@ type Config struct {
 
 	// Congestion is the TCP congestion control for WAN sockets. "" means
 	// cubic until the session carries lossy bulk — the kernel retransmitted
-	// and a backlog of several congestion windows waits unsent (lossyBulk in
-	// session.go) — then bbr for good, when the kernel offers it: bbr keeps
+	// and 64 KiB or more wait unsent behind the congestion window (lossyBulk
+	// in session.go) — then bbr for good, when the kernel offers it: bbr keeps
 	// a lossy long link full where cubic collapses (1 MB echo at seed 001's
 	// cloud30: 120 ms on bbr, 2.4 s on cubic), but paces every burst at its
 	// bandwidth estimate, which on a session carrying requests and
