@@ -547,6 +547,7 @@ func TestTwoClusters(t *testing.T) {
 		{"ExportTargetRestarts", testTargetRestarts},
 		{"ImportSurvivesFDExhaustion", testFDExhaustion},
 		{"StalledHost", testStalledHost},
+		{"CubicForLossyRequests", testCubicForLossyRequests},
 		{"BBROnlyForLossyBulk", testBBROnlyForLossyBulk},
 		{"WANPartition", testPartition},
 		{"LiveChangesAndRestart", testLiveChanges},
@@ -1191,6 +1192,47 @@ func testStalledHost(t *testing.T, e *env) {
 		t.Fatalf("upload across a 2.5 s stall of both gateways: %v: %q", err, out[max(0, len(out)-200):])
 	}
 	e.mustEcho(t, portEcho, "after the stall")
+}
+
+// testCubicForLossyRequests sends keep-alive 10 KB echoes over a WAN that
+// drops 3 % of the gateways' segments (nft numgen as they arrive: a drop on
+// output would only make the sender try again, not lose anything):
+// the retransmissions, and the windows too small for a whole response that
+// they leave, must not move a session to bbr, which would pace every
+// response at the rate of the last ones (README, "Performance").
+func testCubicForLossyRequests(t *testing.T, e *env) {
+	const table = "strait_test_wanloss"
+	for _, g := range []*gw{e.a, e.b} {
+		rules := fmt.Sprintf("table inet %s {\n chain in {\n type filter hook input priority 0;\n tcp sport %d numgen random mod 100 < 3 counter drop\n tcp dport %d numgen random mod 100 < 3 counter drop\n }\n}\n", table, wanPort, wanPort)
+		cmd := exec.Command("ip", "netns", "exec", g.netns, "nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(rules)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: nft: %v: %s", g.cluster, err, out)
+		}
+		t.Cleanup(func() {
+			_ = exec.Command("ip", "netns", "exec", g.netns, "nft", "delete", "table", "inet", table).Run()
+		})
+	}
+	const requests, size = 120, 10000
+	body := writeTemp(t, "req-*", strings.Repeat("r", size))
+	args := []string{"--fail", "--data-binary", "@" + body}
+	for range requests {
+		args = append(args, e.url(portEcho))
+	}
+	if out, code := e.curl(t, args...); code != 0 || len(out) != requests*size {
+		t.Fatalf("%d keep-alive echoes of %d bytes: curl exit %d, %d bytes back", requests, size, code, len(out))
+	}
+	retrans := 0
+	for _, g := range []*gw{e.a, e.b} {
+		out := testenv.Run(t, "ip", "netns", "exec", g.netns, "ss", "-tin", "state", "established", "( sport = :"+strconv.Itoa(wanPort)+" or dport = :"+strconv.Itoa(wanPort)+" )")
+		if strings.Contains(out, "bbr") {
+			t.Fatalf("%s: WAN sockets after lossy request/response traffic, want all cubic:\n%s", g.cluster, out)
+		}
+		retrans += strings.Count(out, "bytes_retrans:")
+	}
+	if retrans == 0 {
+		t.Fatalf("no WAN socket retransmitted anything: the drop rules did not bite:\n%s", testenv.Run(t, "ip", "netns", "exec", e.b.netns, "nft", "list", "table", "inet", table))
+	}
 }
 
 // testBBROnlyForLossyBulk checks the WAN sockets' congestion control:

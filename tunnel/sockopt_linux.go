@@ -2,10 +2,60 @@ package tunnel
 
 import (
 	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
+
+// setCC sets the congestion control of socket fd. Every choice of ours goes
+// through it, so a test can see each algorithm a socket was ever given.
+var setCC = func(fd int, name string) error {
+	return unix.SetsockoptString(fd, unix.IPPROTO_TCP, unix.TCP_CONGESTION, name)
+}
+
+// availableCC is the kernel's tcp_available_congestion_control, read once.
+var availableCC = sync.OnceValue(func() []string {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
+	if err != nil {
+		return nil
+	}
+	return strings.Fields(string(b))
+})
+
+// startCongestion is the congestion control a WAN socket starts with, ""
+// for the namespace's default.
+func startCongestion(cfg *Config) string {
+	switch cfg.Congestion {
+	case "":
+		return burstCongestion
+	case "system":
+		return ""
+	}
+	return cfg.Congestion
+}
+
+// presetCongestion sets a socket's starting congestion control before it
+// connects or listens (a listener's connections inherit it). The kernel
+// initializes the algorithm a socket has when the connection is
+// established, and bbr marks the socket for pacing on initialization, for
+// good: a socket that ever started as bbr — the namespace default on many
+// hosts, this one included — paces every burst even once it runs cubic.
+func presetCongestion(cfg *Config) func(network, address string, c syscall.RawConn) error {
+	name := startCongestion(cfg)
+	return func(_, _ string, c syscall.RawConn) error {
+		if name != "" {
+			// An unavailable algorithm fails with ENOENT: the default
+			// stays, as tuneTCP documents.
+			_ = c.Control(func(fd uintptr) { _ = setCC(int(fd), name) })
+		}
+		return nil
+	}
+}
 
 // tuneTCP applies Config's socket options to a TCP connection. It returns
 // the congestion control in use ("" when conn is not a TCP socket, e.g. a
@@ -35,22 +85,21 @@ func tuneTCP(conn net.Conn, cfg *Config) (algo, upgrade string) {
 		if cfg.NotSentLowWater > 0 {
 			_ = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, cfg.NotSentLowWater)
 		}
-		want := cfg.Congestion
-		if want == "" {
-			// Start without pacing; bbr takes over at the first bulk
-			// transfer, if the kernel has it.
-			if unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, bulkCongestion) == nil {
-				_ = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, burstCongestion)
-				upgrade = bulkCongestion
-			}
-		} else if want != "system" {
-			// Unavailable algorithms fail with ENOENT; the default stays.
-			_ = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, want)
-		}
 		algo, _ = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
+		// A connection dialed or accepted without presetCongestion (a
+		// Config.DialContext of the caller's) gets its algorithm here,
+		// after the kernel initialized the default.
+		if want := startCongestion(cfg); want != "" && algo != want {
+			// Unavailable algorithms fail with ENOENT; the default stays.
+			_ = setCC(int(fd), want)
+			algo, _ = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
+		}
 	})
-	if algo == upgrade {
-		upgrade = ""
+	// Bbr takes over at the first lossy bulk transfer, if the kernel has
+	// it. Its availability is read from /proc, never tried on the socket:
+	// setting it even for an instant would make the kernel pace the socket.
+	if cfg.Congestion == "" && algo == burstCongestion && slices.Contains(availableCC(), bulkCongestion) {
+		upgrade = bulkCongestion
 	}
 	return algo, upgrade
 }
@@ -68,30 +117,36 @@ func setCongestion(conn net.Conn, name string) string {
 	}
 	var algo string
 	_ = raw.Control(func(fd uintptr) {
-		_ = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, name)
+		_ = setCC(int(fd), name)
 		algo, _ = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
 	})
 	return algo
 }
 
-// lossState returns how many segments the kernel retransmitted on conn so
-// far and whether data waits in the socket unsent; ok is false when conn is
-// not a TCP socket.
-func lossState(conn net.Conn) (retrans uint32, queued, ok bool) {
+// lossState reads what the bulk rule (lossyBulk) needs from conn's TCP_INFO;
+// ok is false when conn is not a TCP socket.
+func lossState(conn net.Conn) (st sockState, ok bool) {
 	tc, isTCP := conn.(*net.TCPConn)
 	if !isTCP {
-		return 0, false, false
+		return st, false
 	}
 	raw, err := tc.SyscallConn()
 	if err != nil {
-		return 0, false, false
+		return st, false
 	}
 	var info *unix.TCPInfo
 	cerr := raw.Control(func(fd uintptr) { info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) })
 	if cerr != nil || err != nil {
-		return 0, false, false
+		return st, false
 	}
-	return info.Total_retrans, info.Notsent_bytes > 0, true
+	return sockState{
+		// Retransmissions the peer reported as duplicates (DSACK: the
+		// original had arrived) were no loss.
+		retrans:    info.Total_retrans - min(info.Dsack_dups, info.Total_retrans),
+		notsent:    info.Notsent_bytes,
+		cwnd:       uint64(info.Snd_cwnd) * uint64(info.Snd_mss),
+		peerWindow: uint64(info.Snd_wnd),
+	}, true
 }
 
 // kernelSilence reports how long ago the kernel last received anything from

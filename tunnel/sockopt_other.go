@@ -4,6 +4,7 @@ package tunnel
 
 import (
 	"net"
+	"syscall"
 	"time"
 )
 
@@ -22,6 +23,8 @@ func tuneTCP(conn net.Conn, cfg *Config) (algo, upgrade string) {
 
 func setCongestion(net.Conn, string) string { return "" }
 
-func lossState(net.Conn) (uint32, bool, bool) { return 0, false, false }
+func presetCongestion(*Config) func(network, address string, c syscall.RawConn) error { return nil }
+
+func lossState(net.Conn) (sockState, bool) { return sockState{}, false }
 
 func kernelSilence(net.Conn) (time.Duration, bool) { return 0, false }

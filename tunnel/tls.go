@@ -30,18 +30,22 @@ type Config struct {
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	// Congestion is the TCP congestion control for WAN sockets. "" means
-	// cubic until the session carries bulk data and the kernel retransmits
-	// some of it, then bbr for good, when the kernel offers both: bbr keeps
-	// a lossy long link full where cubic collapses, but paces every burst at its bandwidth estimate, which on a
-	// session carrying requests and responses is the rate of those small
-	// bursts (seen at seed 000's edg10: 4-7 Mbit/s after 60-byte echoes,
-	// 65 Mbit/s during 10 KB ones, bbr stuck in startup because every
-	// sample is application-limited), so a 10 KB request left the gateway
-	// ~0.5 ms later than cubic, which sends it at once. A socket is never
-	// switched back: the kernel keeps pacing a socket bbr once ran on.
-	// "bbr" uses bbr from the start; "system" keeps the kernel default; any
-	// other name is tried, and the kernel default stays if it is not
-	// available. Stats.Congestion tells what the socket uses now.
+	// cubic until the session carries lossy bulk — the kernel retransmitted
+	// and 64 KiB or more wait unsent behind the congestion window (lossyBulk
+	// in session.go) — then bbr for good, when the kernel offers it: bbr keeps
+	// a lossy long link full where cubic collapses (1 MB echo at seed 001's
+	// cloud30: 120 ms on bbr, 2.4 s on cubic), but paces every burst at its
+	// bandwidth estimate, which on a session carrying requests and
+	// responses is the rate of those small bursts, so each response leaves
+	// over a good part of a round trip where unpaced cubic sends it at once
+	// (10 KB echo at cloud30: 49 ms on bbr, 39 on cubic, 36 direct). The
+	// algorithm is set before the connection exists, and bbr is never set
+	// to probe for it: the kernel paces a socket bbr ever initialized on, for
+	// good, whatever it runs later; for the same reason a switched socket
+	// is never switched back. "bbr" uses bbr from the start; "system" keeps
+	// the kernel default; any other name is tried, and the kernel default
+	// stays if it is not available. Stats.Congestion tells what the socket
+	// uses now. README, "Performance", has the measurements.
 	Congestion string
 	// SendBuffer sets the socket send buffer, which must hold everything
 	// in flight plus what awaits retransmission: 1 Gbit/s at 40 ms with some
@@ -166,7 +170,7 @@ func (c *Config) withDefaults() *Config {
 		d.PeerIdentity = URIIdentity
 	}
 	if d.DialContext == nil {
-		d.DialContext = (&net.Dialer{}).DialContext
+		d.DialContext = (&net.Dialer{Control: presetCongestion(&d)}).DialContext
 	}
 	return &d
 }
@@ -259,7 +263,7 @@ func (t *TLSTransport) Listen(addr string) (Listener, error) {
 	if t.cfg.ServerTLS == nil {
 		return nil, fmt.Errorf("listen %s: tunnel config: ServerTLS is required to listen", addr)
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := (&net.ListenConfig{Control: presetCongestion(t.cfg)}).Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}

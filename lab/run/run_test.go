@@ -373,6 +373,52 @@ func TestSeed000Reduced(t *testing.T) {
 	}
 }
 
+// TestKeepAliveMatrixReduced runs four cells of the keep-alive matrix (the
+// README's performance table): seed 001's cloud10 and seed 000's edg10, echo
+// 1 KB and 10 KB, 20 requests, direct and strait. It checks that every
+// request succeeded and that each strait cell has its ratio to direct with
+// an interval; the ratios themselves are the lab's to judge on a quiet host.
+func TestKeepAliveMatrixReduced(t *testing.T) {
+	testenv.RequireRoot(t)
+	bin := testenv.StraitBinary(t)
+	state := t.TempDir()
+	// A short directory: the gateways' admin sockets live in the run
+	// directory, and a unix socket's path has at most 107 bytes.
+	out, err := os.MkdirTemp("", "kam")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(out) })
+	t.Cleanup(func() { downLabsIn(state) })
+	cmd := exec.Command(bin, "lab", "run", "../../examples/experiments/keepalive-matrix.yaml", "--scenarios", "cloud10,edg10",
+		"--payloads", "1KB,10KB", "--requests", "20", "--out", out)
+	cmd.Env = append(os.Environ(), lab.StateDirEnv+"="+state)
+	stdout, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("strait lab run keepalive-matrix (reduced): %v\n%s", err, stdout)
+	}
+	cells := readCells(t, runDirIn(t, out))
+	if len(cells) != 8 {
+		t.Fatalf("%d cells, want 8 (2 scenarios × 2 payloads × 2 tools)", len(cells))
+	}
+	for _, c := range cells {
+		if c.Count != 20 || c.Errors != 0 {
+			t.Errorf("%+v: %d requests, %d errors; want 20, none failed", c.Cell, c.Count, c.Errors)
+		}
+		if c.Tool != "strait" {
+			continue
+		}
+		if c.RatioIQRMean == nil || *c.RatioIQRMean <= 0 || c.RatioIQRMeanCI == nil || !c.RatioIQRMeanCI.Valid() {
+			t.Errorf("%+v: no ratio to direct with an interval", c.Cell)
+			continue
+		}
+		t.Logf("%s %s %d B: strait ÷ direct %.3f [%.3f, %.3f]", c.Scenario, c.Workload, c.Payload, *c.RatioIQRMean, c.RatioIQRMeanCI.Lo, c.RatioIQRMeanCI.Hi)
+	}
+	if !bytes.Contains(stdout, []byte("vs direct")) {
+		t.Errorf("table without the ratio column:\n%s", stdout)
+	}
+}
+
 // TestWireguardTool carries echo requests through the wireguard tool
 // (wireguard-go between the gateway nodes) and checks they all succeed.
 func TestWireguardTool(t *testing.T) {

@@ -21,7 +21,14 @@ import (
 	"github.com/strait-net/strait/lab/topology"
 )
 
-func init() { Register("strait", func() Tool { return &straitTool{} }) }
+func init() {
+	Register("strait", func() Tool { return &straitTool{} })
+	// The gateways' WAN congestion control held fixed instead of the
+	// default's choice, to compare the choices in one run (README,
+	// "Performance").
+	Register("strait-cubic", func() Tool { return &straitTool{congestion: "cubic"} })
+	Register("strait-bbr", func() Tool { return &straitTool{congestion: "bbr"} })
+}
 
 const (
 	// GatewayPort is where strait gateways listen for each other in the lab.
@@ -45,10 +52,11 @@ var ImportVIP = netip.MustParseAddr("10.96.0.50")
 // carries no traffic, so the placement rule (data plane on gateway nodes
 // only) holds.
 type straitTool struct {
-	procs processes // the watcher
-	mu    sync.Mutex
-	gws   map[string]*gatewayProc // by node ID
-	env   Env
+	congestion string    // the gateways' congestion setting; "" is their default
+	procs      processes // the watcher
+	mu         sync.Mutex
+	gws        map[string]*gatewayProc // by node ID
+	env        Env
 }
 
 // gatewayProc is one gateway process, which an experiment may kill and
@@ -61,7 +69,12 @@ type gatewayProc struct {
 	done chan struct{}
 }
 
-func (*straitTool) Name() string { return "strait" }
+func (t *straitTool) Name() string {
+	if t.congestion == "" {
+		return "strait"
+	}
+	return "strait-" + t.congestion
+}
 
 func (t *straitTool) Setup(ctx context.Context, env Env) (map[string]string, error) {
 	if env.Server.Cluster == env.Client.Cluster {
@@ -153,6 +166,9 @@ spec: {priority: 1000, action: allow}
 			cfg := fmt.Sprintf("cluster: %s\nidentity: {dir: %s}\nlisten: %s\nadmin: %s\nstate: %s\nresources: [%s]\nmetrics: %s\n",
 				node.Cluster, fabricDir, net.JoinHostPort(node.Addr.String(), strconv.Itoa(GatewayPort)), socket,
 				filepath.Join(env.Dir, name+"-state.json"), resFile, MetricsAddr(node))
+			if t.congestion != "" {
+				cfg += "congestion: " + t.congestion + "\n"
+			}
 			if side.importing {
 				sockets = append(sockets, socket)
 				if len(importGWs) > 1 {

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -93,8 +94,15 @@ func TestTools(t *testing.T) {
 				t.Fatalf("setup: %v", err)
 			}
 			echoThrough(t, l, bin, client.ID, targets["echo"])
+			if cc, ok := strings.CutPrefix(name, "strait-"); ok {
+				gw, _ := l.Plan.Node("a/gw")
+				out, err := exec.Command("ip", "netns", "exec", gw.Netns, "ss", "-tin", "state", "established", "( sport = :"+strconv.Itoa(tool.GatewayPort)+" )").CombinedOutput()
+				if err != nil || !strings.Contains(string(out), cc) || strings.Contains(string(out), map[string]string{"bbr": "cubic", "cubic": "bbr"}[cc]) {
+					t.Errorf("a/gw's WAN sockets, want all on %s: %v\n%s", cc, err, out)
+				}
+			}
 			// strait's version is its executable's, here the test binary's.
-			if v := tl.Version(ctx); name != "strait" && (v == "" || strings.Contains(v, "unknown") || strings.Contains(v, "not found")) {
+			if v := tl.Version(ctx); !strings.HasPrefix(name, "strait") && (v == "" || strings.Contains(v, "unknown") || strings.Contains(v, "not found")) {
 				t.Errorf("version %q", v)
 			}
 			if err := tl.Teardown(ctx); err != nil {

@@ -1,0 +1,12 @@
+package tunnel
+
+// HookCongestion makes every congestion control the package sets on a
+// socket pass through record first, until the test ends.
+func HookCongestion(t interface{ Cleanup(func()) }, record func(name string)) {
+	orig := setCC
+	setCC = func(fd int, name string) error {
+		record(name)
+		return orig(fd, name)
+	}
+	t.Cleanup(func() { setCC = orig })
+}
