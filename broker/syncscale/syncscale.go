@@ -31,6 +31,7 @@ import (
 	"github.com/strait-net/strait/catalog"
 	"github.com/strait-net/strait/fabric"
 	"github.com/strait-net/strait/gateway"
+	"github.com/strait-net/strait/internal/usage"
 )
 
 // Config is one run.
@@ -353,7 +354,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	cpu0 := map[*proc]float64{}
 	for _, p := range append(append(append(procsOf(brokers), etcdProc), agents...), gateways...) {
 		if p != nil {
-			c, err := cpuSeconds(p.cmd.Process.Pid)
+			c, err := usage.CPUSeconds(p.cmd.Process.Pid)
 			if err != nil {
 				return res, err
 			}
@@ -436,7 +437,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		}
 		p := brokers[victim]
 		peak.sample()
-		c, err := cpuSeconds(p.cmd.Process.Pid)
+		c, err := usage.CPUSeconds(p.cmd.Process.Pid)
 		if err != nil {
 			return res, err
 		}
@@ -500,7 +501,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		if p.cmd.ProcessState != nil {
 			continue // the killed broker, counted before the kill
 		}
-		c, err := cpuSeconds(p.cmd.Process.Pid)
+		c, err := usage.CPUSeconds(p.cmd.Process.Pid)
 		if err != nil {
 			return res, err
 		}
@@ -675,50 +676,6 @@ func waitAdmin(ctx context.Context, a *gateway.AdminClient) error {
 	return err
 }
 
-// cpuSeconds is utime+stime of pid from /proc (clock ticks of 100 Hz). A
-// process that has not yet used a tick reads 0, which is a measurement; a
-// stat that cannot be read or parsed is an error, never a silent 0.
-func cpuSeconds(pid int) (float64, error) {
-	path := fmt.Sprintf("/proc/%d/stat", pid)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, fmt.Errorf("cpu time: %w", err)
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 > len(s) {
-		return 0, fmt.Errorf("cpu time: %s: no command field", path)
-	}
-	f := strings.Fields(s[i+2:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("cpu time: %s: %d fields after the command, want at least 13", path, len(f))
-	}
-	u, err := strconv.ParseUint(f[11], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("cpu time: %s utime: %w", path, err)
-	}
-	st, err := strconv.ParseUint(f[12], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("cpu time: %s stime: %w", path, err)
-	}
-	return float64(u+st) / 100, nil
-}
-
-// peakRSS is VmHWM of pid in bytes.
-func peakRSS(pid int) uint64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb * 1024
-		}
-	}
-	return 0
-}
-
 // peakWatcher samples VmHWM of processes, so a killed one's peak is kept.
 type peakWatcher struct {
 	mu    sync.Mutex
@@ -757,7 +714,8 @@ func (w *peakWatcher) sample() {
 	defer w.mu.Unlock()
 	for _, p := range w.procs {
 		if p.cmd.ProcessState == nil {
-			w.peak[p] = max(w.peak[p], peakRSS(p.cmd.Process.Pid))
+			v, _ := usage.PeakRSS(p.cmd.Process.Pid) // 0 once it exited: the peak so far stays
+			w.peak[p] = max(w.peak[p], uint64(v))
 		}
 	}
 }

@@ -22,13 +22,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/strait-net/strait/catalog"
 	"github.com/strait-net/strait/fabric"
 	"github.com/strait-net/strait/gateway"
+	"github.com/strait-net/strait/internal/usage"
 )
 
 // Config configures a run.
@@ -89,7 +89,7 @@ type Result struct {
 	ApplyCPU float64
 	// RSSBefore and RSSAfter are the importing gateway's resident memory
 	// before the first apply and after the last.
-	RSSBefore, RSSAfter uint64
+	RSSBefore, RSSAfter int64
 	FDs                 int // the importing gateway's open descriptors with the imports
 	Sampled, Echoed     int // imports dialed (up to 5 failures), and those that echoed
 	Delete              time.Duration
@@ -268,7 +268,7 @@ func runMode(ctx context.Context, cfg Config, dir, pki, mode, target string) (Re
 
 	pid := b.cmd.Process.Pid
 	time.Sleep(500 * time.Millisecond) // the start's garbage collected
-	if r.RSSBefore, err = rss(pid); err != nil {
+	if r.RSSBefore, err = usage.RSS(pid); err != nil {
 		return r, err
 	}
 	addrs := make([]netip.Addr, r.Imports)
@@ -280,7 +280,7 @@ func runMode(ctx context.Context, cfg Config, dir, pki, mode, target string) (Re
 			Spec: catalog.ServiceImportSpec{Type: catalog.ClusterSetIP, IPs: []string{addrs[i].String()},
 				Ports: []catalog.ServicePort{{Name: "http", Protocol: catalog.TCP, Port: 8080}}, Clusters: []catalog.ClusterStatus{{Cluster: "a"}}}}
 	}
-	cpu0, err := cpuSeconds(pid)
+	cpu0, err := usage.CPUSeconds(pid)
 	if err != nil {
 		return r, err
 	}
@@ -296,12 +296,12 @@ func runMode(ctx context.Context, cfg Config, dir, pki, mode, target string) (Re
 		r.Calls++
 	}
 	r.Apply = time.Since(start)
-	cpu1, err := cpuSeconds(pid)
+	cpu1, err := usage.CPUSeconds(pid)
 	if err != nil {
 		return r, err
 	}
 	r.ApplyCPU = cpu1 - cpu0
-	if r.RSSAfter, err = rss(pid); err != nil {
+	if r.RSSAfter, err = usage.RSS(pid); err != nil {
 		return r, err
 	}
 	if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
@@ -364,44 +364,6 @@ func echoThrough(addr string) error {
 		return fmt.Errorf("echo through %s differs", addr)
 	}
 	return nil
-}
-
-// rss is VmRSS of pid in bytes.
-func rss(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
-}
-
-// cpuSeconds is utime+stime of pid (clock ticks of 100 Hz).
-func cpuSeconds(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 > len(s) {
-		return 0, fmt.Errorf("/proc/%d/stat: no command field", pid)
-	}
-	f := strings.Fields(s[i+2:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
-	}
-	u, err1 := strconv.ParseUint(f[11], 10, 64)
-	k, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-	}
-	return float64(u+k) / 100, nil
 }
 
 // WriteTable prints one line per mode and, with two, the ratios.

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/strait-net/strait/internal/usage"
 	"github.com/strait-net/strait/lab/tool"
-	"github.com/strait-net/strait/lab/usage"
 	"github.com/strait-net/strait/report"
 )
 

@@ -142,6 +142,20 @@ func PeakRSS(pid int) (int64, error) {
 	return v, nil
 }
 
+// RSS is VmRSS of pid in bytes: what it holds now.
+func RSS(pid int) (int64, error) {
+	path := fmt.Sprintf("/proc/%d/status", pid)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	v, err := ParseStatus(b, "VmRSS")
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return v, nil
+}
+
 // ParseStatus returns a "Key:  123 kB" field of /proc/<pid>/status in
 // bytes.
 func ParseStatus(b []byte, key string) (int64, error) {
