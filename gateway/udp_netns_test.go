@@ -332,7 +332,7 @@ func testUDPEcho(t *testing.T, e *udpEnv, rate int, d time.Duration, size, flows
 	// likewise the other way.
 	delta := func(m2, m map[string]float64, k string) float64 { return m2[k] - m[k] }
 	dg := func(point, dir string) string {
-		return `strait_udp_datagrams_total{point="` + point + `",direction="` + dir + `"}`
+		return `strait_udp_datagrams_total{direction="` + dir + `",point="` + point + `"}` // labels in Prometheus's (sorted) order
 	}
 	drop := func(point, reason string) string {
 		return `strait_udp_drops_total{point="` + point + `",reason="` + reason + `"}`
@@ -346,8 +346,8 @@ func testUDPEcho(t *testing.T, e *udpEnv, rate int, d time.Duration, size, flows
 	if bLost := delta(mb2, mb, drop("egress", "send_failed")); aOut != bIn+bLost || bIn < float64(r.Received) {
 		t.Errorf("a carried %v replies toward b; b delivered %v and lost %v; %d echoes came back", aOut, bIn, bLost, r.Received)
 	}
-	bytesOut := mb2[`strait_udp_bytes_total{point="egress",direction="out"}`] - mb[`strait_udp_bytes_total{point="egress",direction="out"}`]
-	if n := mb2[`strait_udp_datagrams_total{point="egress",direction="out"}`] - mb[`strait_udp_datagrams_total{point="egress",direction="out"}`]; bytesOut != n*float64(size) {
+	bytesOut := mb2[`strait_udp_bytes_total{direction="out",point="egress"}`] - mb[`strait_udp_bytes_total{direction="out",point="egress"}`]
+	if n := mb2[`strait_udp_datagrams_total{direction="out",point="egress"}`] - mb[`strait_udp_datagrams_total{direction="out",point="egress"}`]; bytesOut != n*float64(size) {
 		t.Errorf("b counted %v bytes for %v datagrams of %d bytes", bytesOut, n, size)
 	}
 }

@@ -126,9 +126,9 @@ metadata: {name: %s, namespace: default}
 spec:
   type: ClusterSetIP
   ips: [%s]
-  ports: [{name: http, protocol: TCP, port: %d}]
+  ports: [{name: tcp, protocol: TCP, port: %d}, {name: udp, protocol: UDP, port: %d}]
   clusters: [{cluster: %s}]
-`, s.Name, importIP, s.Port, env.Server.Cluster)
+`, s.Name, importIP, s.Port, s.Port, env.Server.Cluster)
 		targets[s.Name] = net.JoinHostPort(importIP.String(), strconv.Itoa(s.Port))
 	}
 	// The lab measures the data path; access control is exercised by the
@@ -421,10 +421,10 @@ func (t *straitTool) AdminSocket(node string) string {
 	return filepath.Join(t.env.Dir, gp.node.Cluster+"-"+gp.node.Name+".sock")
 }
 
-// straitCarries lists what this tool carries: the gateways carry TCP and
-// UDP import ports, but the tool programs every lab service as a TCP port
-// (services name no protocol yet), so UDP measurements show "not carried".
-var straitCarries = map[Protocol]bool{TCP: true}
+// straitCarries lists what strait's gateways carry: TCP connections and
+// UDP flows of import ports (every lab service is imported on both), not
+// ICMP. The README's "Tools" section says so too.
+var straitCarries = map[Protocol]bool{TCP: true, UDP: true}
 
 // Carries reports whether strait's gateways carry proto.
 func (*straitTool) Carries(proto Protocol) bool { return straitCarries[proto] }
