@@ -12,6 +12,10 @@ declare -A want=(
 	[wireguard-go]=wireguard-go [wg]=wireguard-tools [nft]=nftables
 	[nebula]=nebula [nebula-cert]=nebula [python3]=python3
 	[chromium]=chromium [fc-list]=fontconfig
+	# Kubernetes nodes on this host (scripts/k8s-nodes.sh, docs/k8s-nodes.md):
+	# the container runtime, and buildah to build images without a Docker engine.
+	[containerd]=containerd [ctr]=containerd [runc]=runc [buildah]=buildah
+	[iptables]=iptables
 )
 missing=()
 for cmd in "${!want[@]}"; do
@@ -20,6 +24,8 @@ done
 # The HTML report's SVG text is measured with Liberation Sans; without the
 # font, browsers substitute another and labels may overflow.
 [[ -e /usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf ]] || missing+=(fonts-liberation)
+# The CNI plugins the nodes' containerd calls (bridge, host-local, loopback, portmap).
+[[ -x /usr/lib/cni/bridge ]] || missing+=(containernetworking-plugins)
 # The envoy venv below needs ensurepip, which Debian packages apart.
 python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
 if ((${#missing[@]})); then
