@@ -57,13 +57,65 @@ cgroup_dirs() {
   done | sort -u
 }
 
+# killcg kills every process in the nodes' cgroups until none is left.
+killcg() {
+  local left i
+  for i in $(seq 100); do
+    left="$(find /sys/fs/cgroup/ -path "*/strait-k8s-$name-*" -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u || true)"
+    [[ -z "$left" ]] && return 0
+    # shellcheck disable=SC2086
+    kill -KILL $left 2>/dev/null || true
+    sleep 0.2
+  done
+}
+
+# reap FINAL: steps 4 and 5 of down; fails while a cgroup is left. FINAL=1
+# logs what is left.
+reap() {
+  local final="$1" busy=0 cg d f
+  # 4. Whatever still runs in the nodes' cgroups is a container process of
+  #    ours (a shim that died leaves them): kill it, and wait until every
+  #    cgroup is empty, or unmounting and rmdir below find them busy.
+  killcg
+  # 5. Mounts below our directories (rootfs overlays, shm, pod network
+  #    namespaces, kubelet's tmpfs volumes), deepest first; then cgroups,
+  #    leaves first (rmdir only succeeds on empty ones).
+  if [[ -f "$S/netns.list" ]]; then
+    sort -u "$S/netns.list" | while read -r f; do
+      umount "$f" 2>/dev/null || true
+      rm -f "$f"
+    done
+  fi
+  for d in "$S" "$R"; do
+    [[ -d "$d" ]] || continue
+    findmnt -rn -o TARGET | awk -v p="$d/" 'index($0, p) == 1' | sort -r | while read -r f; do
+      umount "$f" 2>/dev/null || umount -l "$f" 2>/dev/null || { ((final)) && log "cannot unmount $f"; } || true
+    done
+  done
+  for cg in $(cgroup_dirs); do
+    for d in "$cg"/strait-k8s-"$name"-*; do
+      [[ -d "$d" ]] || continue
+      find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+      if [[ -d "$d" ]]; then
+        ((final)) && log "cgroup $d not empty (a process is still in it)"
+        busy=1
+      fi
+    done
+  done
+  return "$busy"
+}
+
 # ---------------------------------------------------------------- down
 # Removes what up made, in reverse, tolerating anything already gone.
 down() {
   [[ -d "$S" || -d "$R" ]] || log "no state for $name in $S or $R"
   local node sock pid f d cg
   # 1. kubelets and kube-proxies first, so nothing restarts a container.
-  for f in "$S"/*/pids/kubelet "$S"/*/pids/kube-proxy; do stop_pid "$f"; done
+  for f in "$S"/*/*/pids/kubelet "$S"/*/*/pids/kube-proxy; do stop_pid "$f"; done
+  # Also by command line (every daemon of this lab names a file below $S):
+  # a pid file can be missing after a crash.
+  stop_matching "/kubelet --config $S/"
+  stop_matching "/kube-proxy --config $S/"
   # 2. Every container of every node's containerd: their pod network
   #    namespaces (bind mounts under /run/netns) are read from the sandbox
   #    specs before the containers go.
@@ -87,47 +139,71 @@ down() {
       "${ctr[@]}" containers delete "$id" >/dev/null 2>&1 || true
     done
   done
+  # Container processes die while their shims still run: a shim reaps its
+  # container. Killed after the shims, they would be reparented to PID 1,
+  # which on this host does not reap them, and their zombies keep the
+  # cgroups busy for good (docs/k8s-nodes.md).
+  killcg
   # 3. The daemons, control plane last.
-  for f in "$S"/*/pids/containerd "$S"/*/pids/kube-scheduler "$S"/*/pids/kube-controller-manager \
-           "$S"/*/pids/kube-apiserver "$S"/*/pids/etcd; do
+  for f in "$S"/*/*/pids/containerd "$S"/*/cp/pids/kube-scheduler "$S"/*/cp/pids/kube-controller-manager \
+           "$S"/*/cp/pids/kube-apiserver "$S"/*/cp/pids/etcd; do
     stop_pid "$f"
+  done
+  stop_matching "containerd --config $S/"
+  stop_matching " $S/"
+  # Shims listen in host-wide /run/containerd/s whatever the configuration
+  # says, and a killed one leaves its socket: note ours (listed in the
+  # nodes' namespaces) before they go.
+  local shimsocks=""
+  for f in $(ip netns list | awk -v p="st-$name-" 'index($1, p) == 1 {print $1}'); do
+    shimsocks+=" $(ip netns exec "$f" ss -xlpn 2>/dev/null | awk '/containerd-shim/ && $5 ~ /^\/run\/containerd\/s\// {print $5}' || true)"
   done
   # Shims left by a containerd that died: they name its socket.
   for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $R/" 2>/dev/null || true); do
     kill -KILL "$pid" 2>/dev/null || true
   done
-  # 4. Mounts below our directories (rootfs overlays, shm, kubelet's tmpfs
-  #    volumes), deepest first, and the pods' network namespaces.
-  if [[ -f "$S/netns.list" ]]; then
-    sort -u "$S/netns.list" | while read -r f; do
-      umount "$f" 2>/dev/null || true
-      rm -f "$f"
-    done
-  fi
-  for d in "$S" "$R"; do
-    [[ -d "$d" ]] || continue
-    findmnt -rn -o TARGET | awk -v p="$d/" 'index($0, p) == 1' | sort -r | while read -r f; do
-      umount "$f" 2>/dev/null || umount -l "$f" 2>/dev/null || log "cannot unmount $f"
-    done
-  done
-  # 5. Cgroups, leaves first (rmdir only succeeds on empty ones).
-  for cg in $(cgroup_dirs); do
-    for d in "$cg"/strait-k8s-"$name"-*; do
-      [[ -d "$d" ]] || continue
-      find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null || true
-      [[ -d "$d" ]] && log "cgroup $d not empty (a process is still in it)"
-    done
+  # shellcheck disable=SC2086
+  rm -f $shimsocks
+  # Steps 4 and 5 again while a cgroup is left: a killed container whose
+  # shim is gone is reparented to PID 1, and its cgroup stays busy until PID
+  # 1 reaps it (seconds on this host; cgroup.procs no longer lists it).
+  local try
+  for try in $(seq 60); do
+    reap "$((try == 60))" && break
+    sleep 1
   done
   # 6. The lab (its namespaces; lab down also kills what is left in them).
   "$strait" lab down "$name" >/dev/null 2>&1 || true
   rm -rf "$S" "$R"
   # Shims keep sockets and fifos in host-wide /run/containerd whatever the
   # configuration says; remove those directories once no containerd is left.
+  # Kubelet's device-plugin directory is fixed (not below --root-dir).
+  if ! pgrep -x kubelet >/dev/null; then
+    rm -f /var/lib/kubelet/device-plugins/kubelet.sock /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint
+    rmdir /var/lib/kubelet/device-plugins /var/lib/kubelet 2>/dev/null || true
+  fi
   if ! pgrep -x containerd >/dev/null; then
     rmdir /run/containerd/fifo /run/containerd/s /run/containerd/runc/k8s.io /run/containerd/runc /run/containerd 2>/dev/null || true
   fi
   rm -rf /etc/netns/st-"$name"-* 2>/dev/null || true
   log "down: $name removed"
+}
+
+# stop_matching PATTERN: TERM, then KILL, the processes whose command line
+# contains PATTERN (a path below this lab's state: nobody else's).
+stop_matching() {
+  local pids i
+  pids="$(pgrep -f -- "$1" | grep -vx "$$" || true)"
+  [[ -n "$pids" ]] || return 0
+  # shellcheck disable=SC2086
+  kill -TERM $pids 2>/dev/null || true
+  for i in $(seq 50); do
+    # shellcheck disable=SC2086
+    kill -0 $pids 2>/dev/null || return 0
+    sleep 0.1
+  done
+  # shellcheck disable=SC2086
+  kill -KILL $pids 2>/dev/null || true
 }
 
 stop_pid() {
@@ -367,6 +443,10 @@ up_node() {
   # Gateway pods listen on clusterset IPs: every node may host one (README,
   # "Deploying").
   ip -n "$ns" route replace local 10.255.0.0/16 dev lo
+  # Host-network processes (the gateways' sync sidecar) reach Services:
+  # a connect() needs a route before kube-proxy's output DNAT rewrites the
+  # address, and lab nodes have no default route ("network is unreachable").
+  ip -n "$ns" route replace "10.$((150 + i)).0.0/16" dev lo
   # Pods reach other clusters' nodes (the broker) from the node's address:
   # the lab routes node addresses only.
   ip netns exec "$ns" nft -f - <<EOF
@@ -449,6 +529,7 @@ kind: KubeletConfiguration
 cgroupDriver: cgroupfs
 cgroupRoot: $cgroot
 failSwapOn: false
+failCgroupV1: false
 address: $addr
 healthzBindAddress: 127.0.0.1
 authentication:
@@ -470,7 +551,7 @@ registerNode: true
 serializeImagePulls: false
 EOF
   start "$nd" "$ns" "$tools/kubelet" --config "$nd/kubelet.yaml" --kubeconfig "$S/$c/kubelet-n$j.kubeconfig" \
-    --root-dir "$nd/kubelet" --hostname-override "$n" --node-ip "$addr" --v 1
+    --root-dir "$nd/kubelet" --cert-dir "$nd/kubelet/pki" --hostname-override "$n" --node-ip "$addr" --v 1
 
   cat > "$nd/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
