@@ -122,7 +122,8 @@ func waitNodes(t *testing.T, what string, f func() error) {
 // gateway's cluster, as the README's quickstart does), the controller and
 // the gateways running as pods from the image scripts/image.sh builds, and a
 // pod in cluster b reaching a Service exported from cluster a by its
-// clusterset.local name through b's own CoreDNS.
+// clusterset.local name through b's own CoreDNS; unexported, the name is
+// gone from b.
 func TestDeployInPods(t *testing.T) {
 	requireNodeHost(t)
 	bin := staticBinary(t)
@@ -279,9 +280,44 @@ spec:
 		}
 		return fmt.Errorf("pod phase %q", phase)
 	})
-	if logs := k.must("b", "", "-n", "demo", "logs", "client"); logs != "hello from a pod in b" {
-		t.Fatalf("curl %s from b: got %q, want the echo", name, logs)
+	// The log holds curl's messages about attempts before the name
+	// existed in b (stderr), then the echo: the body, with no newline.
+	logs := k.must("b", "", "-n", "demo", "logs", "client")
+	if lines := strings.Split(logs, "\n"); lines[len(lines)-1] != "hello from a pod in b" {
+		t.Fatalf("curl %s from b: got %q, want the echo last", name, logs)
 	}
+
+	// Unexporting in a takes the name away in b: a new curl pod fails at
+	// name resolution (MCS: the import goes, CoreDNS forwards to strait).
+	k.must("a", "", "-n", "demo", "delete", "serviceexport", "echo")
+	attempt := 0
+	waitNodes(t, "name gone from b's CoreDNS", func() error {
+		attempt++
+		pod := fmt.Sprintf("gone-%d", attempt)
+		k.must("b", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s, namespace: demo}
+spec:
+  restartPolicy: Never
+  containers:
+    - name: curl
+      image: %s
+      args: [-sS, --max-time, "5", "http://%s:8080/"]
+`, pod, curlImage, name), "apply", "-f", "-")
+		var phase string
+		for range 60 {
+			phase, _ = k.kubectl("b", "", "-n", "demo", "get", "pod", pod, "-o", "jsonpath={.status.phase}")
+			if phase == "Succeeded" || phase == "Failed" {
+				break
+			}
+			time.Sleep(time.Second)
+		}
+		logs, _ := k.kubectl("b", "", "-n", "demo", "logs", pod)
+		if phase != "Failed" || !strings.Contains(logs, "resolve") {
+			return fmt.Errorf("pod %s: phase %s, output %q", pod, phase, logs)
+		}
+		return nil
+	})
 
 	// Nothing of strait's restarted on the way.
 	for _, c := range []string{"a", "b"} {
