@@ -1,16 +1,11 @@
-# A static strait image: one binary, no libc, no shell.
-#   docker build -t ghcr.io/strait-net/strait:latest .
-# The build is CGO_ENABLED=0 (k8s/deploy_test.go checks that this yields a
-# static binary); the runtime image is distroless/static, non-root.
-FROM golang:1.26 AS build
-WORKDIR /src
-COPY go.mod go.sum ./
-RUN go mod download
-COPY . .
-ARG VERSION=dev
-RUN CGO_ENABLED=0 GOFLAGS=-trimpath go build -ldflags "-s -w -X main.version=${VERSION}" -o /out/strait ./cmd/strait
-
-FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/strait /strait
+# The strait image: one static binary, no libc, no shell, and nothing to pull
+# (FROM scratch), so it builds where no registry is reachable. The build
+# context is a directory holding only the binary; scripts/image.sh builds
+# both (CGO_ENABLED=0, k8s/e2e checks the binary is static) and the image:
+#   scripts/image.sh                                   # buildah, or docker
+#   kind load image-archive /var/cache/strait/images/ghcr.io_strait-net_strait_latest-<sha>.tar
+# README, "Kubernetes", says how to load it into k3s or push it to a registry.
+FROM scratch
+COPY strait /strait
 USER 65532:65532
 ENTRYPOINT ["/strait"]

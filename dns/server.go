@@ -42,8 +42,10 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	mdns "github.com/miekg/dns"
+	"golang.org/x/sys/unix"
 )
 
 // Config configures a Server. The zero value serves an empty clusterset.local
@@ -162,6 +164,13 @@ type Server struct {
 	udp  *net.UDPConn
 	tcp  *net.TCPListener
 	addr netip.AddrPort
+	// pktinfo is 4 or 6 when udp listens on a wildcard address: answers
+	// then leave from the address each query was sent to. Without it the
+	// kernel picks the source by route, and a query that reached the
+	// socket through a Service's DNAT (CoreDNS forwarding to strait-dns,
+	// docs/k8s-nodes.md) got its answer from another address, which
+	// conntrack could not map back: the client saw nothing.
+	pktinfo int
 
 	running   atomic.Bool
 	closeOnce sync.Once
@@ -216,6 +225,9 @@ func (s *Server) bind() error {
 		}
 		s.tcp, s.udp = tcp, uc.(*net.UDPConn)
 		s.addr = netip.AddrPortFrom(ta.Addr().Unmap(), ta.Port())
+		if s.udp.LocalAddr().(*net.UDPAddr).IP.IsUnspecified() {
+			s.pktinfo = recvPktinfo(s.udp)
+		}
 		return nil
 	}
 	return lastErr
@@ -303,8 +315,9 @@ func (s *Server) sockErr(op string, err error, pause bool) bool {
 
 func (s *Server) serveUDP() {
 	buf := make([]byte, 65535)
+	oob := make([]byte, 128)
 	for {
-		n, from, err := s.udp.ReadFromUDPAddrPort(buf)
+		n, oobn, _, from, err := s.udp.ReadMsgUDPAddrPort(buf, oob)
 		if err != nil {
 			if !s.sockErr("read udp", err, true) {
 				return
@@ -315,7 +328,7 @@ func (s *Server) serveUDP() {
 		if out == nil {
 			continue
 		}
-		if _, err := s.udp.WriteToUDPAddrPort(out, from); err != nil && !s.sockErr("write udp", err, false) {
+		if _, _, err := s.udp.WriteMsgUDPAddrPort(out, replySource(s.pktinfo, oob[:oobn]), from); err != nil && !s.sockErr("write udp", err, false) {
 			return
 		}
 	}
@@ -384,4 +397,61 @@ func (s *Server) serveConn(c net.Conn) {
 			return
 		}
 	}
+}
+
+// recvPktinfo asks the kernel to report each datagram's destination
+// address; it returns the socket's family (4 or 6), or 0 if it cannot. The
+// family decides the option: Go listens on "0.0.0.0" with a dual-stack IPv6
+// socket where it can, and IPv4 datagrams then carry IPV6_PKTINFO too.
+func recvPktinfo(c *net.UDPConn) int {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	family := 0
+	_ = rc.Control(func(fd uintptr) {
+		if unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1) == nil {
+			family = 6
+		} else if unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_PKTINFO, 1) == nil {
+			family = 4
+		}
+	})
+	return family
+}
+
+// replySource turns the destination address a query's control message
+// reports into the control message that sends the answer from it; nil (the
+// kernel's choice) when the socket has a fixed address or none was reported.
+// Linux takes an IPV6_PKTINFO source that is IPv4-mapped for an IPv4
+// destination on a dual-stack socket (x/net/ipv6 would drop such an address).
+func replySource(family int, oob []byte) []byte {
+	if family == 0 || len(oob) == 0 {
+		return nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	for _, m := range msgs {
+		switch {
+		case family == 6 && m.Header.Level == unix.IPPROTO_IPV6 && m.Header.Type == unix.IPV6_PKTINFO && len(m.Data) >= unix.SizeofInet6Pktinfo:
+			var pi unix.Inet6Pktinfo
+			copy(pi.Addr[:], m.Data[:16])
+			return cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, unsafe.Slice((*byte)(unsafe.Pointer(&pi)), unix.SizeofInet6Pktinfo))
+		case family == 4 && m.Header.Level == unix.IPPROTO_IP && m.Header.Type == unix.IP_PKTINFO && len(m.Data) >= unix.SizeofInet4Pktinfo:
+			in := (*unix.Inet4Pktinfo)(unsafe.Pointer(&m.Data[0]))
+			pi := unix.Inet4Pktinfo{Spec_dst: in.Addr}
+			return cmsg(unix.IPPROTO_IP, unix.IP_PKTINFO, unsafe.Slice((*byte)(unsafe.Pointer(&pi)), unix.SizeofInet4Pktinfo))
+		}
+	}
+	return nil
+}
+
+func cmsg(level, typ int, data []byte) []byte {
+	b := make([]byte, unix.CmsgSpace(len(data)))
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+	h.Level, h.Type = int32(level), int32(typ)
+	h.SetLen(unix.CmsgLen(len(data)))
+	copy(b[unix.CmsgLen(0):], data)
+	return b
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"regexp"
@@ -319,4 +320,29 @@ func TestConfigValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestUDPAnswerFromQueriedAddress: a server on a wildcard address answers
+// from the address the query was sent to, not the one the kernel would pick
+// for the route back. A query to 127.0.0.2 from 127.0.0.1 would otherwise be
+// answered from 127.0.0.1, which a connected client (and conntrack, for a
+// query that came through a Service's DNAT) does not take as the answer.
+func TestUDPAnswerFromQueriedAddress(t *testing.T) {
+	var st Static
+	s := startServer(t, Config{Listen: "0.0.0.0:0", Imports: &st})
+	addr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), s.Addr().Port()).String()
+	m := new(mdns.Msg)
+	m.SetQuestion("x.y.svc.clusterset.local.", mdns.TypeA)
+	udp := &mdns.Client{Net: "udp", Timeout: 2 * time.Second}
+	var err error
+	for range 5 { // a lost datagram on a loaded host is not the failure
+		var resp *mdns.Msg
+		if resp, _, err = udp.Exchange(m, addr); err == nil {
+			if resp.Id != m.Id {
+				t.Fatalf("answer id %d, want %d", resp.Id, m.Id)
+			}
+			return
+		}
+	}
+	t.Fatalf("no answer from %s: %v", addr, err)
 }

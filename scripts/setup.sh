@@ -15,6 +15,10 @@ declare -A want=(
 	# The pinned BPF compiler: TestGeneratedUpToDate rebuilds package
 	# packet's objects with it (scripts/bpf.sh).
 	[clang-14]=clang-14 [llvm-strip-14]=llvm-14 [bpftool]=bpftool
+	# Kubernetes nodes on this host (scripts/k8s-nodes.sh, docs/k8s-nodes.md):
+	# the container runtime, and buildah to build images without a Docker engine.
+	[containerd]=containerd [ctr]=containerd [runc]=runc [buildah]=buildah
+	[iptables]=iptables
 )
 missing=()
 for cmd in "${!want[@]}"; do
@@ -23,6 +27,8 @@ done
 # The HTML report's SVG text is measured with Liberation Sans; without the
 # font, browsers substitute another and labels may overflow.
 [[ -e /usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf ]] || missing+=(fonts-liberation)
+# The CNI plugins the nodes' containerd calls (bridge, host-local, loopback, portmap).
+[[ -x /usr/lib/cni/bridge ]] || missing+=(containernetworking-plugins)
 # The envoy venv below needs ensurepip, which Debian packages apart.
 python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
 [[ -e /usr/include/bpf/bpf_helpers.h ]] || missing+=(libbpf-dev)
