@@ -154,7 +154,7 @@ func (g *Gateway) steerImport(addr string, route *importRoute) (l *importListene
 // and retried by the next reconcile.
 func (g *Gateway) flushSteering() error {
 	st := g.steering
-	if st == nil || len(st.pending) == 0 {
+	if st == nil || len(st.pending) == 0 && len(st.removals) == 0 {
 		return nil
 	}
 	// Removals first: an address removed and claimed again in one
