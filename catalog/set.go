@@ -470,17 +470,7 @@ func (st *Store) Apply(rs ...Resource) (changed int, err error) {
 			return 0, err
 		}
 	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.update(func(s *Set) int {
-		n := 0
-		for _, e := range es {
-			if s.applyLocked(e) {
-				n++
-			}
-		}
-		return n
-	})
+	return st.applyEntries(es)
 }
 
 // ApplyDecoded is Apply for resources fresh from DecodeJSON (decoded,
@@ -498,6 +488,12 @@ func (st *Store) ApplyDecoded(rs ...Resource) (changed int, err error) {
 		}
 		es[i] = entry{res: r, json: data}
 	}
+	return st.applyEntries(es)
+}
+
+// applyEntries applies prepared entries and persists the result if
+// anything changed, returning how many changed.
+func (st *Store) applyEntries(es []entry) (int, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.update(func(s *Set) int {
