@@ -89,16 +89,6 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func write(t *testing.T, path, text string) string {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
@@ -172,19 +162,19 @@ func TestAgentsThroughBrokerOutage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	brokerAddr := freeAddr(t)
+	brokerAddr := testenv.FreeAddr(t)
 	bconf := write(t, filepath.Join(dir, "broker.yaml"), fmt.Sprintf("id: broker1\nidentity: {dir: %s}\nlisten: %s\nstore: {path: %s}\n", dir, brokerAddr, filepath.Join(dir, "broker.db")))
 	startBroker := func() *exec.Cmd { return testenv.Start(t, bin, "broker", "--config", bconf) }
 	brokerCmd := startBroker()
 
-	echoAddr := freeAddr(t)
+	echoAddr := testenv.FreeAddr(t)
 	testenv.Start(t, bin, "app", "echo", "--listen", echoAddr)
 	admins := map[string]*gateway.AdminClient{}
 	agentConf := map[string]string{}
 	agentCmd := map[string]*exec.Cmd{}
 	for i, c := range []string{"a", "b"} {
 		sock := filepath.Join(dir, c+".sock")
-		wan := freeAddr(t)
+		wan := testenv.FreeAddr(t)
 		gconf := write(t, filepath.Join(dir, c+"-gw.yaml"), fmt.Sprintf("cluster: %s\nidentity: {dir: %s}\nlisten: %s\nadmin: %s\nstate: %s\n", c, dir, wan, sock, filepath.Join(dir, c+"-state.json")))
 		testenv.Start(t, bin, "gateway", "--config", gconf)
 		admins[c] = gateway.NewAdminClient(sock)

@@ -3,7 +3,6 @@ package broker
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -145,16 +144,6 @@ func hasExport(c *Client, owner, key string) bool {
 	return ok
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // etcdBinary returns the etcd built by scripts/k8s-tools.sh (building it
 // on a fresh machine).
 func etcdBinary(t testing.TB) string {
@@ -180,8 +169,7 @@ func moduleRoot() string {
 func startEtcd(t testing.TB) string {
 	t.Helper()
 	bin := etcdBinary(t)
-	client := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	client, peer := "http://"+testenv.FreeAddr(t), "http://"+testenv.FreeAddr(t)
 	testenv.Start(t, bin, "--name", "t", "--data-dir", t.TempDir(),
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,

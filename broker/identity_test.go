@@ -27,7 +27,7 @@ func TestBrokerIdentity(t *testing.T) {
 	bin := testenv.StraitBinary(t)
 
 	t.Run("gateway posing as broker", func(t *testing.T) {
-		wan := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		wan := testenv.FreeAddr(t)
 		conf := write(t, filepath.Join(t.TempDir(), "gw.yaml"), fmt.Sprintf("cluster: b\nidentity: {dir: %s}\nlisten: %s\nadmin: %s\nstate: %s\npreconnect: -1\n",
 			dir, wan, filepath.Join(t.TempDir(), "b.sock"), filepath.Join(t.TempDir(), "state.json")))
 		testenv.Start(t, bin, "gateway", "--config", conf)
@@ -78,8 +78,8 @@ func TestBrokerIdentity(t *testing.T) {
 	})
 
 	t.Run("broker with a cluster certificate", func(t *testing.T) {
-		conf := write(t, filepath.Join(t.TempDir(), "b.yaml"), fmt.Sprintf("id: a\nidentity: {dir: %s}\nlisten: 127.0.0.1:%d\nstore: {path: %s}\n",
-			dir, freePort(t), filepath.Join(t.TempDir(), "b.db")))
+		conf := write(t, filepath.Join(t.TempDir(), "b.yaml"), fmt.Sprintf("id: a\nidentity: {dir: %s}\nlisten: %s\nstore: {path: %s}\n",
+			dir, testenv.FreeAddr(t), filepath.Join(t.TempDir(), "b.db")))
 		out, err := exec.Command(bin, "broker", "--config", conf).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "cluster identity, want a broker") {
 			t.Fatalf("broker with a cluster certificate: %v\n%s", err, out)

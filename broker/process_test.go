@@ -30,7 +30,7 @@ type brokerProc struct {
 func startBrokerProc(t *testing.T, dir, id, addr, store string) *brokerProc {
 	t.Helper()
 	if addr == "" {
-		addr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		addr = testenv.FreeAddr(t)
 	}
 	conf := filepath.Join(t.TempDir(), id+".yaml")
 	if err := os.WriteFile(conf, fmt.Appendf(nil, "id: %s\nidentity: {dir: %s}\nlisten: %s\nstore: %s\n", id, dir, addr, store), 0o600); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/strait-net/strait/catalog"
 	"github.com/strait-net/strait/fabric"
 	"github.com/strait-net/strait/gateway"
+	"github.com/strait-net/strait/internal/testenv"
 )
 
 // TestAdminWatch: JSON apply and delete, and a watcher that gets only what
@@ -98,12 +99,8 @@ func testImportsIncremental(t *testing.T, mode string) {
 	if st, err := ad.Status(); err != nil || st.Intercept != mode {
 		t.Fatalf("intercept %q, %v; want %s", st.Intercept, err, mode)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	_, portText, _ := net.SplitHostPort(testenv.FreeAddr(t))
+	port, _ := strconv.Atoi(portText)
 	imp := func(name, ip string) catalog.Resource {
 		return &catalog.ServiceImport{Metadata: catalog.ObjectMeta{Name: name, Namespace: "ns"},
 			Spec: catalog.ServiceImportSpec{Type: catalog.ClusterSetIP, IPs: []string{ip}, Ports: []catalog.ServicePort{{Port: int32(port)}},

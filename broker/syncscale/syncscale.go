@@ -31,6 +31,7 @@ import (
 	"github.com/strait-net/strait/catalog"
 	"github.com/strait-net/strait/fabric"
 	"github.com/strait-net/strait/gateway"
+	"github.com/strait-net/strait/internal/freeport"
 	"github.com/strait-net/strait/internal/usage"
 )
 
@@ -252,7 +253,15 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	storeYAML := func(id string) string { return fmt.Sprintf("{path: %s}", filepath.Join(dir, id+".db")) }
 	var etcdProc *proc
 	if cfg.store() == "etcd" {
-		client, peer := "http://"+freeAddr(), "http://"+freeAddr()
+		clientAddr, err := freeport.Addr()
+		if err != nil {
+			return res, err
+		}
+		peerAddr, err := freeport.Addr()
+		if err != nil {
+			return res, err
+		}
+		client, peer := "http://"+clientAddr, "http://"+peerAddr
 		etcdProc, err = start("etcd", cfg.Etcd, "--name", "bench", "--data-dir", filepath.Join(dir, "etcd"),
 			"--listen-client-urls", client, "--advertise-client-urls", client,
 			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
@@ -271,7 +280,9 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	brokerAddrs := make([]string, cfg.Brokers)
 	brokers := map[string]*proc{}
 	for i, id := range brokerIDs {
-		brokerAddrs[i] = freeAddr()
+		if brokerAddrs[i], err = freeport.Addr(); err != nil {
+			return res, err
+		}
 		conf := filepath.Join(dir, id+".yaml")
 		if err := os.WriteFile(conf, fmt.Appendf(nil, "id: %s\nidentity: {dir: %s}\nlisten: %s\nstore: %s\n", id, pkiDir, brokerAddrs[i], storeYAML(id)), 0o600); err != nil {
 			return res, err
@@ -295,7 +306,10 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	agents := make([]*proc, len(clusters))
 	for i, c := range clusters {
 		sock := filepath.Join(dir, c+".sock")
-		wan := freeAddr()
+		wan, err := freeport.Addr()
+		if err != nil {
+			return res, err
+		}
 		gconf := filepath.Join(dir, c+"-gateway.yaml")
 		if err := os.WriteFile(gconf, fmt.Appendf(nil, "cluster: %s\nidentity: {dir: %s}\nlisten: %s\nadmin: %s\nstate: %s\npreconnect: -1\n",
 			c, pkiDir, wan, sock, filepath.Join(dir, c+"-state.json")), 0o600); err != nil {
@@ -635,15 +649,6 @@ func stop(p *proc) {
 		}
 	}
 	p.log.Close()
-}
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func waitTCP(ctx context.Context, addr string) error {

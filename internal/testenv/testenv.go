@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/strait-net/strait/internal/freeport"
 )
 
 // RequireRoot skips t unless the test runs as root, which network
@@ -133,6 +135,17 @@ func Start(t testing.TB, name string, args ...string) *exec.Cmd {
 		}
 	})
 	return cmd
+}
+
+// FreeAddr returns a loopback address ("127.0.0.1:port") for a process the
+// test starts; no two calls in a test binary return the same port.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	a, err := freeport.Addr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
 // ProcessAlive reports whether pid runs. A zombie counts as dead: a daemon

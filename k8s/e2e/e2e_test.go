@@ -166,16 +166,6 @@ func eventually(t *testing.T, what string, f func() error) {
 	}
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func TestTwoClusters(t *testing.T) {
 	testenv.RequireRoot(t)
 	if _, err := exec.LookPath("curl"); err != nil {
@@ -263,7 +253,7 @@ func TestTwoClusters(t *testing.T) {
 	} {
 		run(t, bin, args...)
 	}
-	brokerAddr := freePort(t)
+	brokerAddr := testenv.FreeAddr(t)
 	bconf := write(t, filepath.Join(tmp, "broker.yaml"), fmt.Sprintf("id: broker1\nidentity: {dir: %s}\nlisten: %s\nstore: {path: %s}\n",
 		fab, brokerAddr, filepath.Join(tmp, "broker.db")))
 	testenv.Start(t, bin, "broker", "--config", bconf)
