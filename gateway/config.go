@@ -227,6 +227,9 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("intercept %q: must be %s, %s or %s", c.Intercept, InterceptAuto, InterceptSteer, InterceptListeners)
 	}
+	if n := len(c.admin()); n > MaxSocketPath {
+		return fmt.Errorf("admin %s: %d bytes, but a Unix socket path holds at most %d; choose a shorter path", c.admin(), n, MaxSocketPath)
+	}
 	if c.Preconnect < -1 || c.Preconnect > 64 {
 		return fmt.Errorf("preconnect %d: must be -1 (off), 0 (default %d) or up to 64", c.Preconnect, defaultPrecon)
 	}
@@ -277,6 +280,10 @@ func (c *Config) listen() string {
 	}
 	return c.Listen
 }
+
+// MaxSocketPath is the longest path a Unix socket address holds on Linux
+// (sun_path is 108 bytes, one for the terminating NUL).
+const MaxSocketPath = 107
 
 func (c *Config) admin() string {
 	if c.Admin == "" {

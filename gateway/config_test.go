@@ -40,6 +40,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"bad cidr", goodConfig + "sources: [{cidr: 10.0.0.0/33}]\n", `sources[0].cidr "10.0.0.0/33": not a CIDR prefix`},
 		{"bad transport", goodConfig + "transport: sctp\n", `transport "sctp": must be tls or quic`},
 		{"bad intercept", goodConfig + "intercept: tproxy\n", `intercept "tproxy": must be auto, steer or listeners`},
+		{"admin path too long", goodConfig + "admin: /run/" + strings.Repeat("x", 100) + ".sock\n", "bytes, but a Unix socket path holds at most 107; choose a shorter path"},
 		{"address not cidr", goodConfig + "sources: [{cidr: 10.0.0.0/8}, {cidr: 10.1.2.3}]\n", `sources[1].cidr "10.1.2.3": not a CIDR prefix`},
 		{"bad source namespace", goodConfig + "sources: [{cidr: 10.0.0.0/8, namespace: Web}]\n", `sources[0].namespace "Web": must be a DNS label`},
 		{"preconnect", goodConfig + "preconnect: 65\n", "preconnect 65: must be -1 (off), 0 (default 2) or up to 64"},

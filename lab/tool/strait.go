@@ -57,16 +57,18 @@ type straitTool struct {
 	mu         sync.Mutex
 	gws        map[string]*gatewayProc // by node ID
 	env        Env
+	sockDir    string // short directory for admin sockets when Env.Dir is too deep for one
 }
 
 // gatewayProc is one gateway process, which an experiment may kill and
 // restart.
 type gatewayProc struct {
-	node *topology.PlanNode
-	argv []string
-	log  string
-	cmd  *exec.Cmd
-	done chan struct{}
+	node   *topology.PlanNode
+	argv   []string
+	log    string
+	socket string // admin socket
+	cmd    *exec.Cmd
+	done   chan struct{}
 }
 
 func (t *straitTool) Name() string {
@@ -162,7 +164,10 @@ spec: {priority: 1000, action: allow}
 			if err := os.WriteFile(resFile, []byte(side.resources), 0o644); err != nil {
 				return nil, err
 			}
-			socket := filepath.Join(env.Dir, name+".sock")
+			socket, err := t.socketPath(env, name)
+			if err != nil {
+				return nil, err
+			}
 			cfg := fmt.Sprintf("cluster: %s\nidentity: {dir: %s}\nlisten: %s\nadmin: %s\nstate: %s\nresources: [%s]\nmetrics: %s\n",
 				node.Cluster, fabricDir, net.JoinHostPort(node.Addr.String(), strconv.Itoa(GatewayPort)), socket,
 				filepath.Join(env.Dir, name+"-state.json"), resFile, MetricsAddr(node))
@@ -181,7 +186,7 @@ spec: {priority: 1000, action: allow}
 			if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
 				return nil, err
 			}
-			gp := &gatewayProc{node: node, argv: []string{env.Binary, "gateway", "--config", cfgFile}, log: filepath.Join(env.Dir, name+"-gateway.log")}
+			gp := &gatewayProc{node: node, argv: []string{env.Binary, "gateway", "--config", cfgFile}, log: filepath.Join(env.Dir, name+"-gateway.log"), socket: socket}
 			t.gws[node.ID] = gp
 			if err := t.start(ctx, gp); err != nil {
 				return nil, err
@@ -383,6 +388,10 @@ func (t *straitTool) Teardown(context.Context) error {
 		}
 	}
 	errs = append(errs, t.procs.stop())
+	if t.sockDir != "" {
+		errs = append(errs, os.RemoveAll(t.sockDir))
+		t.sockDir = ""
+	}
 	return errors.Join(errs...)
 }
 
@@ -418,7 +427,25 @@ func (t *straitTool) AdminSocket(node string) string {
 	if !ok {
 		return ""
 	}
-	return filepath.Join(t.env.Dir, gp.node.Cluster+"-"+gp.node.Name+".sock")
+	return gp.socket
+}
+
+// socketPath is where gateway name's admin socket goes: in the run
+// directory beside its log, unless that path would not fit a Unix socket
+// address (a deep --out), then in a short temporary directory that
+// Teardown removes.
+func (t *straitTool) socketPath(env Env, name string) (string, error) {
+	if p := filepath.Join(env.Dir, name+".sock"); len(p) <= gateway.MaxSocketPath {
+		return p, nil
+	}
+	if t.sockDir == "" {
+		dir, err := os.MkdirTemp("", "strait-admin-")
+		if err != nil {
+			return "", err
+		}
+		t.sockDir = dir
+	}
+	return filepath.Join(t.sockDir, name+".sock"), nil
 }
 
 // straitCarries lists what strait's gateways carry: TCP connections and
