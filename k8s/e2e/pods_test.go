@@ -227,9 +227,12 @@ metadata: {name: duo, namespace: demo}
 		{"NoForbiddenBefore", testNoForbidden},
 		{"DenyPolicy", testDenyPolicy},
 		{"GatewayPodDeleted", testGatewayPodDeleted},
+		// Before the faults, which may restart the controllers (a
+		// lost lease ends the process).
+		{"NoForbidden", testNoForbidden},
+		{"Faults", testFaults},
 		{"Unexport", testUnexport},
 		{"NamespaceDeleted", testNamespaceDeleted},
-		{"NoForbidden", testNoForbidden},
 	} {
 		t0 := time.Now()
 		ok := t.Run(st.name, func(t *testing.T) { st.f(t, e) })
@@ -856,4 +859,116 @@ func testNoForbidden(t *testing.T, e *podsEnv) {
 			}
 		}
 	}
+}
+
+// testFaults stops and starts one daemon at a time: containerd of b's node
+// (down 3 s), a's kubelet, a's API server (one API server: each restart
+// costs a controller restart and a lease expiry, 15-40 s here). After each, every pod
+// of strait-system and kube-system is ready again and a request from b to
+// a's echo works; then every request succeeds (none that starts after the
+// recovery fails), and b holds each import once: one ServiceImport listing
+// a once, one EndpointSlice, one import in its gateway.
+func testFaults(t *testing.T, e *podsEnv) {
+	for _, f := range []struct{ c, daemon, down string }{
+		{"b", "containerd", "3"},
+		{"a", "kubelet", "0"},
+		{"a", "kube-apiserver", "0"},
+	} {
+		t.Run(f.c+"-"+f.daemon, func(t *testing.T) {
+			before := map[string]map[string]string{"a": e.restarts(t, "a"), "b": e.restarts(t, "b")}
+			start := time.Now()
+			cmd := exec.Command(e.k.script, "restart", e.k.name, f.c, f.daemon, "1", f.down)
+			cmd.Env = e.k.env
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("k8s-nodes.sh restart %s %s: %v\n%s", f.c, f.daemon, err, out)
+			}
+			for _, c := range []string{"a", "b"} {
+				for _, ns := range []string{"strait-system", "kube-system"} {
+					waitNodes(t, c+": "+ns+" pods ready", func() error {
+						_, err := e.k.kubectl(c, "", "-n", ns, "wait", "--for=condition=Ready", "--timeout=2s", "pod", "--all")
+						return err
+					})
+				}
+			}
+			// A controller that lost its lease exits and comes back; the
+			// other replica takes over once the lease expires (15 s,
+			// controller-runtime's default). Until then nothing
+			// reconciles.
+			for _, c := range []string{"a", "b"} {
+				waitNodes(t, c+": a controller renews the lease", func() error { return e.leaderActive(c) })
+			}
+			waitNodes(t, "b: a request to a's echo", func() error {
+				ok, detail, err := e.request("neighbour")
+				if err == nil && !ok {
+					err = fmt.Errorf("%s", detail)
+				}
+				return err
+			})
+			t.Logf("recovered %v after the restart began (load %s)", time.Since(start).Round(time.Millisecond), loadavg())
+			for i := range 5 {
+				ok, detail, err := e.request("neighbour")
+				if err != nil || !ok {
+					t.Errorf("request %d after the recovery: %s %v", i, detail, err)
+				}
+			}
+			e.noDuplicates(t)
+			for _, c := range []string{"a", "b"} {
+				for pod, counts := range e.restarts(t, c) {
+					if was, ok := before[c][pod]; ok && was != counts {
+						t.Logf("cluster %s: %s restarted: %s, before %s", c, pod, counts, was)
+					}
+				}
+			}
+		})
+	}
+}
+
+// noDuplicates: b has exactly one ServiceImport for each of echo and duo,
+// each listing cluster a once, one EndpointSlice each, and its gateway one
+// import each.
+func (e *podsEnv) noDuplicates(t *testing.T) {
+	t.Helper()
+	out := e.k.must(t, "b", "", "-n", "demo", "get", "serviceimports.multicluster.x-k8s.io", "-o",
+		`jsonpath={range .items[*]}{.metadata.name}{" "}{.status.clusters[*].cluster}{"\n"}{end}`)
+	if got := strings.TrimSpace(out); got != "duo a\necho a" {
+		t.Errorf("b's ServiceImports (name, clusters): %q, want duo and echo from a, once each", got)
+	}
+	out = e.k.must(t, "b", "", "-n", "demo", "get", "endpointslices", "-l", "endpointslice.kubernetes.io/managed-by=controller.strait.dev",
+		"-o", "jsonpath={.items[*].metadata.name}")
+	if got := strings.TrimSpace(out); got != "duo-a echo-a" {
+		t.Errorf("b's EndpointSlices of strait: %q, want duo-a echo-a", got)
+	}
+	out = e.k.must(t, "b", "", "-n", "strait-system", "exec", "deployment/strait-gateway", "-c", "sync", "--",
+		"/strait", "get", "ServiceImport", "--gateway", "/run/strait/gateway.sock")
+	for _, n := range []string{"duo", "echo"} {
+		if got := strings.Count(out, "metadata:\n  name: "+n+"\n"); got != 1 {
+			t.Errorf("b's gateway holds %d imports named %s:\n%s", got, n, out)
+		}
+	}
+}
+
+// leaderActive says whether a ready controller pod of cluster c holds the
+// Lease and renewed it within the last 5 s (it renews every 2 s).
+func (e *podsEnv) leaderActive(c string) error {
+	out, err := e.k.kubectl(c, "", "-n", "strait-system", "get", "lease", "strait-controller", "-o", `jsonpath={.spec.holderIdentity} {.spec.renewTime}`)
+	if err != nil {
+		return err
+	}
+	f := strings.Fields(out)
+	if len(f) != 2 {
+		return fmt.Errorf("lease: %q", out)
+	}
+	renewed, err := time.Parse(time.RFC3339Nano, f[1])
+	if err != nil {
+		return fmt.Errorf("lease renewTime %q: %v", f[1], err)
+	}
+	if age := time.Since(renewed); age > 5*time.Second {
+		return fmt.Errorf("lease of %s renewed %v ago", f[0], age.Round(time.Millisecond))
+	}
+	pod, _, _ := strings.Cut(f[0], "_")
+	ready, err := e.k.kubectl(c, "", "-n", "strait-system", "get", "pod", pod, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+	if err != nil || ready != "True" {
+		return fmt.Errorf("lease holder %s: ready %q %v", pod, ready, err)
+	}
+	return nil
 }
