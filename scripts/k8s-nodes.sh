@@ -14,6 +14,11 @@
 #   scripts/k8s-nodes.sh down NAME
 #   scripts/k8s-nodes.sh kubectl NAME CLUSTER [ARG...]   # kubectl on that cluster
 #   scripts/k8s-nodes.sh env  NAME                        # what `up` printed
+#   scripts/k8s-nodes.sh restart NAME CLUSTER DAEMON [NODE [DOWN]]
+#       stop DAEMON (etcd, kube-apiserver, kube-controller-manager,
+#       kube-scheduler, containerd, kubelet, kube-proxy) of node NODE (default
+#       1; the control plane runs on 1), wait DOWN seconds (default 0), start
+#       it again with the same command line: the faults of the e2e tests
 #
 # NAME is a lab name: 1-8 lowercase letters or digits. --wan is the emulation
 # of every WAN link in topology-file form, e.g. '{delay: 5ms, rate: 1gbit}'.
@@ -36,7 +41,7 @@ state_root="${STRAIT_K8S_STATE:-/var/lib/strait-k8s}"
 run_root=/run/strait-k8s
 strait="${STRAIT:-$root/bin/strait}"
 
-usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; }
 
 cmd="${1-}"
 [[ -n "$cmd" ]] || { usage >&2; exit 2; }
@@ -668,6 +673,34 @@ spec:
 EOF
 }
 
+# restart_daemon CLUSTER DAEMON [NODE [DOWN]]: see the usage.
+restart_daemon() {
+  local c="${1-}" d="${2-}" j="${3:-1}" down="${4:-0}" dir pid ns
+  [[ -f "$S/$c/netns" ]] || die "restart: no cluster \"$c\" in $S"
+  [[ "$j" =~ ^[1-9][0-9]*$ ]] || die "restart: NODE must be a node number (1, 2, ...), got \"$j\""
+  [[ "$down" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "restart: DOWN must be seconds, got \"$down\""
+  case "$d" in
+    etcd | kube-apiserver | kube-controller-manager | kube-scheduler)
+      [[ "$j" == 1 ]] || die "restart: $d runs on node 1 only"
+      dir="$S/$c/cp" ;;
+    containerd | kubelet | kube-proxy) dir="$S/$c/n$j" ;;
+    *) die "restart: DAEMON must be etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd, kubelet or kube-proxy, got \"$d\"" ;;
+  esac
+  [[ -f "$dir/pids/$d" ]] || die "restart: no $dir/pids/$d (is node $j of cluster $c up?)"
+  pid="$(cat "$dir/pids/$d")"
+  [[ -r "/proc/$pid/cmdline" ]] || die "restart: $d (pid $pid) is not running"
+  ns="$(ip netns identify "$pid")"
+  [[ -n "$ns" ]] || die "restart: $d (pid $pid) is in no named network namespace"
+  # The command line as started: argv[0] is the binary's path.
+  local -a args
+  mapfile -d '' -t args < "/proc/$pid/cmdline"
+  [[ "$(basename "${args[0]}")" == "$d" ]] || die "restart: pid $pid runs ${args[0]}, not $d"
+  stop_pid "$dir/pids/$d"
+  sleep "$down"
+  start "$dir" "$ns" "${args[@]}"
+  log "$d of $c-n$j restarted: pid $(cat "$dir/pids/$d")"
+}
+
 env_lines() {
   local c
   for c in "$S"/*/netns; do
@@ -688,5 +721,6 @@ case "$cmd" in
     kc "$c" "$@"
     ;;
   env) [[ -f "$S/env" ]] || die "no $S/env: is $name up?"; cat "$S/env" ;;
-  *) die "unknown command \"$cmd\" (allowed: up, down, kubectl, env, --help)" ;;
+  restart) restart_daemon "$@" ;;
+  *) die "unknown command \"$cmd\" (allowed: up, down, kubectl, env, restart, --help)" ;;
 esac

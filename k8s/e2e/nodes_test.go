@@ -21,7 +21,6 @@ const nodePatience = 5 * time.Minute
 
 // k8sNodes is one run of scripts/k8s-nodes.sh: clusters with real nodes.
 type k8sNodes struct {
-	t      *testing.T
 	script string
 	name   string
 	env    []string
@@ -45,7 +44,7 @@ func requireNodeHost(t *testing.T) {
 
 func upNodes(t *testing.T, bin string, clusters ...string) *k8sNodes {
 	t.Helper()
-	k := &k8sNodes{t: t, script: filepath.Join(k8stest.Root(), "scripts", "k8s-nodes.sh"),
+	k := &k8sNodes{script: filepath.Join(k8stest.Root(), "scripts", "k8s-nodes.sh"),
 		name: testenv.UniqueName("k"), env: append(os.Environ(), "STRAIT="+bin), addr: map[string]string{}}
 	start := time.Now()
 	cmd := exec.Command(k.script, "up", k.name, "--clusters", strings.Join(clusters, ","))
@@ -91,11 +90,12 @@ func (k *k8sNodes) kubectl(c, stdin string, args ...string) (string, error) {
 	return out.String(), nil
 }
 
-func (k *k8sNodes) must(c, stdin string, args ...string) string {
-	k.t.Helper()
+// must is kubectl that fails t (the test or subtest running it) on error.
+func (k *k8sNodes) must(t *testing.T, c, stdin string, args ...string) string {
+	t.Helper()
 	out, err := k.kubectl(c, stdin, args...)
 	if err != nil {
-		k.t.Fatalf("cluster %s: %v", c, err)
+		t.Fatalf("cluster %s: %v", c, err)
 	}
 	return out
 }
@@ -114,232 +114,5 @@ func waitNodes(t *testing.T, what string, f func() error) {
 			t.Fatalf("%s: still failing after %v: %v", what, nodePatience, err)
 		}
 		time.Sleep(time.Second)
-	}
-}
-
-// TestDeployInPods is what a user does first, on real nodes: deploy/
-// applied unchanged (an overlay per cluster sets only strait.env and the
-// gateway's cluster, as the README's quickstart does), the controller and
-// the gateways running as pods from the image scripts/image.sh builds, and a
-// pod in cluster b reaching a Service exported from cluster a by its
-// clusterset.local name through b's own CoreDNS; unexported, the name is
-// gone from b.
-func TestDeployInPods(t *testing.T) {
-	requireNodeHost(t)
-	bin := staticBinary(t)
-	k := upNodes(t, bin, "a", "b")
-	tmp := t.TempDir()
-
-	// Identities; the broker runs on a's first node (both clusters reach
-	// it over the lab).
-	fab := filepath.Join(tmp, "fabric")
-	for _, args := range [][]string{
-		{"fabric", "init", "--dir", fab, "--clusterset", "cs"},
-		{"fabric", "issue", "a", "--dir", fab},
-		{"fabric", "issue", "b", "--dir", fab},
-		{"fabric", "issue", "--broker", "broker1", "--dir", fab},
-	} {
-		run(t, bin, args...)
-	}
-	broker := k.addr["a"] + ":4500"
-	bconf := write(t, filepath.Join(tmp, "broker.yaml"), fmt.Sprintf("id: broker1\nidentity: {dir: %s}\nlisten: %s\nstore: {path: %s}\n",
-		fab, broker, filepath.Join(tmp, "broker.db")))
-	testenv.Start(t, "ip", "netns", "exec", "st-"+k.name+"-a-n1", bin, "broker", "--config", bconf)
-
-	deploy := filepath.Join(k8stest.Root(), "deploy")
-	for _, c := range []string{"a", "b"} {
-		// The overlay: deploy/ as it is, this cluster's settings.
-		dir := filepath.Join(tmp, "overlay-"+c)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		rel, err := filepath.Rel(dir, deploy)
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := k.addr[c]
-		write(t, filepath.Join(dir, "strait.env"), fmt.Sprintf("cluster=%s\nbroker=%s\ngateway-wan=%s:4443\ngateway-ips=%s\nclusterset-ips=10.255.0.0/16\n",
-			c, broker, addr, addr))
-		gw, err := os.ReadFile(filepath.Join(deploy, "config", "gateway.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		write(t, filepath.Join(dir, "gateway.yaml"), strings.Replace(string(gw), "cluster: a ", "cluster: "+c+" ", 1))
-		write(t, filepath.Join(dir, "kustomization.yaml"), fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-namespace: strait-system
-resources: [%s]
-images: [{name: ghcr.io/strait-net/strait, newTag: lab}] # scripts/k8s-images.sh
-configMapGenerator:
-  - {name: strait-config, behavior: replace, envs: [strait.env]}
-  - {name: strait-gateway, behavior: replace, files: [gateway.yaml]}
-# One node: one gateway (they are one per node).
-patches:
-  - target: {kind: Deployment, name: strait-gateway}
-    patch: '[{"op": "replace", "path": "/spec/replicas", "value": 1}]'
-`, rel))
-		k.must(c, "", "apply", "-k", dir)
-		k.must(c, "", "-n", "strait-system", "create", "secret", "generic", "strait-identity",
-			"--from-file="+filepath.Join(fab, "ca.crt"), "--from-file="+filepath.Join(fab, c+".crt"), "--from-file="+filepath.Join(fab, c+".key"))
-		// strait denies by default; the namespace exists in both (MCS
-		// namespace sameness).
-		k.must(c, `apiVersion: v1
-kind: Namespace
-metadata: {name: demo}
----
-apiVersion: strait.dev/v1alpha1
-kind: AccessPolicy
-metadata: {name: allow-all}
-spec: {priority: 1000, action: allow}
-`, "apply", "-f", "-")
-	}
-	for _, c := range []string{"a", "b"} {
-		for _, d := range []string{"strait-controller", "strait-gateway"} {
-			waitNodes(t, c+": "+d+" pods ready", func() error {
-				_, err := k.kubectl(c, "", "-n", "strait-system", "wait", "--for=condition=Ready", "--timeout=2s", "pod", "-l", "app.kubernetes.io/name="+d)
-				return err
-			})
-		}
-	}
-
-	// Cluster a: an echo server in a pod (the lab's workload, from strait's
-	// image), its Service, exported.
-	k.must("a", `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: echo, namespace: demo}
-spec:
-  selector: {matchLabels: {app: echo}}
-  template:
-    metadata: {labels: {app: echo}}
-    spec:
-      containers:
-        - name: echo
-          image: ghcr.io/strait-net/strait:lab
-          args: [app, echo, --listen, "0.0.0.0:8080"]
-          ports: [{containerPort: 8080}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: echo, namespace: demo}
-spec:
-  selector: {app: echo}
-  ports: [{name: http, port: 8080}]
----
-apiVersion: multicluster.x-k8s.io/v1alpha1
-kind: ServiceExport
-metadata: {name: echo, namespace: demo}
-`, "apply", "-f", "-")
-
-	// Cluster b: clusterset.local in its CoreDNS, deploy/dns as the README
-	// says (the strait-dns cluster IP written in, CoreDNS restarted).
-	dnsIP := strings.TrimSpace(k.must("b", "", "-n", "strait-system", "get", "svc", "strait-dns", "-o", "jsonpath={.spec.clusterIP}"))
-	dnsDir := filepath.Join(tmp, "dns")
-	if err := os.MkdirAll(dnsDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"kustomization.yaml", "coredns-custom.yaml"} {
-		b, err := os.ReadFile(filepath.Join(deploy, "dns", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		write(t, filepath.Join(dnsDir, f), strings.ReplaceAll(string(b), "STRAIT_DNS_IP", dnsIP))
-	}
-	k.must("b", "", "apply", "-k", dnsDir)
-	k.must("b", "", "-n", "kube-system", "rollout", "restart", "deployment/coredns")
-	waitNodes(t, "b: coredns restarted", func() error {
-		_, err := k.kubectl("b", "", "-n", "kube-system", "rollout", "status", "--timeout=2s", "deployment/coredns")
-		return err
-	})
-
-	// A pod in b: curl by name, retried until the export has reached b
-	// (broker, import, gateway listener, DNS); its output is the echo.
-	name := "echo.demo.svc.clusterset.local"
-	curlImage := strings.TrimSpace(run(t, "sh", "-c", `curl --version | awk 'NR == 1 {print "localhost/strait-lab/curl:" $2}'`))
-	k.must("b", fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: client, namespace: demo}
-spec:
-  restartPolicy: Never
-  containers:
-    - name: curl
-      image: %s
-      args: [-sS, --retry, "1000", --retry-delay, "1", --retry-all-errors, --retry-max-time, "280", --max-time, "5",
-             --data-binary, hello from a pod in b, "http://%s:8080/"]
-`, curlImage, name), "apply", "-f", "-")
-	waitNodes(t, "curl "+name+" from a pod in b", func() error {
-		phase, err := k.kubectl("b", "", "-n", "demo", "get", "pod", "client", "-o", "jsonpath={.status.phase}")
-		if err != nil {
-			return err
-		}
-		switch phase {
-		case "Succeeded":
-			return nil
-		case "Failed":
-			logs, _ := k.kubectl("b", "", "-n", "demo", "logs", "client")
-			t.Fatalf("curl pod failed: %s", logs)
-		}
-		return fmt.Errorf("pod phase %q", phase)
-	})
-	// The log holds curl's messages about attempts before the name
-	// existed in b (stderr), then the echo: the body, with no newline.
-	logs := k.must("b", "", "-n", "demo", "logs", "client")
-	if lines := strings.Split(logs, "\n"); lines[len(lines)-1] != "hello from a pod in b" {
-		t.Fatalf("curl %s from b: got %q, want the echo last", name, logs)
-	}
-
-	// Unexporting in a takes the name away in b: a new curl pod fails at
-	// name resolution (MCS: the import goes, CoreDNS forwards to strait).
-	k.must("a", "", "-n", "demo", "delete", "serviceexport", "echo")
-	attempt := 0
-	waitNodes(t, "name gone from b's CoreDNS", func() error {
-		attempt++
-		pod := fmt.Sprintf("gone-%d", attempt)
-		k.must("b", fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: %s, namespace: demo}
-spec:
-  restartPolicy: Never
-  containers:
-    - name: curl
-      image: %s
-      args: [-sS, --max-time, "5", "http://%s:8080/"]
-`, pod, curlImage, name), "apply", "-f", "-")
-		var phase string
-		for range 60 {
-			phase, _ = k.kubectl("b", "", "-n", "demo", "get", "pod", pod, "-o", "jsonpath={.status.phase}")
-			if phase == "Succeeded" || phase == "Failed" {
-				break
-			}
-			time.Sleep(time.Second)
-		}
-		logs, _ := k.kubectl("b", "", "-n", "demo", "logs", pod)
-		if phase != "Failed" || !strings.Contains(logs, "resolve") {
-			return fmt.Errorf("pod %s: phase %s, output %q", pod, phase, logs)
-		}
-		return nil
-	})
-
-	// Nothing of strait's restarted on the way.
-	for _, c := range []string{"a", "b"} {
-		out := k.must(c, "", "-n", "strait-system", "get", "pods", "-o", `jsonpath={range .items[*]}{.metadata.name}{" "}{range .status.containerStatuses[*]}{.name}={.restartCount}{" "}{end}{"\n"}{end}`)
-		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-			for _, f := range strings.Fields(line)[1:] {
-				if !strings.HasSuffix(f, "=0") {
-					t.Errorf("cluster %s: pod %s restarted (container=restarts %s)", c, strings.Fields(line)[0], f)
-				}
-			}
-		}
-	}
-
-	// deploy/rbac.yaml is enough: no strait container was refused anything.
-	for _, c := range []string{"a", "b"} {
-		for _, sel := range []string{"app.kubernetes.io/name=strait-controller", "app.kubernetes.io/name=strait-gateway"} {
-			logs := k.must(c, "", "-n", "strait-system", "logs", "-l", sel, "--all-containers", "--prefix", "--tail=-1")
-			for _, line := range strings.Split(logs, "\n") {
-				if strings.Contains(strings.ToLower(line), "forbidden") {
-					t.Errorf("cluster %s: %s", c, line)
-				}
-			}
-		}
 	}
 }
