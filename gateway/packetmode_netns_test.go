@@ -1,0 +1,328 @@
+package gateway_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/strait-net/strait/gateway"
+	"github.com/strait-net/strait/internal/testenv"
+)
+
+// udpEcho is a UDP echo server and client on real sockets, run with
+// python3:
+//
+//	echo ADDR PORT        echo every datagram back
+//	ask ADDR PORT SIZE    send SIZE bytes on a connected socket and print
+//	                      "ok" when they come back, else what happened
+const udpEcho = `
+import socket, sys, os
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+if sys.argv[1] == "echo":
+    s.bind((sys.argv[2], int(sys.argv[3])))
+    print("listening", flush=True)
+    while True:
+        data, peer = s.recvfrom(65535)
+        s.sendto(data, peer)
+s.settimeout(2)
+s.connect((sys.argv[2], int(sys.argv[3])))
+data = os.urandom(int(sys.argv[4]))
+try:
+    s.send(data)
+    print("ok" if s.recv(65535) == data else "mismatch")
+except ConnectionRefusedError:
+    print("refused")
+except socket.timeout:
+    print("timeout")
+`
+
+// packetEnv is two clusters as four namespaces — a client node and a
+// gateway node in cluster a, a gateway node and a server node in cluster
+// b — with a gateway process on each gateway node. a imports b's export
+// "echo" at the clusterset IP 10.96.0.10, TCP port 80 and UDP port 5353.
+type packetEnv struct {
+	ca, ga, gb, sb string
+	a, b           *gw
+	pins           string
+}
+
+const (
+	packetVIP   = "10.96.0.10"
+	packetMetrA = "strait_packet_packets_total{direction=\"import_tx\"}"
+	packetMetrB = "strait_packet_packets_total{direction=\"export_rx\"}"
+)
+
+// setupPacket starts the clusters with a's data-plane for b set to
+// modeA and b's for a to modeB.
+func setupPacket(t *testing.T, modeA, modeB string) *packetEnv {
+	testenv.RequireRoot(t)
+	for _, tool := range []string{"curl", "python3"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s", tool)
+		}
+	}
+	binary = testenv.StraitBinary(t)
+	var err error
+	if tmpDir, err = os.MkdirTemp("", testenv.UniqueName("pgw")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmpDir) })
+	id := testenv.UniqueName("pktgw")
+	e := &packetEnv{pins: testenv.BPFFS(t)}
+	e.ca, e.ga = testenv.Netns(t, id+"-ca"), testenv.Netns(t, id+"-ga")
+	e.gb, e.sb = testenv.Netns(t, id+"-gb"), testenv.Netns(t, id+"-sb")
+	ip := func(args ...string) { testenv.Run(t, "ip", args...) }
+	ip("-n", e.ga, "link", "add", "lan", "type", "veth", "peer", "name", "eth0", "netns", e.ca)
+	ip("-n", e.ga, "link", "add", "wan", "type", "veth", "peer", "name", "wan", "netns", e.gb)
+	ip("-n", e.gb, "link", "add", "lan", "type", "veth", "peer", "name", "eth0", "netns", e.sb)
+	for _, a := range []struct{ ns, dev, addr string }{
+		{e.ca, "eth0", "10.1.0.2/24"}, {e.ga, "lan", "10.1.0.1/24"}, {e.ga, "lan", "10.1.0.254/24"},
+		{e.ga, "wan", "192.0.2.1/24"}, {e.gb, "wan", "192.0.2.2/24"},
+		{e.gb, "lan", "10.2.0.1/24"}, {e.gb, "lan", "10.2.0.254/24"}, // second addresses: SNAT
+		{e.sb, "eth0", "10.2.0.2/24"},
+	} {
+		ip("-n", a.ns, "addr", "add", a.addr, "dev", a.dev)
+		ip("-n", a.ns, "link", "set", a.dev, "up")
+	}
+	for _, ns := range []string{e.ca, e.ga, e.gb, e.sb} {
+		ip("-n", ns, "link", "set", "lo", "up")
+	}
+	ip("-n", e.ca, "route", "add", "default", "via", "10.1.0.1")
+	// The stream mode's listeners take the clusterset IPs as local
+	// addresses; the packet mode's program takes their packets earlier.
+	ip("-n", e.ga, "route", "add", "local", "10.96.0.0/24", "dev", "lo")
+
+	fabric := filepath.Join(tmpDir, "fabric")
+	issueFabric(t, fabric)
+	srv := startIn(t, e.sb, binary, "app", "echo", "--listen", "10.2.0.2:8080")
+	script := filepath.Join(tmpDir, "udp.py")
+	if err := os.WriteFile(script, []byte(udpEcho), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	udp := startIn(t, e.sb, "python3", script, "echo", "10.2.0.2", "5353")
+	for _, p := range []*proc{srv, udp} {
+		for deadline := time.Now().Add(patience); !strings.Contains(p.out.String(), "listening"); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("server did not start: %s", p.out.String())
+			}
+		}
+	}
+
+	allowAll := policyYAML("allow-all", 1000, "allow", "")
+	resA := peerYAML("b", "192.0.2.2:4443") + allowAll + `apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceImport
+metadata: {name: echo, namespace: default}
+spec:
+  ips: [` + packetVIP + `]
+  ports: [{name: http, protocol: TCP, port: 80}, {name: dns, protocol: UDP, port: 5353}]
+  clusters: [{cluster: b}]
+`
+	resB := peerYAML("a", "192.0.2.1:4443") + allowAll + `apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceExport
+metadata: {name: echo, namespace: default}
+spec:
+  target: 10.2.0.2:8080
+  ports: [{name: http, protocol: TCP, port: 80}, {name: dns, protocol: UDP, port: 5353, target: "10.2.0.2:5353"}]
+`
+	e.a = &gw{t: t, cluster: "a", netns: e.ga, addr: "192.0.2.1"}
+	e.b = &gw{t: t, cluster: "b", netns: e.gb, addr: "192.0.2.2"}
+	for _, g := range []struct {
+		g          *gw
+		res, peer  string
+		mode, snat string
+		name       string
+	}{{e.a, resA, "b", modeA, "10.1.0.254", e.ga}, {e.b, resB, "a", modeB, "10.2.0.254", e.gb}} {
+		resFile := filepath.Join(tmpDir, g.g.cluster+"-resources.yaml")
+		if err := os.WriteFile(resFile, []byte(g.res), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		g.g.socket = filepath.Join(tmpDir, g.g.cluster+".sock")
+		g.g.config = filepath.Join(tmpDir, g.g.cluster+"-gateway.yaml")
+		cfg := fmt.Sprintf(`cluster: %s
+identity: {dir: %s}
+listen: %s:4443
+admin: %s
+state: %s
+metrics: %s
+intercept: listeners
+preconnect: -1
+resources: [%s]
+peers: {%s: {data-plane: %s}}
+packet: {lan: lan, snat: %s, pin-root: %s, name: %s}
+`, g.g.cluster, fabric, g.g.addr, g.g.socket, filepath.Join(tmpDir, g.g.cluster+"-state.json"), metricsAddr, resFile,
+			g.peer, g.mode, g.snat, e.pins, g.name)
+		if err := os.WriteFile(g.g.config, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		g.g.start(t)
+	}
+	t.Cleanup(func() {
+		// Best effort when the test failed before its own teardown.
+		for _, ns := range []string{e.ga, e.gb} {
+			_ = exec.Command("ip", "netns", "exec", ns, binary, "packet", "teardown", "--name", ns, "--pin-root", e.pins).Run()
+		}
+	})
+	e.b.waitLive(t, "a", 0)
+	e.a.waitLive(t, "b", 1)
+	return e
+}
+
+// dataPlane waits until g's status shows peer's data plane as cond wants.
+func dataPlane(t *testing.T, g *gw, peer string, cond func(gateway.PeerDataPlane) bool, what string) gateway.PeerDataPlane {
+	t.Helper()
+	var last gateway.PeerDataPlane
+	for deadline := time.Now().Add(patience); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		st, err := g.admin().Status()
+		if err != nil {
+			continue
+		}
+		for _, d := range st.DataPlanes {
+			if d.Cluster == peer {
+				if last = d; cond(d) {
+					return d
+				}
+			}
+		}
+	}
+	b, _ := json.Marshal(last)
+	t.Fatalf("%s: %s's data plane for %s is %s after %v", what, g.cluster, peer, b, patience)
+	return last
+}
+
+func (e *packetEnv) curl(t *testing.T, body string) {
+	t.Helper()
+	f := writeTemp(t, "body-*", body)
+	out, err := exec.Command("ip", "netns", "exec", e.ca, "curl", "-sS", "--fail", "--max-time", curlMax, "-H", "Expect:",
+		"--data-binary", "@"+f, "http://"+packetVIP+":80/").CombinedOutput()
+	if err != nil || string(out) != body {
+		t.Fatalf("echo over the import: %v, reply %.200q", err, out)
+	}
+}
+
+// udp sends one datagram of size bytes to the import's UDP port until it
+// comes back (a loaded host may lose one), bounded by patience.
+func (e *packetEnv) udp(t *testing.T, size int) {
+	t.Helper()
+	var out string
+	for deadline := time.Now().Add(patience); time.Now().Before(deadline); {
+		b, _ := exec.Command("ip", "netns", "exec", e.ca, "python3", filepath.Join(tmpDir, "udp.py"), "ask", packetVIP, "5353", fmt.Sprint(size)).CombinedOutput()
+		if out = strings.TrimSpace(string(b)); out == "ok" {
+			return
+		}
+	}
+	t.Fatalf("UDP datagram of %d bytes over the import: %s", size, out)
+}
+
+// stop ends g with SIGTERM, as an operator does, and waits for it.
+func stop(t *testing.T, g *gw) {
+	t.Helper()
+	_ = g.proc.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-g.proc.done:
+	case <-time.After(patience):
+		t.Fatalf("gateway %s did not stop on SIGTERM", g.cluster)
+	}
+}
+
+// TestPacketMode: both gateways configured for the packet mode agree over
+// their session, fill the maps from their resources, and the programs
+// carry a client's TCP and UDP to the import's clusterset IP (their
+// counters say so); forwarding goes on while the importing gateway is
+// killed -9, its restart adopts the pins, and a gateway stopped with
+// --packet-teardown leaves no pin and no VXLAN device.
+func TestPacketMode(t *testing.T) {
+	e := setupPacket(t, gateway.DataPlanePacket, gateway.DataPlanePacket)
+	active := func(d gateway.PeerDataPlane) bool { return d.Active }
+	dataPlane(t, e.a, "b", active, "packet mode on a")
+	dataPlane(t, e.b, "a", active, "packet mode on b")
+
+	txA, rxB := e.a.metric(t, packetMetrA), e.b.metric(t, packetMetrB)
+	e.curl(t, strings.Repeat("packet mode ", 20000))
+	if got := e.a.metric(t, packetMetrA); got <= txA {
+		t.Errorf("a's program sent no import packets into the tunnel: %s %v", packetMetrA, got)
+	}
+	if got := e.b.metric(t, packetMetrB); got <= rxB {
+		t.Errorf("b's program translated no packets: %s %v", packetMetrB, got)
+	}
+	if n := e.a.metric(t, "strait_client_connections_total"); n != 0 {
+		t.Errorf("a's stream mode accepted %v connections; the program should have carried them", n)
+	}
+	txA, rxB = e.a.metric(t, packetMetrA), e.b.metric(t, packetMetrB)
+	e.udp(t, 1000)
+	if got := e.a.metric(t, packetMetrA); got <= txA {
+		t.Errorf("UDP: a's program sent no import packets: %v", got)
+	}
+	if got := e.b.metric(t, packetMetrB); got <= rxB {
+		t.Errorf("UDP: b's program translated no packets: %v", got)
+	}
+	if n := e.b.metric(t, "strait_streams_total{point=\"ingress\"}"); n != 0 {
+		t.Errorf("b's stream mode carried %v streams; the programs should have", n)
+	}
+
+	// kill -9: the pinned programs keep forwarding, the restart adopts them.
+	e.a.proc.kill()
+	e.curl(t, "while the importing gateway is dead")
+	e.a.start(t)
+	e.a.waitLive(t, "b", 1)
+	dataPlane(t, e.a, "b", active, "packet mode after restart")
+	e.curl(t, "after the restart")
+	e.udp(t, 1472)
+	if !strings.Contains(e.a.proc.out.String(), "adopted pinned link") {
+		t.Errorf("the restarted gateway did not adopt the pinned links:\n%s", e.a.proc.out.String())
+	}
+
+	// The operator's teardown.
+	for _, g := range []*gw{e.a, e.b} {
+		g.proc.kill()
+		g.proc = startOwned(t, g.t, g.netns, binary, "gateway", "--config", g.config, "--packet-teardown")
+	}
+	e.a.waitLive(t, "b", 1)
+	for _, g := range []*gw{e.a, e.b} {
+		stop(t, g)
+		if !strings.Contains(g.proc.out.String(), "packet mode torn down") {
+			t.Errorf("%s: no teardown in the log:\n%s", g.cluster, g.proc.out.String())
+		}
+	}
+	for _, ns := range []string{e.ga, e.gb} {
+		if _, err := os.Stat(filepath.Join(e.pins, ns)); !os.IsNotExist(err) {
+			t.Errorf("%s's pin directory is still there (%v)", ns, err)
+		}
+		if out := testenv.Run(t, "ip", "-n", ns, "-o", "link", "show"); strings.Contains(out, "stv-") {
+			t.Errorf("%s still has a VXLAN device:\n%s", ns, out)
+		}
+	}
+}
+
+// TestPacketModeRefused: a gateway configured for the packet mode whose
+// peer is configured for streams refuses the mode with the reason (log,
+// status, metric) on both sides, and the stream mode serves the import.
+func TestPacketModeRefused(t *testing.T) {
+	e := setupPacket(t, gateway.DataPlanePacket, gateway.DataPlaneStream)
+	refused := func(d gateway.PeerDataPlane) bool { return !d.Active && d.Peer == gateway.DataPlaneStream }
+	d := dataPlane(t, e.a, "b", refused, "refusal on a")
+	if !strings.Contains(d.Reason, "data-plane stream for peer a") {
+		t.Errorf("a's reason %q does not say b is configured for streams", d.Reason)
+	}
+	db := dataPlane(t, e.b, "a", func(d gateway.PeerDataPlane) bool { return d.Peer == gateway.DataPlanePacket }, "offer seen on b")
+	if db.Active || db.Reason == "" {
+		t.Errorf("b's status for a: %+v, want inactive with a reason", db)
+	}
+	e.a.waitMetric(t, "strait_packet_refusals_total{peer=\"b\"}", func(v float64) bool { return v >= 1 }, "refusal counted on a")
+	e.b.waitMetric(t, "strait_packet_refusals_total{peer=\"a\"}", func(v float64) bool { return v >= 1 }, "refusal counted on b")
+	if !strings.Contains(e.a.proc.out.String(), "packet mode refused") {
+		t.Errorf("a's log does not say the packet mode was refused:\n%s", e.a.proc.out.String())
+	}
+	e.curl(t, "over streams")
+	if n := e.a.metric(t, "strait_client_connections_total"); n < 1 {
+		t.Errorf("a's stream mode accepted %v connections, want the client's", n)
+	}
+	if n := e.a.metric(t, packetMetrA); n != 0 {
+		t.Errorf("a's program sent %v import packets; the mode was refused", n)
+	}
+}
