@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -147,10 +148,11 @@ type packetPlane struct {
 	mu      sync.Mutex // guards below and the datapath's maps
 	peers   map[string]*packetPeer
 	start   time.Time
-	synced  bool     // the maps were written once by this process
-	rules   []string // compiled policy rules, index = rule_drops index
-	health  string   // the gateways' liveness the maps were written with
-	syncErr string   // the last sync's error, "" if none
+	synced  bool        // the maps were written once by this process
+	rules   []string    // compiled policy rules, index = rule_drops index
+	health  string      // the gateways' liveness the maps were written with
+	written *packetWant // what the maps hold, as this process wrote them
+	syncErr string      // the last sync's error, "" if none
 }
 
 // packetPeer is what one peer said about the packet mode.
@@ -532,12 +534,9 @@ func (p *packetPlane) sync() {
 		if !importing && !exporting {
 			continue
 		}
+		down := packetDown(gws, live[id])
 		for addr, ip := range gws {
-			alive := true
-			if l, ok := live[id]; ok {
-				alive = l[addr]
-			}
-			w.peers[ip] = packet.Peer{Cluster: clusterID, Alive: alive}
+			w.peers[ip] = packet.Peer{Cluster: clusterID, Alive: !down[addr]}
 		}
 		if importing {
 			if len(w.tables) >= p.dp.Tables() {
@@ -600,11 +599,19 @@ func (p *packetPlane) sync() {
 		}
 	}
 	var err error
-	w.policy, p.rules, err = packet.CompilePolicy(rt.policy, clusters, services)
-	if err != nil {
+	var rules []string
+	w.policy, rules, err = packet.CompilePolicy(rt.policy, clusters, services)
+	switch {
+	case err != nil:
 		errs = append(errs, err.Error())
-	} else if err := w.write(p.dp); err != nil {
-		errs = append(errs, err.Error())
+	case w.same(p.written):
+	default:
+		if err := w.write(p.dp); err != nil {
+			errs = append(errs, err.Error())
+			p.written = nil
+		} else {
+			p.written, p.rules = &w, rules
+		}
 	}
 	p.synced, p.health = true, health
 	msg := strings.Join(errs, "; ")
@@ -643,6 +650,22 @@ type packetWant struct {
 type packetTableSpec struct {
 	table *ring.Table
 	addrs map[string]netip.Addr
+	key   string // members, addresses and the dead ones: equal keys, equal buckets
+}
+
+// same reports whether w holds what o does, so that an unchanged state
+// costs no map writes (sync runs every packetHelloInterval).
+func (w *packetWant) same(o *packetWant) bool {
+	if o == nil || len(w.tables) != len(o.tables) {
+		return false
+	}
+	for i := range w.tables {
+		if w.tables[i].key != o.tables[i].key {
+			return false
+		}
+	}
+	return maps.Equal(w.imports, o.imports) && maps.Equal(w.exports, o.exports) &&
+		maps.Equal(w.peers, o.peers) && maps.Equal(w.policy, o.policy)
 }
 
 // write fills the maps in the order State.Apply does: tables first and
@@ -701,15 +724,34 @@ func packetTable(gws map[string]netip.Addr, live map[string]bool) (packetTableSp
 	if err != nil {
 		return packetTableSpec{}, err
 	}
+	down := packetDown(gws, live)
+	var key strings.Builder
+	for _, n := range names {
+		fmt.Fprintf(&key, "%s=%s/%v ", n, gws[n], down[n])
+	}
+	return packetTableSpec{table: t.WithDown(down), addrs: gws, key: key.String()}, nil
+}
+
+// packetDown is the set of a peer's gateways the health checker has taken
+// out. The checker judges a gateway by its process's sessions, and the
+// programs of a gateway whose process died (or restarts) keep forwarding:
+// when all of a peer's gateways look dead, none is taken out, since
+// sending to them is then no worse than dropping, and it keeps the flows
+// of a peer whose only gateway restarts (docs/packet.md, "The gateway").
+func packetDown(gws map[string]netip.Addr, live map[string]bool) map[string]bool {
 	down := map[string]bool{}
-	if live != nil {
-		for _, n := range names {
-			if !live[n] {
-				down[n] = true
-			}
+	if live == nil {
+		return down
+	}
+	for n := range gws {
+		if !live[n] {
+			down[n] = true
 		}
 	}
-	return packetTableSpec{table: t.WithDown(down), addrs: gws}, nil
+	if len(down) == len(gws) {
+		return map[string]bool{}
+	}
+	return down
 }
 
 // packetSources turns wire sources into policy sources; IPv6 ones hold no

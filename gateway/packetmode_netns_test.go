@@ -276,6 +276,16 @@ func TestPacketMode(t *testing.T) {
 	if !strings.Contains(e.a.proc.out.String(), "adopted pinned link") {
 		t.Errorf("the restarted gateway did not adopt the pinned links:\n%s", e.a.proc.out.String())
 	}
+	// The exporting side: its only gateway's sessions end, and a keeps
+	// sending to it (all of a peer's gateways dead takes none out).
+	e.b.proc.kill()
+	e.a.waitMetric(t, "strait_peer_sessions_live{peer=\"b\"}", func(v float64) bool { return v == 0 }, "b's sessions gone")
+	e.curl(t, "while the exporting gateway is dead")
+	e.udp(t, 100)
+	e.b.start(t)
+	e.b.waitLive(t, "a", 0)
+	dataPlane(t, e.b, "a", active, "packet mode after b's restart")
+	e.curl(t, "after b's restart")
 
 	// The operator's teardown.
 	for _, g := range []*gw{e.a, e.b} {
