@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -119,6 +120,12 @@ func (c *Config) validatePacket() error {
 	}
 	if a, err := netip.ParseAddr(c.Packet.SNAT); err != nil || !a.Is4() {
 		return fmt.Errorf("packet.snat %q: required when a peer's data-plane is packet: an IPv4 address of this node no local socket uses", c.Packet.SNAT)
+	}
+	if c.Packet.PinRoot != "" && !filepath.IsAbs(c.Packet.PinRoot) {
+		return fmt.Errorf("packet.pin-root %q: want an absolute path on a bpffs mount", c.Packet.PinRoot)
+	}
+	if m := c.Packet.UnderlayMTU; m != 0 && (m < 626 || m > 65535) {
+		return fmt.Errorf("packet.underlay-mtu %d: allowed 626..65535 (0: 1500)", m)
 	}
 	pc := c.packetConfig()
 	if err := pc.Validate(); err != nil {
