@@ -144,7 +144,9 @@ spec:
 		}
 		g.g.socket = filepath.Join(tmpDir, g.g.cluster+".sock")
 		g.g.config = filepath.Join(tmpDir, g.g.cluster+"-gateway.yaml")
-		cfg := fmt.Sprintf(`cluster: %s
+		// The client is namespace web: b learns it from a's offer.
+		cfg := fmt.Sprintf(`sources: [{cidr: 10.1.0.2/32, namespace: web}]
+cluster: %s
 identity: {dir: %s}
 listen: %s:4443
 admin: %s
@@ -264,6 +266,27 @@ func TestPacketMode(t *testing.T) {
 	if n := e.b.metric(t, "strait_streams_total{point=\"ingress\"}"); n != 0 {
 		t.Errorf("b's stream mode carried %v streams; the programs should have", n)
 	}
+
+	// A policy change reaches b's policy map: new flows from a's namespace
+	// web are dropped and counted per policy, and flow again once it goes.
+	deny := policyYAML("deny-web", 10, "deny", "  from: {clusters: [a], namespaces: [web]}\n  to: {exports: [echo]}\n")
+	e.b.apply(t, deny)
+	const denied = "strait_packet_policy_drops_total{policy=\"deny-web\"}"
+	for deadline := time.Now().Add(patience); e.b.metric(t, denied) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no packet denied by deny-web on b after %v", patience)
+		}
+		f := writeTemp(t, "body-*", "denied")
+		if out, err := exec.Command("ip", "netns", "exec", e.ca, "curl", "-sS", "--max-time", "1", "--data-binary", "@"+f,
+			"http://"+packetVIP+":80/").CombinedOutput(); err == nil {
+			t.Logf("answered before the policy reached the map: %q", out)
+		}
+	}
+	if n := e.b.metric(t, "strait_packet_drops_total{reason=\"ingress_policy\"}"); n < 1 {
+		t.Errorf("ingress policy drops %v, want at least 1", n)
+	}
+	e.b.delete(t, deny)
+	e.curl(t, "allowed again")
 
 	// kill -9: the pinned programs keep forwarding, the restart adopts them.
 	e.a.proc.kill()
