@@ -183,7 +183,7 @@ func (t *packetTool) counters(ctx context.Context, node *topology.PlanNode) (map
 }
 
 // healthCheck proves that packets take the BPF path: a TCP connection from
-// the client to the first service must open, and meanwhile the importing
+// the client to the first service (HTTP or not) must open, and meanwhile the importing
 // program must have sent packets into the tunnel and the exporting one
 // translated them (their counters), not some other route.
 func (t *packetTool) healthCheck(ctx context.Context, clientGW, serverGW *topology.PlanNode, targets map[string]string) error {
@@ -205,9 +205,15 @@ func (t *packetTool) healthCheck(ctx context.Context, clientGW, serverGW *topolo
 		if err != nil {
 			return err
 		}
+		// The service need not speak HTTP (iperf3's does not): any answer
+		// but curl's "could not connect" (7) and timeout (28) means the
+		// connection opened, and the counters below say along which path.
 		if out, err := cmd.CombinedOutput(); err != nil {
-			last = fmt.Errorf("curl %s from %s: %w: %s", target, t.env.Client.ID, err, strings.TrimSpace(string(out)))
-			continue
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() == 7 || ee.ExitCode() == 28 {
+				last = fmt.Errorf("curl %s from %s: %w: %s", target, t.env.Client.ID, err, strings.TrimSpace(string(out)))
+				continue
+			}
 		}
 		afterC, err := t.counters(ctx, clientGW)
 		if err != nil {
