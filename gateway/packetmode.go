@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -433,18 +434,21 @@ func (g *Gateway) servePacketControl(peer string, st tunnel.Stream) {
 		_ = st.Reset(err.Error())
 		return
 	}
-	ans := g.packet.heard(peer, h)
+	ans, changed := g.packet.heard(peer, h)
 	b, _ := json.Marshal(ans)
 	if _, err := st.Write(b); err == nil {
 		_ = st.CloseWrite()
 	}
-	if ans.Mode == DataPlanePacket {
+	// Only a new offer wakes the plane: waking on every one would make two
+	// gateways answer each other's offers with offers, back to back.
+	if changed {
 		g.packet.changed()
 	}
 }
 
-// heard records a peer's offer and returns this gateway's answer.
-func (p *packetPlane) heard(peer string, h *packetHello) packetAnswer {
+// heard records a peer's offer and returns this gateway's answer, and
+// whether the offer changes what the maps should hold.
+func (p *packetPlane) heard(peer string, h *packetHello) (packetAnswer, bool) {
 	mine := p.g.cfg.dataPlane(peer)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -452,16 +456,18 @@ func (p *packetPlane) heard(peer string, h *packetHello) packetAnswer {
 	first := pp.asked != h.Mode
 	pp.asked = h.Mode
 	if h.Mode == DataPlanePacket && mine == DataPlanePacket {
+		changed := pp.heard == nil || !reflect.DeepEqual(*pp.heard, *h)
 		pp.heard = h
-		return packetAnswer{Mode: DataPlanePacket}
+		return packetAnswer{Mode: DataPlanePacket}, changed
 	}
-	pp.heard = nil
 	if h.Mode == DataPlanePacket && first {
 		// Here, not at the peer only: both operators should see it.
 		p.g.metrics.packetRefusals.WithLabelValues(peer).Inc()
 		p.log.Warn("packet mode refused: the peer offers it, this gateway's configuration says stream for it", "peer", peer)
 	}
-	return packetAnswer{Mode: mine, Reason: fmt.Sprintf("cluster %s's gateway is configured with data-plane %s for peer %s", p.g.cfg.Cluster, mine, peer)}
+	changed := pp.heard != nil
+	pp.heard = nil
+	return packetAnswer{Mode: mine, Reason: fmt.Sprintf("cluster %s's gateway is configured with data-plane %s for peer %s", p.g.cfg.Cluster, mine, peer)}, changed
 }
 
 // settled reports whether every packet peer has answered and, where it

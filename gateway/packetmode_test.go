@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"net/netip"
 	"strings"
 	"testing"
@@ -150,4 +151,33 @@ func FuzzPacketHello(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestPacketHeard: an offer changes the plane's state only when it is new
+// or different (each change makes the gateway offer back at once, so
+// "changed" on every offer would have two gateways trade offers without
+// pause), and a gateway configured for streams refuses with its reason.
+func TestPacketHeard(t *testing.T) {
+	g := &Gateway{cfg: Config{Cluster: "a", Peers: map[string]PeerConfig{"b": {DataPlane: DataPlanePacket}}},
+		metrics: newMetrics(), log: slog.New(slog.DiscardHandler)}
+	p := newPacketPlane(g)
+	h := func(port uint16) *packetHello {
+		return &packetHello{Mode: DataPlanePacket, Imports: []packetImport{{Namespace: "d", Name: "e", Address: "10.96.0.1", Port: port, Protocol: "TCP"}}}
+	}
+	for i, step := range []struct {
+		hello   *packetHello
+		changed bool
+	}{{h(80), true}, {h(80), false}, {h(80), false}, {h(81), true}, {h(81), false}} {
+		ans, changed := p.heard("b", step.hello)
+		if ans.Mode != DataPlanePacket || changed != step.changed {
+			t.Errorf("offer %d: answer %+v, changed %v; want packet, %v", i, ans, changed, step.changed)
+		}
+	}
+	ans, _ := p.heard("c", h(80))
+	if ans.Mode != DataPlaneStream || !strings.Contains(ans.Reason, "data-plane stream for peer c") {
+		t.Errorf("unconfigured peer: answer %+v, want stream with the reason", ans)
+	}
+	if st := p.status(); len(st) != 2 || st[1].Cluster != "c" || st[1].Peer != DataPlanePacket || st[1].Reason == "" {
+		t.Errorf("status %+v, want c's refused offer", st)
+	}
 }
