@@ -325,18 +325,23 @@ func (p *packetPlane) offerAll(ctx context.Context) {
 			continue
 		}
 		hello := p.helloFor(id)
-		ans, err := offer(ctx, pool, hello)
-		var reset *tunnel.ResetError
-		switch {
-		case err == nil:
-			p.setAnswer(id, ans.Mode, ans.Reason)
-		case errors.As(err, &reset) && reset.Remote:
-			// A gateway that does not know the control stream resets it.
-			p.setAnswer(id, DataPlaneStream, "the peer's gateway refused the packet mode's control stream: "+reset.Reason)
-		default:
-			// No session (the peer restarts): what it said last stands,
-			// and its pinned maps keep forwarding meanwhile.
-			p.log.Debug("packet mode offer failed", "peer", id, "err", err)
+		// Each offer goes to the gateway a random key picks: as many
+		// offers as the peer has gateways, so that every one of them
+		// (each fills its own exports map) soon hears one.
+		for range max(1, len(pool.Gateways())) {
+			ans, err := offer(ctx, pool, hello)
+			var reset *tunnel.ResetError
+			switch {
+			case err == nil:
+				p.setAnswer(id, ans.Mode, ans.Reason)
+			case errors.As(err, &reset) && reset.Remote:
+				// A gateway that does not know the control stream resets it.
+				p.setAnswer(id, DataPlaneStream, "the peer's gateway refused the packet mode's control stream: "+reset.Reason)
+			default:
+				// No session (the peer restarts): what it said last
+				// stands, and its pinned maps keep forwarding meanwhile.
+				p.log.Debug("packet mode offer failed", "peer", id, "err", err)
+			}
 		}
 	}
 }
@@ -349,8 +354,8 @@ func offer(ctx context.Context, pool *tunnel.Pool, hello *packetHello) (*packetA
 	if err != nil {
 		return nil, err
 	}
-	// A fresh key each time: a peer with several gateways hears the offer
-	// on each of them in turn.
+	// A fresh key each time: a peer with several gateways hears offers on
+	// each of them in turn.
 	st, err := pool.OpenStream(ctx, rand.Uint64(), packetHeader)
 	if err != nil {
 		return nil, err
