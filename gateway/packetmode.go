@@ -293,6 +293,7 @@ func (p *packetPlane) watchHealth(ctx context.Context) {
 		p.mu.Unlock()
 		if stale {
 			p.sync()
+			p.log.Info("packet mode: peer gateways' health written to the maps", "health", h)
 		}
 	}
 }

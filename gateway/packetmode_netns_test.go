@@ -50,6 +50,10 @@ type packetEnv struct {
 	ca, ga, gb, sb string
 	a, b           *gw
 	pins           string
+	// With a second exporting gateway: gb2 (192.0.3.2, its own WAN link to
+	// ga and LAN link to sb) and its process.
+	gb2 string
+	b2  *gw
 }
 
 const (
@@ -59,8 +63,8 @@ const (
 )
 
 // setupPacket starts the clusters with a's data-plane for b set to
-// modeA and b's for a to modeB.
-func setupPacket(t *testing.T, modeA, modeB string) *packetEnv {
+// modeA and b's for a to modeB; twoB adds a second gateway to cluster b.
+func setupPacket(t *testing.T, modeA, modeB string, twoB bool) *packetEnv {
 	testenv.RequireRoot(t)
 	for _, tool := range []string{"curl", "python3"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -97,6 +101,25 @@ func setupPacket(t *testing.T, modeA, modeB string) *packetEnv {
 	// The stream mode's listeners take the clusterset IPs as local
 	// addresses; the packet mode's program takes their packets earlier.
 	ip("-n", e.ga, "route", "add", "local", "10.96.0.0/24", "dev", "lo")
+	peerB := `"192.0.2.2:4443"`
+	if twoB {
+		e.gb2 = testenv.Netns(t, id+"-gb2")
+		ip("-n", e.ga, "link", "add", "wan2", "type", "veth", "peer", "name", "wan", "netns", e.gb2)
+		ip("-n", e.gb2, "link", "add", "lan", "type", "veth", "peer", "name", "eth1", "netns", e.sb)
+		for _, a := range []struct{ ns, dev, addr string }{
+			{e.ga, "wan2", "192.0.3.1/24"}, {e.gb2, "wan", "192.0.3.2/24"},
+			{e.gb2, "lan", "10.2.1.1/24"}, {e.gb2, "lan", "10.2.1.254/24"}, {e.sb, "eth1", "10.2.1.2/24"},
+		} {
+			ip("-n", a.ns, "addr", "add", a.addr, "dev", a.dev)
+			ip("-n", a.ns, "link", "set", a.dev, "up")
+		}
+		// a's tunnel packets to gb2 leave with the address b's Peer
+		// resource names for a (tunnel packets are accepted by source).
+		ip("-n", e.ga, "route", "replace", "192.0.3.0/24", "dev", "wan2", "src", "192.0.2.1")
+		ip("-n", e.gb2, "route", "add", "192.0.2.1/32", "dev", "wan")
+		ip("-n", e.gb2, "route", "add", "10.2.0.2/32", "via", "10.2.1.2")
+		peerB += `, "192.0.3.2:4443"`
+	}
 
 	fabric := filepath.Join(tmpDir, "fabric")
 	issueFabric(t, fabric)
@@ -115,7 +138,7 @@ func setupPacket(t *testing.T, modeA, modeB string) *packetEnv {
 	}
 
 	allowAll := policyYAML("allow-all", 1000, "allow", "")
-	resA := peerYAML("b", "192.0.2.2:4443") + allowAll + `apiVersion: multicluster.x-k8s.io/v1alpha1
+	resA := fmt.Sprintf("apiVersion: strait.dev/v1alpha1\nkind: Peer\nmetadata: {name: b}\nspec: {gateways: [%s]}\n---\n", peerB) + allowAll + `apiVersion: multicluster.x-k8s.io/v1alpha1
 kind: ServiceImport
 metadata: {name: echo, namespace: default}
 spec:
@@ -132,18 +155,25 @@ spec:
 `
 	e.a = &gw{t: t, cluster: "a", netns: e.ga, addr: "192.0.2.1"}
 	e.b = &gw{t: t, cluster: "b", netns: e.gb, addr: "192.0.2.2"}
-	for _, g := range []struct {
+	type gwSpec struct {
 		g          *gw
+		file       string
 		res, peer  string
 		mode, snat string
 		name       string
-	}{{e.a, resA, "b", modeA, "10.1.0.254", e.ga}, {e.b, resB, "a", modeB, "10.2.0.254", e.gb}} {
-		resFile := filepath.Join(tmpDir, g.g.cluster+"-resources.yaml")
+	}
+	gws := []gwSpec{{e.a, "a", resA, "b", modeA, "10.1.0.254", e.ga}, {e.b, "b", resB, "a", modeB, "10.2.0.254", e.gb}}
+	if twoB {
+		e.b2 = &gw{t: t, cluster: "b", netns: e.gb2, addr: "192.0.3.2"}
+		gws = append(gws, gwSpec{e.b2, "b2", resB, "a", modeB, "10.2.1.254", e.gb2})
+	}
+	for _, g := range gws {
+		resFile := filepath.Join(tmpDir, g.file+"-resources.yaml")
 		if err := os.WriteFile(resFile, []byte(g.res), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		g.g.socket = filepath.Join(tmpDir, g.g.cluster+".sock")
-		g.g.config = filepath.Join(tmpDir, g.g.cluster+"-gateway.yaml")
+		g.g.socket = filepath.Join(tmpDir, g.file+".sock")
+		g.g.config = filepath.Join(tmpDir, g.file+"-gateway.yaml")
 		// The client is namespace web: b learns it from a's offer.
 		cfg := fmt.Sprintf(`sources: [{cidr: 10.1.0.2/32, namespace: web}]
 cluster: %s
@@ -157,7 +187,7 @@ preconnect: -1
 resources: [%s]
 peers: {%s: {data-plane: %s}}
 packet: {lan: lan, snat: %s, pin-root: %s, name: %s}
-`, g.g.cluster, fabric, g.g.addr, g.g.socket, filepath.Join(tmpDir, g.g.cluster+"-state.json"), metricsAddr, resFile,
+`, g.g.cluster, fabric, g.g.addr, g.g.socket, filepath.Join(tmpDir, g.file+"-state.json"), metricsAddr, resFile,
 			g.peer, g.mode, g.snat, e.pins, g.name)
 		if err := os.WriteFile(g.g.config, []byte(cfg), 0o644); err != nil {
 			t.Fatal(err)
@@ -166,11 +196,17 @@ packet: {lan: lan, snat: %s, pin-root: %s, name: %s}
 	}
 	t.Cleanup(func() {
 		// Best effort when the test failed before its own teardown.
-		for _, ns := range []string{e.ga, e.gb} {
+		for _, ns := range []string{e.ga, e.gb, e.gb2} {
+			if ns == "" {
+				continue
+			}
 			_ = exec.Command("ip", "netns", "exec", ns, binary, "packet", "teardown", "--name", ns, "--pin-root", e.pins).Run()
 		}
 	})
 	e.b.waitLive(t, "a", 0)
+	if twoB {
+		e.b2.waitLive(t, "a", 0)
+	}
 	e.a.waitLive(t, "b", 1)
 	return e
 }
@@ -239,7 +275,7 @@ func stop(t *testing.T, g *gw) {
 // killed -9, its restart adopts the pins, and a gateway stopped with
 // --packet-teardown leaves no pin and no VXLAN device.
 func TestPacketMode(t *testing.T) {
-	e := setupPacket(t, gateway.DataPlanePacket, gateway.DataPlanePacket)
+	e := setupPacket(t, gateway.DataPlanePacket, gateway.DataPlanePacket, false)
 	active := func(d gateway.PeerDataPlane) bool { return d.Active }
 	dataPlane(t, e.a, "b", active, "packet mode on a")
 	dataPlane(t, e.b, "a", active, "packet mode on b")
@@ -336,7 +372,7 @@ func TestPacketMode(t *testing.T) {
 // peer is configured for streams refuses the mode with the reason (log,
 // status, metric) on both sides, and the stream mode serves the import.
 func TestPacketModeRefused(t *testing.T) {
-	e := setupPacket(t, gateway.DataPlanePacket, gateway.DataPlaneStream)
+	e := setupPacket(t, gateway.DataPlanePacket, gateway.DataPlaneStream, false)
 	refused := func(d gateway.PeerDataPlane) bool { return !d.Active && d.Peer == gateway.DataPlaneStream }
 	d := dataPlane(t, e.a, "b", refused, "refusal on a")
 	if !strings.Contains(d.Reason, "data-plane stream for peer a") {
@@ -357,5 +393,68 @@ func TestPacketModeRefused(t *testing.T) {
 	}
 	if n := e.a.metric(t, packetMetrA); n != 0 {
 		t.Errorf("a's program sent %v import packets; the mode was refused", n)
+	}
+}
+
+// TestPacketModeHealth: with two exporting gateways, new flows spread over
+// both; when a's uplink to one dies, the health checker takes it out and
+// the Maglev table in a's map sends every new flow to the other, which
+// serves them all; back up, it takes flows again.
+func TestPacketModeHealth(t *testing.T) {
+	e := setupPacket(t, gateway.DataPlanePacket, gateway.DataPlanePacket, true)
+	active := func(d gateway.PeerDataPlane) bool { return d.Active }
+	dataPlane(t, e.a, "b", active, "packet mode on a")
+	dataPlane(t, e.b, "a", active, "packet mode on b1")
+	dataPlane(t, e.b2, "a", active, "packet mode on b2")
+	// b2 fills its exports map once it heard one of a's offers, which go
+	// to random gateways of b: wait until it holds the export.
+	for deadline := time.Now().Add(patience); ; time.Sleep(100 * time.Millisecond) {
+		if e.b2.metric(t, "strait_packet_peer_active{peer=\"a\"}") == 1 && strings.Contains(e.b2.proc.out.String(), "exports=true") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("b2 never heard a's offer:\n%s", e.b2.proc.out.String())
+		}
+	}
+	rx := func(g *gw) float64 { return g.metric(t, packetMetrB) }
+	// New flows (each curl its own source port) spread over both; a
+	// flow's gateway is its Maglev bucket's, so 30 flows all on one of two
+	// gateways would take a one in 5e8 chance.
+	rx1, rx2 := rx(e.b), rx(e.b2)
+	for i := range 30 {
+		e.curl(t, fmt.Sprintf("flow %d", i))
+	}
+	if rx(e.b) == rx1 || rx(e.b2) == rx2 {
+		t.Fatalf("30 flows did not reach both gateways: b1 %v→%v, b2 %v→%v packets", rx1, rx(e.b), rx2, rx(e.b2))
+	}
+
+	downAt := time.Now()
+	testenv.Run(t, "ip", "-n", e.ga, "link", "set", "wan2", "down")
+	const up2 = "strait_peer_gateway_up{gateway=\"192.0.3.2:4443\",peer=\"b\"}"
+	e.a.waitMetric(t, up2, func(v float64) bool { return v == 0 }, "b2 taken out")
+	// A figure for the log, not a threshold: the map follows the pool's
+	// view within a probe interval ("health written" in a's log).
+	t.Logf("b2 seen dead by a's health checker within %v of its uplink going down (metric polling included)", time.Since(downAt).Round(time.Millisecond))
+	rx1, rx2 = rx(e.b), rx(e.b2)
+	for i := range 30 {
+		e.curl(t, fmt.Sprintf("after b2's uplink died, flow %d", i))
+	}
+	if got := rx(e.b2); got != rx2 {
+		t.Errorf("b2 translated %v packets while its uplink was down", got-rx2)
+	}
+	if rx(e.b) == rx1 {
+		t.Errorf("b1 took no flow after b2 went down")
+	}
+
+	testenv.Run(t, "ip", "-n", e.ga, "link", "set", "wan2", "up")
+	// Down took the device's routes, the source-address one included.
+	testenv.Run(t, "ip", "-n", e.ga, "route", "replace", "192.0.3.0/24", "dev", "wan2", "src", "192.0.2.1")
+	e.a.waitMetric(t, up2, func(v float64) bool { return v == 1 }, "b2 back")
+	rx2 = rx(e.b2)
+	for i := 0; rx(e.b2) == rx2; i++ {
+		if i == 30 {
+			t.Fatalf("30 flows after b2 came back, none reached it")
+		}
+		e.curl(t, fmt.Sprintf("b2 back, flow %d", i))
 	}
 }
