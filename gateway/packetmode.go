@@ -180,8 +180,13 @@ type PeerDataPlane struct {
 	// peer's gateway answered ("" when it has not yet).
 	Configured string `json:"configured"`
 	Peer       string `json:"peer,omitempty"`
-	// Active is true when packets of this peer take the packet mode.
-	Active bool `json:"active"`
+	// Active is true when packets of this peer take the packet mode:
+	// Imports when this gateway sends its imports of the peer's exports as
+	// packets, Exports when it takes the peer's packets to its exports
+	// (once the peer offered its imports).
+	Active  bool `json:"active"`
+	Imports bool `json:"imports"`
+	Exports bool `json:"exports"`
 	// Reason says why the packet mode is not in use, when it is refused.
 	Reason string `json:"reason,omitempty"`
 }
@@ -804,6 +809,9 @@ func (p *packetPlane) status() []PeerDataPlane {
 	for id := range ids {
 		pp := p.peer(id)
 		s := PeerDataPlane{Cluster: id, Configured: p.g.cfg.dataPlane(id), Peer: pp.answer, Active: pp.active, Reason: pp.reason}
+		if s.Active {
+			s.Imports, s.Exports = pp.answer == DataPlanePacket, pp.heard != nil
+		}
 		if s.Configured == DataPlaneStream && pp.asked == DataPlanePacket {
 			s.Peer = pp.asked
 			s.Reason = "the peer offers the packet mode; this gateway's configuration says stream for it"
