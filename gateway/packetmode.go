@@ -204,7 +204,7 @@ func (p *packetPlane) peer(id string) *packetPeer {
 	return pp
 }
 
-// start loads and attaches the programs, adopting what an earlier process
+// startDatapath loads and attaches the programs, adopting what an earlier process
 // pinned, when some peer is configured for the packet mode. A kernel or
 // host that cannot run them fails the gateway's start with the reason:
 // the configuration asked for the mode, so nothing falls back silently.
@@ -233,9 +233,10 @@ func (p *packetPlane) pinDir() string {
 	return c.Dir()
 }
 
-// changed asks for a new offer to every peer and a sync of the maps.
+// changed asks for a new offer to every peer and a sync of the maps (a
+// no-op without the datapath: nothing reads the channel then).
 func (p *packetPlane) changed() {
-	if p == nil || p.dp == nil {
+	if p == nil {
 		return
 	}
 	select {
