@@ -83,6 +83,9 @@ type Status struct {
 	// (also when the lists are left out: AdminClient.Health).
 	ImportCount int `json:"importCount"`
 	ExportCount int `json:"exportCount"`
+	// DataPlanes is each peer's data-plane mode, where the configuration
+	// or the peer named one (docs/packet.md, "The gateway").
+	DataPlanes []PeerDataPlane `json:"dataPlanes,omitempty"`
 }
 
 // PeerStatus describes the sessions to one peer cluster.
@@ -279,7 +282,7 @@ func (g *Gateway) handleWatch(w http.ResponseWriter, r *http.Request) {
 // left out (tens of thousands of lines an agent's health check has no use
 // for) and only counted.
 func (g *Gateway) status(lists bool) Status {
-	st := Status{Cluster: g.cfg.Cluster, Revision: g.store.Set().Revision(), Peers: g.peerStatus()}
+	st := Status{Cluster: g.cfg.Cluster, Revision: g.store.Set().Revision(), Peers: g.peerStatus(), DataPlanes: g.packet.status()}
 	if g.wan != nil {
 		st.WAN = g.wan.Addr().String()
 	}

@@ -32,6 +32,8 @@ import (
 //	  - {cidr: 10.0.0.0/8, namespace: default, labels: {app: web}}
 //	resources: [exports.yaml]         # applied at start, before the admin API opens
 //	udp: {idle-timeout: 30s, queue-bytes: 262144, max-flows: 8192}   # the defaults
+//	peers: {b: {data-plane: packet}}  # per peer cluster; data-plane stream (default) or packet
+//	packet: {lan: eth1, snat: 10.2.0.254}   # this node's packet mode (packetmode.go)
 type Config struct {
 	Cluster   string        `yaml:"cluster"`
 	Identity  IdentityFiles `yaml:"identity"`
@@ -90,6 +92,12 @@ type Config struct {
 	Intercept string `yaml:"intercept"`
 	// UDP bounds the UDP flows of import ports with protocol UDP (udp.go).
 	UDP UDPConfig `yaml:"udp"`
+	// Peers holds per-peer settings by peer cluster ID; the Peer resources
+	// still say where each peer's gateways are. See PeerConfig.
+	Peers map[string]PeerConfig `yaml:"peers"`
+	// Packet configures this node's packet mode, needed when a peer's
+	// data-plane is packet (docs/packet.md).
+	Packet PacketConfig `yaml:"packet"`
 
 	Logger *slog.Logger `yaml:"-"`
 }
@@ -259,6 +267,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.UDP.Validate(); err != nil {
 		return fmt.Errorf("udp.%w", err)
+	}
+	if err := c.validatePacket(); err != nil {
+		return err
 	}
 	for i := range c.Sources {
 		s := &c.Sources[i]

@@ -54,6 +54,7 @@ type Gateway struct {
 	wg        sync.WaitGroup             // every goroutine the gateway starts
 	wan       tunnel.Listener
 	steering  *steering // nil: a listener per import address
+	packet    *packetPlane
 	closeOnce sync.Once
 }
 
@@ -102,7 +103,8 @@ func New(cfg Config) (*Gateway, error) {
 		metrics: newMetrics(), names: &dns.Static{},
 		peers: map[string]*peer{}, listeners: map[string]*importListener{}, targets: map[string]*preconnector{},
 	}
-	g.metrics.reg.MustRegister(stateCollector{g})
+	g.packet = newPacketPlane(g)
+	g.metrics.reg.MustRegister(stateCollector{g}, packetCollector{g.packet})
 	for _, path := range cfg.Resources {
 		f, err := os.Open(path)
 		if err != nil {
@@ -128,6 +130,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	g.mu.Lock()
 	g.ctx = ctx
 	g.mu.Unlock()
+	if err := g.packet.startDatapath(ctx); err != nil {
+		return err
+	}
 
 	server, err := g.transport(nil, mutualServerTLS(g.id), nil)
 	if err != nil {
@@ -265,6 +270,7 @@ func (g *Gateway) shutdown() {
 		g.mu.Unlock()
 	})
 	g.wg.Wait()
+	g.packet.close()
 }
 
 // mutualServerTLS requires a client certificate: the fabric verifies it
@@ -304,6 +310,7 @@ func (g *Gateway) reconcile() (err error) {
 	}
 	set := g.store.Set()
 	defer func() { err = errors.Join(err, g.reconcileUDP(set)) }()
+	defer g.packet.changed()
 	if g.rec.rev != 0 {
 		changed, deleted, rev, reset := set.ChangesShared(g.rec.rev) // read only
 		if !reset {

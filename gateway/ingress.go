@@ -49,6 +49,10 @@ func (g *Gateway) serveSession(ctx context.Context, s tunnel.Session) {
 // at once.
 func (g *Gateway) serveStream(peerCluster string, st tunnel.Stream) {
 	arrived := time.Now()
+	if isPacketHeader(st.Header()) {
+		g.servePacketControl(peerCluster, st)
+		return
+	}
 	h, err := ParseHeader(st.Header())
 	if err != nil {
 		g.refuse(st, "", err.Error())

@@ -52,6 +52,10 @@ type metrics struct {
 	rtt *prometheus.HistogramVec
 
 	udp udpMetrics
+
+	// packetRefusals counts the packet mode refused for a peer (once per
+	// reason; packetmode.go).
+	packetRefusals *prometheus.CounterVec
 }
 
 // latencyBuckets span 10 µs to about 2.6 s by factors of 2: a stream
@@ -90,6 +94,7 @@ func newMetrics() *metrics {
 		m.bytesIn[p] = bytes.WithLabelValues(name, "in")
 		m.denials[p] = denials.WithLabelValues(name)
 	}
+	m.packetRefusals = counterVec("strait_packet_refusals_total", "Times the packet mode was refused for a peer (the stream mode carries it): each reason counted once, see the log and status.", "peer")
 	m.openTime = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "strait_stream_open_seconds",
 		Help: "Time to open a stream on a peer gateway's session, at the importing gateway.", Buckets: latencyBuckets})
 	m.firstByte = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "strait_target_first_byte_seconds",

@@ -3,7 +3,10 @@ package packet
 import "fmt"
 
 // CounterNames names the per-CPU counters of bpf/packet.c, in the order of
-// its enum; a counter's Prometheus name is strait_packet_ plus its name.
+// its enum. The gateway exports them by suffix (docs/packet.md, "The
+// gateway"): NAME_packets as strait_packet_packets_total{direction="NAME"},
+// NAME_drops as strait_packet_drops_total{reason="NAME"}, the rest as
+// strait_packet_events_total{event="NAME"}.
 var CounterNames = []string{
 	"import_tx_packets",       // import packets sent into the tunnel
 	"import_flows",            // import flows placed by the Maglev table

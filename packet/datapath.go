@@ -429,6 +429,10 @@ func Teardown(ctx context.Context, cfg Config) error {
 // statistics.
 func (d *Datapath) Program(name string) *ebpf.Program { return d.coll.Programs[name] }
 
+// Tables is how many exporting clusters' Maglev tables the maps hold
+// (Config.Tables).
+func (d *Datapath) Tables() int { return d.cfg.Tables }
+
 // SetImports makes the imports map hold exactly imports.
 func (d *Datapath) SetImports(imports map[Service]Import) error {
 	for s, v := range imports {

@@ -13,6 +13,7 @@ import (
 
 func init() {
 	var configPath string
+	var packetTeardown bool
 	gw := &cobra.Command{
 		Use:   "gateway --config FILE",
 		Short: "Run a cluster's gateway: imports, exports, mTLS sessions to peer gateways",
@@ -23,6 +24,7 @@ func init() {
 				return err
 			}
 			cfg.Logger = logger()
+			cfg.Packet.TeardownOnExit = cfg.Packet.TeardownOnExit || packetTeardown
 			g, err := gateway.New(cfg)
 			if err != nil {
 				return err
@@ -32,6 +34,7 @@ func init() {
 	}
 	gw.Flags().StringVar(&configPath, "config", "", "gateway configuration file (YAML)")
 	_ = gw.MarkFlagRequired("config")
+	gw.Flags().BoolVar(&packetTeardown, "packet-teardown", false, "when stopped (SIGTERM, SIGINT), detach the packet mode's programs and remove their pins and VXLAN device; without it they keep forwarding and the next start adopts them (docs/packet.md)")
 
 	var socket string
 	socketFlag := func(c *cobra.Command) {

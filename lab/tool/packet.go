@@ -103,13 +103,18 @@ func (t *packetTool) Setup(ctx context.Context, env Env) (map[string]string, err
 
 	var imports, exports, policyIn, policyOut strings.Builder
 	targets := map[string]string{}
-	for i, s := range env.Services {
-		id := i + 1
-		fmt.Fprintf(&imports, "  - {address: %s, port: %d, protocol: TCP, id: %d, cluster: server}\n", packetVIP, s.Port, id)
-		fmt.Fprintf(&exports, "  - {address: %s, port: %d, protocol: TCP, id: %d, target: %s}\n", packetVIP, s.Port, id,
-			netip.AddrPortFrom(env.Server.Addr, uint16(s.Port)))
-		fmt.Fprintf(&policyOut, "  - {cluster: 0, service: %d, prefix: 0.0.0.0/0}\n", id)
-		fmt.Fprintf(&policyIn, "  - {cluster: 1, service: %d, prefix: 0.0.0.0/0}\n", id)
+	// Every service on TCP and UDP, as the strait tool imports them: a
+	// lab service is a port, and its UDP workloads use the same number.
+	id := 0
+	for _, s := range env.Services {
+		for _, proto := range []string{"TCP", "UDP"} {
+			id++
+			fmt.Fprintf(&imports, "  - {address: %s, port: %d, protocol: %s, id: %d, cluster: server}\n", packetVIP, s.Port, proto, id)
+			fmt.Fprintf(&exports, "  - {address: %s, port: %d, protocol: %s, id: %d, target: %s}\n", packetVIP, s.Port, proto, id,
+				netip.AddrPortFrom(env.Server.Addr, uint16(s.Port)))
+			fmt.Fprintf(&policyOut, "  - {cluster: 0, service: %d, prefix: 0.0.0.0/0}\n", id)
+			fmt.Fprintf(&policyIn, "  - {cluster: 1, service: %d, prefix: 0.0.0.0/0}\n", id)
+		}
 		targets[s.Name] = netip.AddrPortFrom(packetVIP, uint16(s.Port)).String()
 	}
 	gws := []struct {
@@ -178,7 +183,7 @@ func (t *packetTool) counters(ctx context.Context, node *topology.PlanNode) (map
 }
 
 // healthCheck proves that packets take the BPF path: a TCP connection from
-// the client to the first service must open, and meanwhile the importing
+// the client to the first service (HTTP or not) must open, and meanwhile the importing
 // program must have sent packets into the tunnel and the exporting one
 // translated them (their counters), not some other route.
 func (t *packetTool) healthCheck(ctx context.Context, clientGW, serverGW *topology.PlanNode, targets map[string]string) error {
@@ -200,9 +205,15 @@ func (t *packetTool) healthCheck(ctx context.Context, clientGW, serverGW *topolo
 		if err != nil {
 			return err
 		}
+		// The service need not speak HTTP (iperf3's does not): any answer
+		// but curl's "could not connect" (7) and timeout (28) means the
+		// connection opened, and the counters below say along which path.
 		if out, err := cmd.CombinedOutput(); err != nil {
-			last = fmt.Errorf("curl %s from %s: %w: %s", target, t.env.Client.ID, err, strings.TrimSpace(string(out)))
-			continue
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() == 7 || ee.ExitCode() == 28 {
+				last = fmt.Errorf("curl %s from %s: %w: %s", target, t.env.Client.ID, err, strings.TrimSpace(string(out)))
+				continue
+			}
 		}
 		afterC, err := t.counters(ctx, clientGW)
 		if err != nil {
@@ -268,10 +279,10 @@ func (*packetTool) Version(ctx context.Context) string {
 	return "strait packet mode (tcx, kernel VXLAN), Linux " + strings.TrimSpace(string(out))
 }
 
-// Carries: the mode forwards TCP and UDP, but this tool programs each
-// service as a TCP import (lab services have no protocol yet), so it
-// carries TCP only here.
-func (*packetTool) Carries(proto Protocol) bool { return proto == TCP }
+// Carries: the tool programs every service as a TCP and a UDP import. ICMP
+// errors about those flows are translated, but ICMP itself (ping) is not
+// a service.
+func (*packetTool) Carries(proto Protocol) bool { return proto == TCP || proto == UDP }
 
 // Processes: none, the data plane is the kernel's programs.
 func (*packetTool) Processes() []Process { return nil }

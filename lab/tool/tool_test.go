@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -103,6 +104,9 @@ func TestTools(t *testing.T) {
 				t.Fatalf("setup: %v", err)
 			}
 			echoThrough(t, l, bin, client.ID, targets["echo"])
+			if name == "packet" {
+				udpThrough(t, l, bin, server.ID, client.ID, targets["echo"])
+			}
 			if cc, ok := strings.CutPrefix(name, "strait-"); ok {
 				gw, _ := l.Plan.Node("a/gw")
 				out, err := exec.Command("ip", "netns", "exec", gw.Netns, "ss", "-tin", "state", "established", "( sport = :"+strconv.Itoa(tool.GatewayPort)+" )").CombinedOutput()
@@ -266,4 +270,44 @@ func snapshot(t *testing.T, l *lab.Lab) string {
 		}
 	}
 	return b.String()
+}
+
+// udpThrough sends UDP datagrams from client to target, served by a UDP
+// echo server on server at the target's port, and checks that echoes come
+// back intact. A loaded host may lose some; none is a failure.
+func udpThrough(t *testing.T, l *lab.Lab, bin, server, client, target string) {
+	t.Helper()
+	_, port, err := net.SplitHostPort(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := l.Command(context.Background(), server, bin, "load", "udp-server", "--listen", "0.0.0.0:"+port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Process.Kill(); _ = srv.Wait() }()
+	res := filepath.Join(t.TempDir(), "udp.json")
+	var r struct{ Sent, Received, Corrupt int }
+	// The server may start after the first datagrams: try a few runs.
+	for range 10 {
+		cmd, err := l.Command(context.Background(), client, bin, "load", "udp", "--addr", target,
+			"--rate", "200", "--duration", "1s", "--size", "1400", "--timeout", "2s", "--json", res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := cmd.CombinedOutput()
+		if err := readJSONFile(res, &r); err != nil {
+			t.Fatalf("load udp through %s: %v\n%s", target, err, out)
+		}
+		if r.Corrupt != 0 {
+			t.Fatalf("UDP through %s: %d corrupt echoes\n%s", target, r.Corrupt, out)
+		}
+		if r.Received > 0 {
+			return
+		}
+	}
+	t.Fatalf("UDP through %s: no echo of %d datagrams", target, r.Sent)
 }

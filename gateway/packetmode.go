@@ -1,0 +1,877 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/strait-net/strait/catalog"
+	"github.com/strait-net/strait/packet"
+	"github.com/strait-net/strait/policy"
+	"github.com/strait-net/strait/ring"
+	"github.com/strait-net/strait/tunnel"
+)
+
+// The packet mode in the gateway (docs/packet.md, "The gateway"). A peer
+// whose PeerConfig says data-plane packet is offered the mode over the
+// sessions' control (packetctl.go); when the peer's gateway says packet
+// too, this node's eBPF programs carry the imports of the peer's exports
+// and the peer's packets to this cluster's exports, and the stream mode
+// stays in place for everything else. A peer that does not agree keeps
+// the stream mode, and the refusal is logged, shown in status and
+// counted: nothing switches silently.
+
+// PeerConfig is the gateway's setting for one peer cluster.
+type PeerConfig struct {
+	// DataPlane is how the peer's traffic travels: "stream" (the default;
+	// TLS streams relayed by the gateways) or "packet" (packets forwarded
+	// by eBPF programs inside VXLAN, unencrypted: docs/packet.md). The
+	// packet mode needs both gateways to say packet for each other.
+	DataPlane string `yaml:"data-plane"`
+}
+
+// PacketConfig is this gateway node's packet mode (package packet's
+// Config, in the file's words).
+type PacketConfig struct {
+	// Name names the node's pin directory under PinRoot (default: the
+	// cluster ID).
+	Name string `yaml:"name"`
+	// PinRoot is a bpffs directory (default /sys/fs/bpf/strait). A gateway
+	// started with `ip netns exec` needs a bpffs mounted elsewhere.
+	PinRoot string `yaml:"pin-root"`
+	// LAN is the interface toward the cluster's nodes: clients' packets
+	// to imports and targets' replies arrive on it. Required.
+	LAN string `yaml:"lan"`
+	// SNAT is the address exported flows leave with toward their targets:
+	// an address of this node that no local socket uses (a second address
+	// on LAN). Required.
+	SNAT string `yaml:"snat"`
+	// UnderlayMTU is the MTU between gateway nodes (default 1500).
+	UnderlayMTU int `yaml:"underlay-mtu"`
+	// TeardownOnExit makes a gateway that stops on its own (SIGTERM,
+	// SIGINT) detach its programs and remove every pin and its VXLAN
+	// device; `strait gateway --packet-teardown` sets it. Without it the
+	// programs keep forwarding while the process is gone and the next
+	// start adopts them.
+	TeardownOnExit bool `yaml:"teardown-on-exit"`
+}
+
+// packetHelloInterval is how often a gateway offers the packet mode to a
+// peer: what bounds how long a changed configuration or a restarted peer
+// takes to be seen. The messages are small and per peer.
+const packetHelloInterval = time.Second
+
+// packetSettle is how long a starting gateway leaves the pinned maps as an
+// earlier process left them while its peers have not all answered: a
+// restart must not empty maps that are forwarding.
+const packetSettle = 10 * time.Second
+
+// packetControlTimeout bounds one control exchange.
+const packetControlTimeout = 5 * time.Second
+
+func (c *Config) packetPeers() []string {
+	var out []string
+	for id, p := range c.Peers {
+		if p.DataPlane == DataPlanePacket {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (c *Config) dataPlane(peer string) string {
+	if p, ok := c.Peers[peer]; ok && p.DataPlane != "" {
+		return p.DataPlane
+	}
+	return DataPlaneStream
+}
+
+func (c *Config) validatePacket() error {
+	for id, p := range c.Peers {
+		if !catalog.IsDNSLabel(id) {
+			return fmt.Errorf("peers.%s: a peer is named by its cluster ID, a DNS label", id)
+		}
+		switch p.DataPlane {
+		case "", DataPlaneStream, DataPlanePacket:
+		default:
+			return fmt.Errorf("peers.%s.data-plane %q: must be %s or %s", id, p.DataPlane, DataPlaneStream, DataPlanePacket)
+		}
+	}
+	if len(c.packetPeers()) == 0 {
+		return nil
+	}
+	if c.Packet.LAN == "" {
+		return errors.New("packet.lan: required when a peer's data-plane is packet (the interface toward the cluster)")
+	}
+	if a, err := netip.ParseAddr(c.Packet.SNAT); err != nil || !a.Is4() {
+		return fmt.Errorf("packet.snat %q: required when a peer's data-plane is packet: an IPv4 address of this node no local socket uses", c.Packet.SNAT)
+	}
+	if c.Packet.PinRoot != "" && !filepath.IsAbs(c.Packet.PinRoot) {
+		return fmt.Errorf("packet.pin-root %q: want an absolute path on a bpffs mount", c.Packet.PinRoot)
+	}
+	if m := c.Packet.UnderlayMTU; m != 0 && (m < 626 || m > 65535) {
+		return fmt.Errorf("packet.underlay-mtu %d: allowed 626..65535 (0: 1500)", m)
+	}
+	pc := c.packetConfig()
+	if err := pc.Validate(); err != nil {
+		return fmt.Errorf("packet.%w", err)
+	}
+	return nil
+}
+
+func (c *Config) packetConfig() packet.Config {
+	name := c.Packet.Name
+	if name == "" {
+		name = c.Cluster
+	}
+	snat, _ := netip.ParseAddr(c.Packet.SNAT)
+	return packet.Config{Name: name, PinRoot: c.Packet.PinRoot, LAN: c.Packet.LAN, SNAT: snat, UnderlayMTU: c.Packet.UnderlayMTU}
+}
+
+// packetPlane is the gateway's packet mode: the datapath (nil when no peer
+// is configured for it; the plane then only answers peers' offers) and
+// what each peer said.
+type packetPlane struct {
+	g    *Gateway
+	log  *slog.Logger
+	dp   *packet.Datapath
+	kick chan struct{}
+
+	mu      sync.Mutex // guards below and the datapath's maps
+	peers   map[string]*packetPeer
+	start   time.Time
+	synced  bool        // the maps were written once by this process
+	rules   []string    // compiled policy rules, index = rule_drops index
+	health  string      // the gateways' liveness the maps were written with
+	written *packetWant // what the maps hold, as this process wrote them
+	syncErr string      // the last sync's error, "" if none
+}
+
+// packetPeer is what one peer said about the packet mode.
+type packetPeer struct {
+	answer string       // its answer to our offer: "", stream or packet
+	reason string       // why the mode is not in use for it ("" when it is)
+	heard  *packetHello // its last offer of the packet mode, nil if none
+	asked  string       // the mode of its last hello, "" if none came
+	active bool         // the mode carries its traffic (for transitions)
+	logged string       // the refusal last logged and counted
+}
+
+// PeerDataPlane is a peer's data-plane mode in Status.
+type PeerDataPlane struct {
+	Cluster string `json:"cluster"`
+	// Configured is this gateway's setting for the peer; Peer is what the
+	// peer's gateway answered ("" when it has not yet).
+	Configured string `json:"configured"`
+	Peer       string `json:"peer,omitempty"`
+	// Active is true when packets of this peer take the packet mode:
+	// Imports when this gateway sends its imports of the peer's exports as
+	// packets, Exports when it takes the peer's packets to its exports
+	// (once the peer offered its imports).
+	Active  bool `json:"active"`
+	Imports bool `json:"imports"`
+	Exports bool `json:"exports"`
+	// Reason says why the packet mode is not in use, when it is refused.
+	Reason string `json:"reason,omitempty"`
+}
+
+func newPacketPlane(g *Gateway) *packetPlane {
+	return &packetPlane{g: g, log: g.log, kick: make(chan struct{}, 1), peers: map[string]*packetPeer{}}
+}
+
+func (p *packetPlane) peer(id string) *packetPeer {
+	pp, ok := p.peers[id]
+	if !ok {
+		pp = &packetPeer{}
+		p.peers[id] = pp
+	}
+	return pp
+}
+
+// startDatapath loads and attaches the programs, adopting what an earlier process
+// pinned, when some peer is configured for the packet mode. A kernel or
+// host that cannot run them fails the gateway's start with the reason:
+// the configuration asked for the mode, so nothing falls back silently.
+func (p *packetPlane) startDatapath(ctx context.Context) error {
+	p.start = time.Now()
+	if len(p.g.cfg.packetPeers()) == 0 {
+		return nil
+	}
+	dp, err := packet.Load(p.g.cfg.packetConfig(), p.log)
+	if err != nil {
+		return fmt.Errorf("packet mode: %w", err)
+	}
+	if err := dp.Attach(ctx); err != nil {
+		dp.Close()
+		return fmt.Errorf("packet mode: %w", err)
+	}
+	p.dp = dp
+	p.log.Info("packet mode attached", "lan", p.g.cfg.Packet.LAN, "pins", p.pinDir(), "peers", p.g.cfg.packetPeers())
+	p.g.spawn(func() { p.run(ctx) })
+	p.g.spawn(func() { p.watchHealth(ctx) })
+	return nil
+}
+
+func (p *packetPlane) pinDir() string {
+	c := p.g.cfg.packetConfig()
+	return c.Dir()
+}
+
+// changed asks for a new offer to every peer and a sync of the maps (a
+// no-op without the datapath: nothing reads the channel then).
+func (p *packetPlane) changed() {
+	if p == nil {
+		return
+	}
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// close releases the datapath: its pins stay and forwarding goes on,
+// unless the operator asked for a teardown on exit.
+func (p *packetPlane) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dp == nil {
+		return
+	}
+	if p.g.cfg.Packet.TeardownOnExit {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := p.dp.Teardown(ctx); err != nil {
+			p.log.Warn("packet mode teardown incomplete", "err", err)
+		} else {
+			p.log.Info("packet mode torn down", "pins", p.pinDir())
+		}
+	} else {
+		p.dp.Close()
+	}
+	p.dp = nil
+}
+
+func (p *packetPlane) run(ctx context.Context) {
+	t := time.NewTicker(packetHelloInterval)
+	defer t.Stop()
+	for {
+		p.offerAll(ctx)
+		p.sync()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-p.kick:
+		}
+	}
+}
+
+// watchHealth rewrites the Maglev tables and the peers' liveness when the
+// health checker (the pools' probes) takes a peer gateway out or back.
+func (p *packetPlane) watchHealth(ctx context.Context) {
+	t := time.NewTicker(p.g.cfg.probeInterval())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		h := p.g.packetHealth()
+		p.mu.Lock()
+		stale := p.synced && h != p.health
+		p.mu.Unlock()
+		if stale {
+			p.sync()
+			p.log.Info("packet mode: peer gateways' health written to the maps", "health", h)
+		}
+	}
+}
+
+// packetHealth is the liveness of every packet peer's gateways, as a
+// string that changes when any of them does.
+func (g *Gateway) packetHealth() string {
+	var b strings.Builder
+	for _, id := range g.cfg.packetPeers() {
+		pool := g.peer(id)
+		if pool == nil {
+			continue
+		}
+		for _, h := range pool.Gateways() {
+			fmt.Fprintf(&b, "%s/%s=%v ", id, h.Addr, h.Live)
+		}
+	}
+	return b.String()
+}
+
+// offerAll offers the packet mode to every peer configured for it.
+func (p *packetPlane) offerAll(ctx context.Context) {
+	for _, id := range p.g.cfg.packetPeers() {
+		if ctx.Err() != nil {
+			return
+		}
+		pool := p.g.peer(id)
+		if pool == nil {
+			p.setAnswer(id, "", "no Peer resource names cluster "+id)
+			continue
+		}
+		hello := p.helloFor(id)
+		// Each offer goes to the gateway a random key picks: as many
+		// offers as the peer has gateways, so that every one of them
+		// (each fills its own exports map) soon hears one.
+		for range max(1, len(pool.Gateways())) {
+			ans, err := offer(ctx, pool, hello)
+			var reset *tunnel.ResetError
+			switch {
+			case err == nil:
+				p.setAnswer(id, ans.Mode, ans.Reason)
+			case errors.As(err, &reset) && reset.Remote:
+				// A gateway that does not know the control stream resets it.
+				p.setAnswer(id, DataPlaneStream, "the peer's gateway refused the packet mode's control stream: "+reset.Reason)
+			default:
+				// No session (the peer restarts): what it said last
+				// stands, and its pinned maps keep forwarding meanwhile.
+				p.log.Debug("packet mode offer failed", "peer", id, "err", err)
+			}
+		}
+	}
+}
+
+// offer sends hello on a new control stream and reads the answer.
+func offer(ctx context.Context, pool *tunnel.Pool, hello *packetHello) (*packetAnswer, error) {
+	ctx, cancel := context.WithTimeout(ctx, packetControlTimeout)
+	defer cancel()
+	body, err := json.Marshal(hello)
+	if err != nil {
+		return nil, err
+	}
+	// A fresh key each time: a peer with several gateways hears offers on
+	// each of them in turn.
+	st, err := pool.OpenStream(ctx, rand.Uint64(), packetHeader)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	_ = st.SetDeadline(time.Now().Add(packetControlTimeout))
+	if _, err := st.Write(body); err != nil {
+		return nil, err
+	}
+	if err := st.CloseWrite(); err != nil {
+		return nil, err
+	}
+	return parsePacketAnswer(st)
+}
+
+// helloFor is this gateway's offer to peer: the mode, its sources and the
+// imports of the peer's exports.
+func (p *packetPlane) helloFor(peer string) *packetHello {
+	h := &packetHello{Mode: DataPlanePacket, Sources: sourcesOf(p.g.cfg.Sources)}
+	for _, r := range p.g.store.Set().List(catalog.KindServiceImport) {
+		imp := r.(*catalog.ServiceImport)
+		for _, s := range packetServices(imp, peer) {
+			h.Imports = append(h.Imports, packetImport{
+				Namespace: imp.Metadata.Namespace, Name: imp.Metadata.Name,
+				Address: s.Addr.String(), Port: s.Port, Protocol: s.Proto.String(),
+			})
+		}
+	}
+	return h
+}
+
+// packetServices are the clusterset addresses, ports and protocols of imp
+// that the packet mode carries to peer: those of an import whose only
+// source cluster is peer (an import of several clusters fails over
+// between them, which only its streams do), IPv4 and TCP or UDP.
+func packetServices(imp *catalog.ServiceImport, peer string) []packet.Service {
+	if cs := imp.SourceClusters(); len(cs) != 1 || cs[0] != peer {
+		return nil
+	}
+	var out []packet.Service
+	for _, ipStr := range imp.Spec.IPs {
+		ip, err := netip.ParseAddr(ipStr)
+		if err != nil || !ip.Unmap().Is4() {
+			continue
+		}
+		for _, port := range imp.Spec.Ports {
+			proto, err := packet.ParseProto(string(port.Protocol))
+			if err != nil || port.Port < 1 || port.Port > 65535 {
+				continue
+			}
+			out = append(out, packet.Service{Addr: ip.Unmap(), Port: uint16(port.Port), Proto: proto})
+		}
+	}
+	return out
+}
+
+func (p *packetPlane) setAnswer(peer, mode, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pp := p.peer(peer)
+	pp.answer = mode
+	pp.reason = ""
+	if mode != DataPlanePacket {
+		// Its answer is its configuration now: an offer it made while it
+		// was configured for the packet mode no longer stands.
+		pp.heard = nil
+		pp.reason = reason
+		if pp.reason == "" && mode == DataPlaneStream {
+			pp.reason = "the peer's gateway is configured for the stream mode"
+		}
+	}
+}
+
+// servePacketControl answers a peer's offer of the packet mode.
+func (g *Gateway) servePacketControl(peer string, st tunnel.Stream) {
+	defer st.Close()
+	_ = st.SetDeadline(time.Now().Add(packetControlTimeout))
+	h, err := parsePacketHello(st)
+	if err != nil {
+		g.log.Warn("packet mode: bad offer", "peer", peer, "err", err)
+		_ = st.Reset(err.Error())
+		return
+	}
+	ans, changed := g.packet.heard(peer, h)
+	b, _ := json.Marshal(ans)
+	if _, err := st.Write(b); err == nil {
+		_ = st.CloseWrite()
+	}
+	// Only a new offer wakes the plane: waking on every one would make two
+	// gateways answer each other's offers with offers, back to back.
+	if changed {
+		g.packet.changed()
+	}
+}
+
+// heard records a peer's offer and returns this gateway's answer, and
+// whether the offer changes what the maps should hold.
+func (p *packetPlane) heard(peer string, h *packetHello) (packetAnswer, bool) {
+	mine := p.g.cfg.dataPlane(peer)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pp := p.peer(peer)
+	first := pp.asked != h.Mode
+	pp.asked = h.Mode
+	if h.Mode == DataPlanePacket && mine == DataPlanePacket {
+		changed := pp.heard == nil || !reflect.DeepEqual(*pp.heard, *h)
+		pp.heard = h
+		return packetAnswer{Mode: DataPlanePacket}, changed
+	}
+	if h.Mode == DataPlanePacket && first {
+		// Here, not at the peer only: both operators should see it.
+		p.g.metrics.packetRefusals.WithLabelValues(peer).Inc()
+		p.log.Warn("packet mode refused: the peer offers it, this gateway's configuration says stream for it", "peer", peer)
+	}
+	changed := pp.heard != nil
+	pp.heard = nil
+	return packetAnswer{Mode: mine, Reason: fmt.Sprintf("cluster %s's gateway is configured with data-plane %s for peer %s", p.g.cfg.Cluster, mine, peer)}, changed
+}
+
+// settled reports whether every packet peer has answered and, where it
+// agreed, offered its own side, so that the maps can be written without
+// dropping what an earlier process left forwarding; after packetSettle
+// they are written anyway.
+func (p *packetPlane) settled() bool {
+	if time.Since(p.start) > packetSettle {
+		return true
+	}
+	for _, id := range p.g.cfg.packetPeers() {
+		pp := p.peer(id)
+		if pp.answer == "" || (pp.answer == DataPlanePacket && pp.heard == nil) {
+			return false
+		}
+	}
+	return true
+}
+
+// sync makes the maps hold what the resources and the peers' answers say.
+func (p *packetPlane) sync() {
+	set := p.g.store.Set()
+	rt := p.g.routes.Load()
+	health := p.g.packetHealth()
+	live := map[string]map[string]bool{}
+	for _, id := range p.g.cfg.packetPeers() {
+		if pool := p.g.peer(id); pool != nil {
+			live[id] = map[string]bool{}
+			for _, h := range pool.Gateways() {
+				live[id][h.Addr] = h.Live
+			}
+		}
+	}
+	peerRes := map[string]*catalog.Peer{}
+	var names []string
+	for _, r := range set.List(catalog.KindPeer) {
+		pr := r.(*catalog.Peer)
+		if pr.Metadata.Name != p.g.cfg.Cluster {
+			peerRes[pr.Metadata.Name] = pr
+			names = append(names, pr.Metadata.Name)
+		}
+	}
+	var imports []*catalog.ServiceImport
+	for _, r := range set.List(catalog.KindServiceImport) {
+		imports = append(imports, r.(*catalog.ServiceImport))
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dp == nil || !p.settled() {
+		return
+	}
+	w := packetWant{
+		imports: map[packet.Service]packet.Import{}, exports: map[packet.Service]packet.Export{},
+		peers: map[netip.Addr]packet.Peer{},
+	}
+	clusters := []packet.ClusterSources{{ID: 0, Name: p.g.cfg.Cluster, Sources: packetSources(sourcesOf(p.g.cfg.Sources)), DefaultNamespace: DefaultNS}}
+	var services []packet.ServiceRef
+	nextID := uint32(1)
+	exportIDs := map[nsName]uint32{}
+	var errs []string
+	for i, id := range names {
+		if p.g.cfg.dataPlane(id) != DataPlanePacket {
+			continue
+		}
+		pp := p.peer(id)
+		gws, err := underlay(peerRes[id])
+		if err != nil {
+			pp.reason = err.Error()
+			p.transition(id, pp, false)
+			continue
+		}
+		clusterID := uint32(i + 1)
+		importing := pp.answer == DataPlanePacket
+		exporting := pp.heard != nil
+		p.transition(id, pp, importing || exporting)
+		if !importing && !exporting {
+			continue
+		}
+		down := packetDown(gws, live[id])
+		for addr, ip := range gws {
+			w.peers[ip] = packet.Peer{Cluster: clusterID, Alive: !down[addr]}
+		}
+		if importing {
+			if len(w.tables) >= p.dp.Tables() {
+				errs = append(errs, fmt.Sprintf("peer %s: more exporting peers than packet tables (%d)", id, p.dp.Tables()))
+			} else {
+				slot := uint32(len(w.tables))
+				t, err := packetTable(gws, live[id])
+				if err != nil {
+					errs = append(errs, fmt.Sprintf("peer %s: %v", id, err))
+				} else {
+					w.tables = append(w.tables, t)
+					for _, imp := range imports {
+						svcs := packetServices(imp, id)
+						if len(svcs) == 0 {
+							continue
+						}
+						sid := nextID
+						nextID++
+						services = append(services, packet.ServiceRef{ID: sid, Dest: policy.Destination{
+							Export: imp.Metadata.Name, Namespace: imp.Metadata.Namespace, Labels: imp.Metadata.Labels}})
+						for _, s := range svcs {
+							w.imports[s] = packet.Import{ID: sid, Table: slot}
+						}
+					}
+				}
+			}
+		}
+		if exporting {
+			clusters = append(clusters, packet.ClusterSources{ID: clusterID, Name: id, Sources: packetSources(pp.heard.Sources), DefaultNamespace: DefaultNS})
+			for _, im := range pp.heard.Imports {
+				k := nsName{im.Namespace, im.Name}
+				exp, ok := rt.exports[k]
+				if !ok {
+					continue // no such export: its packets are counted as unknown
+				}
+				target, err := exp.TargetForProtocol(catalog.Protocol(im.Protocol), int32(im.Port))
+				if err != nil {
+					continue // no such port: counted as unknown too
+				}
+				ta, err := netip.ParseAddrPort(target)
+				if err != nil || !ta.Addr().Unmap().Is4() {
+					errs = append(errs, fmt.Sprintf("export %s/%s: target %q: the packet mode needs an IPv4 address:port", im.Namespace, im.Name, target))
+					continue
+				}
+				sid, ok := exportIDs[k]
+				if !ok {
+					sid = nextID
+					nextID++
+					exportIDs[k] = sid
+					services = append(services, packet.ServiceRef{ID: sid, Dest: policy.Destination{
+						Export: exp.Metadata.Name, Namespace: exp.Metadata.Namespace, Labels: exp.Metadata.Labels}})
+				}
+				a, _ := netip.ParseAddr(im.Address)
+				proto, _ := packet.ParseProto(im.Protocol)
+				s := packet.Service{Addr: a, Port: im.Port, Proto: proto}
+				if _, dup := w.exports[s]; !dup {
+					w.exports[s] = packet.Export{Target: netip.AddrPortFrom(ta.Addr().Unmap(), ta.Port()), ID: sid}
+				}
+			}
+		}
+	}
+	var err error
+	var rules []string
+	w.policy, rules, err = packet.CompilePolicy(rt.policy, clusters, services)
+	switch {
+	case err != nil:
+		errs = append(errs, err.Error())
+	case w.same(p.written):
+	default:
+		if err := w.write(p.dp); err != nil {
+			errs = append(errs, err.Error())
+			p.written = nil
+		} else {
+			p.written, p.rules = &w, rules
+		}
+	}
+	p.synced, p.health = true, health
+	msg := strings.Join(errs, "; ")
+	if msg != p.syncErr {
+		if msg != "" {
+			p.log.Warn("packet mode maps incomplete", "err", msg)
+		}
+		p.syncErr = msg
+	}
+}
+
+// transition logs, counts and remembers a peer's change of mode: a
+// refusal once per reason, not once per offer.
+func (p *packetPlane) transition(id string, pp *packetPeer, active bool) {
+	if active && !pp.active {
+		p.log.Info("packet mode active", "peer", id, "imports", pp.answer == DataPlanePacket, "exports", pp.heard != nil)
+		pp.logged = ""
+	}
+	if !active && pp.reason != "" && pp.reason != pp.logged {
+		p.g.metrics.packetRefusals.WithLabelValues(id).Inc()
+		p.log.Warn("packet mode refused; the stream mode carries this peer", "peer", id, "reason", pp.reason)
+		pp.logged = pp.reason
+	}
+	pp.active = active
+}
+
+// packetWant is what the maps are to hold.
+type packetWant struct {
+	tables  []packetTableSpec
+	imports map[packet.Service]packet.Import
+	exports map[packet.Service]packet.Export
+	peers   map[netip.Addr]packet.Peer
+	policy  map[packet.PolicyKey]packet.Verdict
+}
+
+type packetTableSpec struct {
+	table *ring.Table
+	addrs map[string]netip.Addr
+	key   string // members, addresses and the dead ones: equal keys, equal buckets
+}
+
+// same reports whether w holds what o does, so that an unchanged state
+// costs no map writes (sync runs every packetHelloInterval).
+func (w *packetWant) same(o *packetWant) bool {
+	if o == nil || len(w.tables) != len(o.tables) {
+		return false
+	}
+	for i := range w.tables {
+		if w.tables[i].key != o.tables[i].key {
+			return false
+		}
+	}
+	return maps.Equal(w.imports, o.imports) && maps.Equal(w.exports, o.exports) &&
+		maps.Equal(w.peers, o.peers) && maps.Equal(w.policy, o.policy)
+}
+
+// write fills the maps in the order State.Apply does: tables first and
+// imports last, so that no import points at a table not yet written.
+func (w *packetWant) write(dp *packet.Datapath) error {
+	for i := range dp.Tables() {
+		var err error
+		if i < len(w.tables) {
+			err = dp.SetTable(i, w.tables[i].table, w.tables[i].addrs)
+		} else {
+			err = dp.SetTable(i, nil, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := dp.SetPeers(w.peers); err != nil {
+		return err
+	}
+	if err := dp.SetPolicy(w.policy); err != nil {
+		return err
+	}
+	if err := dp.SetExports(w.exports); err != nil {
+		return err
+	}
+	return dp.SetImports(w.imports)
+}
+
+// underlay returns a peer's gateways (as the Peer resource lists them,
+// the pool's names for them) and their IPv4 underlay addresses.
+func underlay(pr *catalog.Peer) (map[string]netip.Addr, error) {
+	out := map[string]netip.Addr{}
+	for _, gw := range pr.Spec.Gateways {
+		host, _, err := net.SplitHostPort(gw)
+		if err != nil {
+			host = gw
+		}
+		a, err := netip.ParseAddr(host)
+		if err != nil || !a.Unmap().Is4() {
+			return nil, fmt.Errorf("peer %s: gateway %q: the packet mode needs an IPv4 address, not a name (its tunnel packets are accepted by source address)", pr.Metadata.Name, gw)
+		}
+		out[gw] = a.Unmap()
+	}
+	return out, nil
+}
+
+// packetTable is a peer's Maglev table with its dead gateways' buckets
+// given to heirs, as the pool's own view does.
+func packetTable(gws map[string]netip.Addr, live map[string]bool) (packetTableSpec, error) {
+	names := make([]string, 0, len(gws))
+	for n := range gws {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	t, err := ring.New(names, ring.Options{})
+	if err != nil {
+		return packetTableSpec{}, err
+	}
+	down := packetDown(gws, live)
+	var key strings.Builder
+	for _, n := range names {
+		fmt.Fprintf(&key, "%s=%s/%v ", n, gws[n], down[n])
+	}
+	return packetTableSpec{table: t.WithDown(down), addrs: gws, key: key.String()}, nil
+}
+
+// packetDown is the set of a peer's gateways the health checker has taken
+// out. The checker judges a gateway by its process's sessions, and the
+// programs of a gateway whose process died (or restarts) keep forwarding:
+// when all of a peer's gateways look dead, none is taken out, since
+// sending to them is then no worse than dropping, and it keeps the flows
+// of a peer whose only gateway restarts (docs/packet.md, "The gateway").
+func packetDown(gws map[string]netip.Addr, live map[string]bool) map[string]bool {
+	down := map[string]bool{}
+	if live == nil {
+		return down
+	}
+	for n := range gws {
+		if !live[n] {
+			down[n] = true
+		}
+	}
+	if len(down) == len(gws) {
+		return map[string]bool{}
+	}
+	return down
+}
+
+// packetSources turns wire sources into policy sources; IPv6 ones hold no
+// address the packet mode carries.
+func packetSources(ws []packetSourceW) []packet.Source {
+	var out []packet.Source
+	for _, s := range ws {
+		pr, err := netip.ParsePrefix(s.CIDR)
+		if err != nil || !pr.Addr().Unmap().Is4() {
+			continue
+		}
+		out = append(out, packet.Source{Prefix: pr, Namespace: s.Namespace, Labels: s.Labels})
+	}
+	return out
+}
+
+// status is every configured or heard peer's data-plane mode.
+func (p *packetPlane) status() []PeerDataPlane {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ids := map[string]bool{}
+	for id := range p.g.cfg.Peers {
+		ids[id] = true
+	}
+	for id, pp := range p.peers {
+		if pp.asked != "" || pp.answer != "" {
+			ids[id] = true
+		}
+	}
+	var out []PeerDataPlane
+	for id := range ids {
+		pp := p.peer(id)
+		s := PeerDataPlane{Cluster: id, Configured: p.g.cfg.dataPlane(id), Peer: pp.answer, Active: pp.active, Reason: pp.reason}
+		if s.Active {
+			s.Imports, s.Exports = pp.answer == DataPlanePacket, pp.heard != nil
+		}
+		if s.Configured == DataPlaneStream && pp.asked == DataPlanePacket {
+			s.Peer = pp.asked
+			s.Reason = "the peer offers the packet mode; this gateway's configuration says stream for it"
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Cluster < out[j].Cluster })
+	return out
+}
+
+// packetCollector exports the programs' counters on /metrics.
+type packetCollector struct{ p *packetPlane }
+
+var (
+	descPktPackets = prometheus.NewDesc("strait_packet_packets_total", "Packets the packet mode's programs carried, by direction (docs/packet.md, Counters).", []string{"direction"}, nil)
+	descPktDrops   = prometheus.NewDesc("strait_packet_drops_total", "Packets the packet mode's programs dropped, by reason.", []string{"reason"}, nil)
+	descPktEvents  = prometheus.NewDesc("strait_packet_events_total", "Other events of the packet mode's programs: flows placed, repinned, SYNs clamped, fragments seen.", []string{"event"}, nil)
+	descPktRule    = prometheus.NewDesc("strait_packet_policy_drops_total", "New flows the packet mode's policy map denied, by deciding AccessPolicy (\"\" is the default deny).", []string{"policy"}, nil)
+	descPktActive  = prometheus.NewDesc("strait_packet_peer_active", "1 while the packet mode carries the peer's traffic, 0 while the stream mode does.", []string{"peer"}, nil)
+)
+
+func (c packetCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPktPackets, descPktDrops, descPktEvents, descPktRule, descPktActive} {
+		ch <- d
+	}
+}
+
+func (c packetCollector) Collect(ch chan<- prometheus.Metric) {
+	p := c.p
+	for _, s := range p.status() {
+		v := 0.0
+		if s.Active {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descPktActive, prometheus.GaugeValue, v, s.Cluster)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dp == nil {
+		return
+	}
+	counters, err := p.dp.Counters()
+	if err != nil {
+		p.log.Warn("packet counters", "err", err)
+		return
+	}
+	for name, v := range counters {
+		desc, label := descPktEvents, name
+		switch {
+		case strings.HasSuffix(name, "_packets"):
+			desc, label = descPktPackets, strings.TrimSuffix(name, "_packets")
+		case strings.HasSuffix(name, "_drops"):
+			desc, label = descPktDrops, strings.TrimSuffix(name, "_drops")
+		}
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, float64(v), label)
+	}
+	if drops, err := p.dp.RuleDrops(len(p.rules)); err == nil {
+		for i, n := range drops {
+			ch <- prometheus.MustNewConstMetric(descPktRule, prometheus.CounterValue, float64(n), p.rules[i])
+		}
+	}
+}

@@ -1,0 +1,453 @@
+package gateway_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/strait-net/strait/gateway"
+	"github.com/strait-net/strait/internal/testenv"
+)
+
+// udpEcho is a UDP echo server and client on real sockets, run with
+// python3:
+//
+//	echo ADDR PORT        echo every datagram back
+//	ask ADDR PORT SIZE    send SIZE bytes on a connected socket and print
+//	                      "ok" when they come back, else what happened
+const udpEcho = `
+import socket, sys, os
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+if sys.argv[1] == "echo":
+    s.bind((sys.argv[2], int(sys.argv[3])))
+    print("listening", flush=True)
+    while True:
+        data, peer = s.recvfrom(65535)
+        s.sendto(data, peer)
+s.settimeout(2)
+s.connect((sys.argv[2], int(sys.argv[3])))
+data = os.urandom(int(sys.argv[4]))
+try:
+    s.send(data)
+    print("ok" if s.recv(65535) == data else "mismatch")
+except ConnectionRefusedError:
+    print("refused")
+except socket.timeout:
+    print("timeout")
+`
+
+// packetEnv is two clusters as four namespaces — a client node and a
+// gateway node in cluster a, a gateway node and a server node in cluster
+// b — with a gateway process on each gateway node. a imports b's export
+// "echo" at the clusterset IP 10.96.0.10, TCP port 80 and UDP port 5353.
+type packetEnv struct {
+	ca, ga, gb, sb string
+	a, b           *gw
+	pins           string
+	// With a second exporting gateway: gb2 (192.0.3.2, its own WAN link to
+	// ga and LAN link to sb) and its process.
+	gb2 string
+	b2  *gw
+}
+
+const (
+	packetVIP   = "10.96.0.10"
+	packetMetrA = "strait_packet_packets_total{direction=\"import_tx\"}"
+	packetMetrB = "strait_packet_packets_total{direction=\"export_rx\"}"
+)
+
+// setupPacket starts the clusters with a's data-plane for b set to
+// modeA and b's for a to modeB; twoB adds a second gateway to cluster b.
+func setupPacket(t *testing.T, modeA, modeB string, twoB bool) *packetEnv {
+	testenv.RequireRoot(t)
+	for _, tool := range []string{"curl", "python3"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s", tool)
+		}
+	}
+	binary = testenv.StraitBinary(t)
+	var err error
+	if tmpDir, err = os.MkdirTemp("", testenv.UniqueName("pgw")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmpDir) })
+	id := testenv.UniqueName("pktgw")
+	e := &packetEnv{pins: testenv.BPFFS(t)}
+	e.ca, e.ga = testenv.Netns(t, id+"-ca"), testenv.Netns(t, id+"-ga")
+	e.gb, e.sb = testenv.Netns(t, id+"-gb"), testenv.Netns(t, id+"-sb")
+	ip := func(args ...string) { testenv.Run(t, "ip", args...) }
+	ip("-n", e.ga, "link", "add", "lan", "type", "veth", "peer", "name", "eth0", "netns", e.ca)
+	ip("-n", e.ga, "link", "add", "wan", "type", "veth", "peer", "name", "wan", "netns", e.gb)
+	ip("-n", e.gb, "link", "add", "lan", "type", "veth", "peer", "name", "eth0", "netns", e.sb)
+	for _, a := range []struct{ ns, dev, addr string }{
+		{e.ca, "eth0", "10.1.0.2/24"}, {e.ga, "lan", "10.1.0.1/24"}, {e.ga, "lan", "10.1.0.254/24"},
+		{e.ga, "wan", "192.0.2.1/24"}, {e.gb, "wan", "192.0.2.2/24"},
+		{e.gb, "lan", "10.2.0.1/24"}, {e.gb, "lan", "10.2.0.254/24"}, // second addresses: SNAT
+		{e.sb, "eth0", "10.2.0.2/24"},
+	} {
+		ip("-n", a.ns, "addr", "add", a.addr, "dev", a.dev)
+		ip("-n", a.ns, "link", "set", a.dev, "up")
+	}
+	for _, ns := range []string{e.ca, e.ga, e.gb, e.sb} {
+		ip("-n", ns, "link", "set", "lo", "up")
+	}
+	ip("-n", e.ca, "route", "add", "default", "via", "10.1.0.1")
+	// The stream mode's listeners take the clusterset IPs as local
+	// addresses; the packet mode's program takes their packets earlier.
+	ip("-n", e.ga, "route", "add", "local", "10.96.0.0/24", "dev", "lo")
+	peerB := `"192.0.2.2:4443"`
+	if twoB {
+		e.gb2 = testenv.Netns(t, id+"-gb2")
+		ip("-n", e.ga, "link", "add", "wan2", "type", "veth", "peer", "name", "wan", "netns", e.gb2)
+		ip("-n", e.gb2, "link", "add", "lan", "type", "veth", "peer", "name", "eth1", "netns", e.sb)
+		for _, a := range []struct{ ns, dev, addr string }{
+			{e.ga, "wan2", "192.0.3.1/24"}, {e.gb2, "wan", "192.0.3.2/24"},
+			{e.gb2, "lan", "10.2.1.1/24"}, {e.gb2, "lan", "10.2.1.254/24"}, {e.sb, "eth1", "10.2.1.2/24"},
+		} {
+			ip("-n", a.ns, "addr", "add", a.addr, "dev", a.dev)
+			ip("-n", a.ns, "link", "set", a.dev, "up")
+		}
+		// a's tunnel packets to gb2 leave with the address b's Peer
+		// resource names for a (tunnel packets are accepted by source).
+		ip("-n", e.ga, "route", "replace", "192.0.3.0/24", "dev", "wan2", "src", "192.0.2.1")
+		ip("-n", e.gb2, "route", "add", "192.0.2.1/32", "dev", "wan")
+		ip("-n", e.gb2, "route", "add", "10.2.0.2/32", "via", "10.2.1.2")
+		peerB += `, "192.0.3.2:4443"`
+	}
+
+	fabric := filepath.Join(tmpDir, "fabric")
+	issueFabric(t, fabric)
+	srv := startIn(t, e.sb, binary, "app", "echo", "--listen", "10.2.0.2:8080")
+	script := filepath.Join(tmpDir, "udp.py")
+	if err := os.WriteFile(script, []byte(udpEcho), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	udp := startIn(t, e.sb, "python3", script, "echo", "10.2.0.2", "5353")
+	for _, p := range []*proc{srv, udp} {
+		for deadline := time.Now().Add(patience); !strings.Contains(p.out.String(), "listening"); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("server did not start: %s", p.out.String())
+			}
+		}
+	}
+
+	allowAll := policyYAML("allow-all", 1000, "allow", "")
+	resA := fmt.Sprintf("apiVersion: strait.dev/v1alpha1\nkind: Peer\nmetadata: {name: b}\nspec: {gateways: [%s]}\n---\n", peerB) + allowAll + `apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceImport
+metadata: {name: echo, namespace: default}
+spec:
+  ips: [` + packetVIP + `]
+  ports: [{name: http, protocol: TCP, port: 80}, {name: dns, protocol: UDP, port: 5353}]
+  clusters: [{cluster: b}]
+`
+	resB := peerYAML("a", "192.0.2.1:4443") + allowAll + `apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceExport
+metadata: {name: echo, namespace: default}
+spec:
+  target: 10.2.0.2:8080
+  ports: [{name: http, protocol: TCP, port: 80}, {name: dns, protocol: UDP, port: 5353, target: "10.2.0.2:5353"}]
+`
+	e.a = &gw{t: t, cluster: "a", netns: e.ga, addr: "192.0.2.1"}
+	e.b = &gw{t: t, cluster: "b", netns: e.gb, addr: "192.0.2.2"}
+	type gwSpec struct {
+		g          *gw
+		file       string
+		res, peer  string
+		mode, snat string
+		name       string
+	}
+	gws := []gwSpec{{e.a, "a", resA, "b", modeA, "10.1.0.254", e.ga}, {e.b, "b", resB, "a", modeB, "10.2.0.254", e.gb}}
+	if twoB {
+		e.b2 = &gw{t: t, cluster: "b", netns: e.gb2, addr: "192.0.3.2"}
+		gws = append(gws, gwSpec{e.b2, "b2", resB, "a", modeB, "10.2.1.254", e.gb2})
+	}
+	for _, g := range gws {
+		resFile := filepath.Join(tmpDir, g.file+"-resources.yaml")
+		if err := os.WriteFile(resFile, []byte(g.res), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		g.g.socket = filepath.Join(tmpDir, g.file+".sock")
+		g.g.config = filepath.Join(tmpDir, g.file+"-gateway.yaml")
+		// The client is namespace web: b learns it from a's offer.
+		cfg := fmt.Sprintf(`sources: [{cidr: 10.1.0.2/32, namespace: web}]
+cluster: %s
+identity: {dir: %s}
+listen: %s:4443
+admin: %s
+state: %s
+metrics: %s
+intercept: listeners
+preconnect: -1
+resources: [%s]
+peers: {%s: {data-plane: %s}}
+packet: {lan: lan, snat: %s, pin-root: %s, name: %s}
+`, g.g.cluster, fabric, g.g.addr, g.g.socket, filepath.Join(tmpDir, g.file+"-state.json"), metricsAddr, resFile,
+			g.peer, g.mode, g.snat, e.pins, g.name)
+		if err := os.WriteFile(g.g.config, []byte(cfg), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		g.g.start(t)
+	}
+	t.Cleanup(func() {
+		// Best effort when the test failed before its own teardown.
+		for _, ns := range []string{e.ga, e.gb, e.gb2} {
+			if ns == "" {
+				continue
+			}
+			_ = exec.Command("ip", "netns", "exec", ns, binary, "packet", "teardown", "--name", ns, "--pin-root", e.pins).Run()
+		}
+	})
+	e.b.waitLive(t, "a", 0)
+	if twoB {
+		e.b2.waitLive(t, "a", 0)
+	}
+	e.a.waitLive(t, "b", 1)
+	return e
+}
+
+// dataPlane waits until g's status shows peer's data plane as cond wants.
+func dataPlane(t *testing.T, g *gw, peer string, cond func(gateway.PeerDataPlane) bool, what string) gateway.PeerDataPlane {
+	t.Helper()
+	var last gateway.PeerDataPlane
+	for deadline := time.Now().Add(patience); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		st, err := g.admin().Status()
+		if err != nil {
+			continue
+		}
+		for _, d := range st.DataPlanes {
+			if d.Cluster == peer {
+				if last = d; cond(d) {
+					return d
+				}
+			}
+		}
+	}
+	b, _ := json.Marshal(last)
+	t.Fatalf("%s: %s's data plane for %s is %s after %v", what, g.cluster, peer, b, patience)
+	return last
+}
+
+func (e *packetEnv) curl(t *testing.T, body string) {
+	t.Helper()
+	f := writeTemp(t, "body-*", body)
+	out, err := exec.Command("ip", "netns", "exec", e.ca, "curl", "-sS", "--fail", "--max-time", curlMax, "-H", "Expect:",
+		"--data-binary", "@"+f, "http://"+packetVIP+":80/").CombinedOutput()
+	if err != nil || string(out) != body {
+		t.Fatalf("echo over the import: %v, reply %.200q", err, out)
+	}
+}
+
+// udp sends one datagram of size bytes to the import's UDP port until it
+// comes back (a loaded host may lose one), bounded by patience.
+func (e *packetEnv) udp(t *testing.T, size int) {
+	t.Helper()
+	var out string
+	for deadline := time.Now().Add(patience); time.Now().Before(deadline); {
+		b, _ := exec.Command("ip", "netns", "exec", e.ca, "python3", filepath.Join(tmpDir, "udp.py"), "ask", packetVIP, "5353", fmt.Sprint(size)).CombinedOutput()
+		if out = strings.TrimSpace(string(b)); out == "ok" {
+			return
+		}
+	}
+	t.Fatalf("UDP datagram of %d bytes over the import: %s", size, out)
+}
+
+// stop ends g with SIGTERM, as an operator does, and waits for it.
+func stop(t *testing.T, g *gw) {
+	t.Helper()
+	_ = g.proc.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-g.proc.done:
+	case <-time.After(patience):
+		t.Fatalf("gateway %s did not stop on SIGTERM", g.cluster)
+	}
+}
+
+// TestPacketMode: both gateways configured for the packet mode agree over
+// their session, fill the maps from their resources, and the programs
+// carry a client's TCP and UDP to the import's clusterset IP (their
+// counters say so); forwarding goes on while the importing gateway is
+// killed -9, its restart adopts the pins, and a gateway stopped with
+// --packet-teardown leaves no pin and no VXLAN device.
+func TestPacketMode(t *testing.T) {
+	e := setupPacket(t, gateway.DataPlanePacket, gateway.DataPlanePacket, false)
+	active := func(d gateway.PeerDataPlane) bool { return d.Active }
+	dataPlane(t, e.a, "b", active, "packet mode on a")
+	dataPlane(t, e.b, "a", active, "packet mode on b")
+
+	txA, rxB := e.a.metric(t, packetMetrA), e.b.metric(t, packetMetrB)
+	e.curl(t, strings.Repeat("packet mode ", 20000))
+	if got := e.a.metric(t, packetMetrA); got <= txA {
+		t.Errorf("a's program sent no import packets into the tunnel: %s %v", packetMetrA, got)
+	}
+	if got := e.b.metric(t, packetMetrB); got <= rxB {
+		t.Errorf("b's program translated no packets: %s %v", packetMetrB, got)
+	}
+	if n := e.a.metric(t, "strait_client_connections_total"); n != 0 {
+		t.Errorf("a's stream mode accepted %v connections; the program should have carried them", n)
+	}
+	txA, rxB = e.a.metric(t, packetMetrA), e.b.metric(t, packetMetrB)
+	e.udp(t, 1000)
+	if got := e.a.metric(t, packetMetrA); got <= txA {
+		t.Errorf("UDP: a's program sent no import packets: %v", got)
+	}
+	if got := e.b.metric(t, packetMetrB); got <= rxB {
+		t.Errorf("UDP: b's program translated no packets: %v", got)
+	}
+	if n := e.b.metric(t, "strait_streams_total{point=\"ingress\"}"); n != 0 {
+		t.Errorf("b's stream mode carried %v streams; the programs should have", n)
+	}
+
+	// A policy change reaches b's policy map: new flows from a's namespace
+	// web are dropped and counted per policy, and flow again once it goes.
+	deny := policyYAML("deny-web", 10, "deny", "  from: {clusters: [a], namespaces: [web]}\n  to: {exports: [echo]}\n")
+	e.b.apply(t, deny)
+	const denied = "strait_packet_policy_drops_total{policy=\"deny-web\"}"
+	for deadline := time.Now().Add(patience); e.b.metric(t, denied) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatalf("no packet denied by deny-web on b after %v", patience)
+		}
+		f := writeTemp(t, "body-*", "denied")
+		if out, err := exec.Command("ip", "netns", "exec", e.ca, "curl", "-sS", "--max-time", "1", "--data-binary", "@"+f,
+			"http://"+packetVIP+":80/").CombinedOutput(); err == nil {
+			t.Logf("answered before the policy reached the map: %q", out)
+		}
+	}
+	if n := e.b.metric(t, "strait_packet_drops_total{reason=\"ingress_policy\"}"); n < 1 {
+		t.Errorf("ingress policy drops %v, want at least 1", n)
+	}
+	e.b.delete(t, deny)
+	e.curl(t, "allowed again")
+
+	// kill -9: the pinned programs keep forwarding, the restart adopts them.
+	e.a.proc.kill()
+	e.curl(t, "while the importing gateway is dead")
+	e.a.start(t)
+	e.a.waitLive(t, "b", 1)
+	dataPlane(t, e.a, "b", active, "packet mode after restart")
+	e.curl(t, "after the restart")
+	e.udp(t, 1472)
+	if !strings.Contains(e.a.proc.out.String(), "adopted pinned link") {
+		t.Errorf("the restarted gateway did not adopt the pinned links:\n%s", e.a.proc.out.String())
+	}
+	// The exporting side: its only gateway's sessions end, and a keeps
+	// sending to it (all of a peer's gateways dead takes none out).
+	e.b.proc.kill()
+	e.a.waitMetric(t, "strait_peer_sessions_live{peer=\"b\"}", func(v float64) bool { return v == 0 }, "b's sessions gone")
+	e.curl(t, "while the exporting gateway is dead")
+	e.udp(t, 100)
+	e.b.start(t)
+	e.b.waitLive(t, "a", 0)
+	dataPlane(t, e.b, "a", active, "packet mode after b's restart")
+	e.curl(t, "after b's restart")
+
+	// The operator's teardown.
+	for _, g := range []*gw{e.a, e.b} {
+		g.proc.kill()
+		g.proc = startOwned(t, g.t, g.netns, binary, "gateway", "--config", g.config, "--packet-teardown")
+	}
+	e.a.waitLive(t, "b", 1)
+	for _, g := range []*gw{e.a, e.b} {
+		stop(t, g)
+		if !strings.Contains(g.proc.out.String(), "packet mode torn down") {
+			t.Errorf("%s: no teardown in the log:\n%s", g.cluster, g.proc.out.String())
+		}
+	}
+	for _, ns := range []string{e.ga, e.gb} {
+		if _, err := os.Stat(filepath.Join(e.pins, ns)); !os.IsNotExist(err) {
+			t.Errorf("%s's pin directory is still there (%v)", ns, err)
+		}
+		if out := testenv.Run(t, "ip", "-n", ns, "-o", "link", "show"); strings.Contains(out, "stv-") {
+			t.Errorf("%s still has a VXLAN device:\n%s", ns, out)
+		}
+	}
+}
+
+// TestPacketModeRefused: a gateway configured for the packet mode whose
+// peer is configured for streams refuses the mode with the reason (log,
+// status, metric) on both sides, and the stream mode serves the import.
+func TestPacketModeRefused(t *testing.T) {
+	e := setupPacket(t, gateway.DataPlanePacket, gateway.DataPlaneStream, false)
+	refused := func(d gateway.PeerDataPlane) bool { return !d.Active && d.Peer == gateway.DataPlaneStream }
+	d := dataPlane(t, e.a, "b", refused, "refusal on a")
+	if !strings.Contains(d.Reason, "data-plane stream for peer a") {
+		t.Errorf("a's reason %q does not say b is configured for streams", d.Reason)
+	}
+	db := dataPlane(t, e.b, "a", func(d gateway.PeerDataPlane) bool { return d.Peer == gateway.DataPlanePacket }, "offer seen on b")
+	if db.Active || db.Reason == "" {
+		t.Errorf("b's status for a: %+v, want inactive with a reason", db)
+	}
+	e.a.waitMetric(t, "strait_packet_refusals_total{peer=\"b\"}", func(v float64) bool { return v >= 1 }, "refusal counted on a")
+	e.b.waitMetric(t, "strait_packet_refusals_total{peer=\"a\"}", func(v float64) bool { return v >= 1 }, "refusal counted on b")
+	if !strings.Contains(e.a.proc.out.String(), "packet mode refused") {
+		t.Errorf("a's log does not say the packet mode was refused:\n%s", e.a.proc.out.String())
+	}
+	e.curl(t, "over streams")
+	if n := e.a.metric(t, "strait_client_connections_total"); n < 1 {
+		t.Errorf("a's stream mode accepted %v connections, want the client's", n)
+	}
+	if n := e.a.metric(t, packetMetrA); n != 0 {
+		t.Errorf("a's program sent %v import packets; the mode was refused", n)
+	}
+}
+
+// TestPacketModeHealth: with two exporting gateways, new flows spread over
+// both; when a's uplink to one dies, the health checker takes it out and
+// the Maglev table in a's map sends every new flow to the other, which
+// serves them all; back up, it takes flows again.
+func TestPacketModeHealth(t *testing.T) {
+	e := setupPacket(t, gateway.DataPlanePacket, gateway.DataPlanePacket, true)
+	active := func(d gateway.PeerDataPlane) bool { return d.Active }
+	dataPlane(t, e.a, "b", active, "packet mode on a")
+	// Each of b's gateways fills its exports map once it heard one of a's
+	// offers, which go to random gateways of b.
+	exports := func(d gateway.PeerDataPlane) bool { return d.Active && d.Exports }
+	dataPlane(t, e.b, "a", exports, "a's offer heard on b1")
+	dataPlane(t, e.b2, "a", exports, "a's offer heard on b2")
+	rx := func(g *gw) float64 { return g.metric(t, packetMetrB) }
+	// New flows (each curl its own source port) spread over both; a
+	// flow's gateway is its Maglev bucket's, so 30 flows all on one of two
+	// gateways would take a one in 5e8 chance.
+	rx1, rx2 := rx(e.b), rx(e.b2)
+	for i := range 30 {
+		e.curl(t, fmt.Sprintf("flow %d", i))
+	}
+	if rx(e.b) == rx1 || rx(e.b2) == rx2 {
+		t.Fatalf("30 flows did not reach both gateways: b1 %v→%v, b2 %v→%v packets", rx1, rx(e.b), rx2, rx(e.b2))
+	}
+
+	downAt := time.Now()
+	testenv.Run(t, "ip", "-n", e.ga, "link", "set", "wan2", "down")
+	const up2 = "strait_peer_gateway_up{gateway=\"192.0.3.2:4443\",peer=\"b\"}"
+	e.a.waitMetric(t, up2, func(v float64) bool { return v == 0 }, "b2 taken out")
+	// A figure for the log, not a threshold: the map follows the pool's
+	// view within a probe interval ("health written" in a's log).
+	t.Logf("b2 seen dead by a's health checker within %v of its uplink going down (metric polling included)", time.Since(downAt).Round(time.Millisecond))
+	rx1, rx2 = rx(e.b), rx(e.b2)
+	for i := range 30 {
+		e.curl(t, fmt.Sprintf("after b2's uplink died, flow %d", i))
+	}
+	if got := rx(e.b2); got != rx2 {
+		t.Errorf("b2 translated %v packets while its uplink was down", got-rx2)
+	}
+	if rx(e.b) == rx1 {
+		t.Errorf("b1 took no flow after b2 went down")
+	}
+
+	testenv.Run(t, "ip", "-n", e.ga, "link", "set", "wan2", "up")
+	// Down took the device's routes, the source-address one included.
+	testenv.Run(t, "ip", "-n", e.ga, "route", "replace", "192.0.3.0/24", "dev", "wan2", "src", "192.0.2.1")
+	e.a.waitMetric(t, up2, func(v float64) bool { return v == 1 }, "b2 back")
+	rx2 = rx(e.b2)
+	for i := 0; rx(e.b2) == rx2; i++ {
+		if i == 30 {
+			t.Fatalf("30 flows after b2 came back, none reached it")
+		}
+		e.curl(t, fmt.Sprintf("b2 back, flow %d", i))
+	}
+}

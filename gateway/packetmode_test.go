@@ -1,0 +1,183 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/strait-net/strait/catalog"
+	"github.com/strait-net/strait/packet"
+)
+
+func TestPacketConfigErrors(t *testing.T) {
+	packetPeer := goodConfig + "peers: {b: {data-plane: packet}}\n"
+	tests := []struct{ name, yaml, want string }{
+		{"bad mode", goodConfig + "peers: {b: {data-plane: xdp}}\n", `peers.b.data-plane "xdp": must be stream or packet`},
+		{"bad peer name", goodConfig + "peers: {B_1: {data-plane: stream}}\n", "peers.B_1: a peer is named by its cluster ID"},
+		{"unknown peer field", goodConfig + "peers: {b: {mode: packet}}\n", "field mode not found"},
+		{"no lan", packetPeer + "packet: {snat: 10.0.0.9}\n", "packet.lan: required when a peer's data-plane is packet"},
+		{"no snat", packetPeer + "packet: {lan: eth1}\n", `packet.snat "": required when a peer's data-plane is packet`},
+		{"ipv6 snat", packetPeer + "packet: {lan: eth1, snat: \"fd00::1\"}\n", `packet.snat "fd00::1"`},
+		{"relative pin root", packetPeer + "packet: {lan: eth1, snat: 10.0.0.9, pin-root: bpf}\n", `packet.pin-root "bpf": want an absolute path`},
+		{"small mtu", packetPeer + "packet: {lan: eth1, snat: 10.0.0.9, underlay-mtu: 600}\n", "packet.underlay-mtu 600: allowed 626..65535"},
+		{"bad name", packetPeer + "packet: {lan: eth1, snat: 10.0.0.9, name: GW}\n", `packet.name "GW"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := LoadConfig(writeConfig(t, t.TempDir(), tc.yaml))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+	// Stream peers need no packet section; packet ones with it load.
+	for _, y := range []string{
+		goodConfig + "peers: {b: {data-plane: stream}, c: {}}\n",
+		packetPeer + "packet: {lan: eth1, snat: 10.0.0.9, pin-root: /run/strait/bpf, teardown-on-exit: true}\n",
+	} {
+		c, err := LoadConfig(writeConfig(t, t.TempDir(), y))
+		if err != nil {
+			t.Fatalf("%q: %v", y, err)
+		}
+		if c.dataPlane("c") != DataPlaneStream || c.dataPlane("nobody") != DataPlaneStream {
+			t.Errorf("default data plane is not stream")
+		}
+	}
+}
+
+func TestPacketHelloErrors(t *testing.T) {
+	tests := []struct{ body, want string }{
+		{`{"mode":"xdp"}`, `mode "xdp": want stream or packet`},
+		{`{"mode":"packet","extra":1}`, `unknown field "extra"`},
+		{`{"mode":"packet"} {}`, "trailing data"},
+		{`{"mode":"packet","imports":[{"namespace":"d","name":"e","address":"fd00::1","port":80,"protocol":"TCP"}]}`, `imports[0].address "fd00::1": want an IPv4 address`},
+		{`{"mode":"packet","imports":[{"namespace":"d","name":"e","address":"10.0.0.1","port":0,"protocol":"TCP"}]}`, "imports[0].port: 0"},
+		{`{"mode":"packet","imports":[{"namespace":"d","name":"e","address":"10.0.0.1","port":80,"protocol":"SCTP"}]}`, `imports[0].protocol "SCTP"`},
+		{`{"mode":"packet","imports":[{"namespace":"D","name":"e","address":"10.0.0.1","port":80,"protocol":"TCP"}]}`, "must be DNS labels"},
+		{`{"mode":"packet","sources":[{"cidr":"10.0.0.1/8"}]}`, `sources[0].cidr "10.0.0.1/8": want a masked CIDR prefix`},
+		{`{"mode":"packet","sources":[{"cidr":"10.0.0.0/8","namespace":"W"}]}`, `sources[0].namespace "W"`},
+		{`{"mode":"packet","imports":[{"port":70000}]}`, "cannot unmarshal"},
+	}
+	for _, tc := range tests {
+		_, err := parsePacketHello(strings.NewReader(tc.body))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", tc.body, err, tc.want)
+		}
+	}
+	if _, err := parsePacketHello(strings.NewReader(`{"mode":"packet","imports":[{"namespace":"d","name":"e","address":"10.0.0.1","port":80,"protocol":"UDP"}],"sources":[{"cidr":"10.0.0.0/8","namespace":"web","labels":{"app":"web"}}]}`)); err != nil {
+		t.Errorf("a good hello: %v", err)
+	}
+	if _, err := parsePacketAnswer(strings.NewReader(`{"mode":"stream","reason":"two\nlines"}`)); err == nil {
+		t.Errorf("an answer with a two-line reason was accepted")
+	}
+}
+
+// TestPacketDown: dead gateways leave the table unless all of the peer's
+// look dead (their programs outlive their processes).
+func TestPacketDown(t *testing.T) {
+	gws := map[string]netip.Addr{"g1:4443": netip.MustParseAddr("192.0.2.1"), "g2:4443": netip.MustParseAddr("192.0.2.2")}
+	if d := packetDown(gws, map[string]bool{"g1:4443": true, "g2:4443": false}); !d["g2:4443"] || d["g1:4443"] {
+		t.Errorf("one dead: down %v, want g2 alone", d)
+	}
+	if d := packetDown(gws, map[string]bool{}); len(d) != 0 {
+		t.Errorf("all dead: down %v, want none", d)
+	}
+	if d := packetDown(gws, nil); len(d) != 0 {
+		t.Errorf("no pool: down %v, want none", d)
+	}
+	a, err := packetTable(gws, map[string]bool{"g1:4443": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := packetTable(gws, map[string]bool{"g1:4443": true, "g2:4443": true})
+	if a.key == b.key {
+		t.Errorf("tables with different dead gateways have one key %q", a.key)
+	}
+	if _, owners := a.table.Owners(); len(owners) == 0 {
+		t.Fatal("empty table")
+	}
+}
+
+// TestPacketServices: only single-cluster imports of that peer, IPv4
+// addresses and TCP or UDP ports go to the packet mode.
+func TestPacketServices(t *testing.T) {
+	imp := &catalog.ServiceImport{Spec: catalog.ServiceImportSpec{
+		IPs:      []string{"10.96.0.10", "fd00::10"},
+		Ports:    []catalog.ServicePort{{Port: 80, Protocol: catalog.TCP}, {Port: 53, Protocol: catalog.UDP}, {Port: 9, Protocol: "SCTP"}},
+		Clusters: []catalog.ClusterStatus{{Cluster: "b"}},
+	}}
+	got := packetServices(imp, "b")
+	want := []packet.Service{
+		{Addr: netip.MustParseAddr("10.96.0.10"), Port: 80, Proto: packet.TCP},
+		{Addr: netip.MustParseAddr("10.96.0.10"), Port: 53, Proto: packet.UDP},
+	}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("services %v, want %v", got, want)
+	}
+	if s := packetServices(imp, "c"); len(s) != 0 {
+		t.Errorf("another peer's import: %v", s)
+	}
+	imp.Spec.Clusters = append(imp.Spec.Clusters, catalog.ClusterStatus{Cluster: "c"})
+	if s := packetServices(imp, "b"); len(s) != 0 {
+		t.Errorf("a two-cluster import went to the packet mode: %v", s)
+	}
+}
+
+// FuzzPacketHello: the packet mode's control messages never panic, and
+// what the parsers accept encodes to something they accept again.
+func FuzzPacketHello(f *testing.F) {
+	f.Add([]byte(`{"mode":"packet","imports":[{"namespace":"d","name":"e","address":"10.0.0.1","port":80,"protocol":"TCP"}],"sources":[{"cidr":"10.0.0.0/8","labels":{"a":"b"}}]}`))
+	f.Add([]byte(`{"mode":"stream"}`))
+	f.Add([]byte(`{"mode":"stream","reason":"configured"}`))
+	f.Add([]byte(`{"mode":"packet","imports":[{"port":65536}]}`))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if h, err := parsePacketHello(bytes.NewReader(data)); err == nil {
+			b, _ := json.Marshal(h)
+			if _, err := parsePacketHello(bytes.NewReader(b)); err != nil {
+				t.Fatalf("accepted %q, refused its encoding %q: %v", data, b, err)
+			}
+			if len(packetSources(h.Sources)) > len(h.Sources) {
+				t.Fatal("more policy sources than sources")
+			}
+		}
+		if a, err := parsePacketAnswer(bytes.NewReader(data)); err == nil {
+			b, _ := json.Marshal(a)
+			if _, err := parsePacketAnswer(bytes.NewReader(b)); err != nil {
+				t.Fatalf("accepted answer %q, refused its encoding %q: %v", data, b, err)
+			}
+		}
+	})
+}
+
+// TestPacketHeard: an offer changes the plane's state only when it is new
+// or different (each change makes the gateway offer back at once, so
+// "changed" on every offer would have two gateways trade offers without
+// pause), and a gateway configured for streams refuses with its reason.
+func TestPacketHeard(t *testing.T) {
+	g := &Gateway{cfg: Config{Cluster: "a", Peers: map[string]PeerConfig{"b": {DataPlane: DataPlanePacket}}},
+		metrics: newMetrics(), log: slog.New(slog.DiscardHandler)}
+	p := newPacketPlane(g)
+	h := func(port uint16) *packetHello {
+		return &packetHello{Mode: DataPlanePacket, Imports: []packetImport{{Namespace: "d", Name: "e", Address: "10.96.0.1", Port: port, Protocol: "TCP"}}}
+	}
+	for i, step := range []struct {
+		hello   *packetHello
+		changed bool
+	}{{h(80), true}, {h(80), false}, {h(80), false}, {h(81), true}, {h(81), false}} {
+		ans, changed := p.heard("b", step.hello)
+		if ans.Mode != DataPlanePacket || changed != step.changed {
+			t.Errorf("offer %d: answer %+v, changed %v; want packet, %v", i, ans, changed, step.changed)
+		}
+	}
+	ans, _ := p.heard("c", h(80))
+	if ans.Mode != DataPlaneStream || !strings.Contains(ans.Reason, "data-plane stream for peer c") {
+		t.Errorf("unconfigured peer: answer %+v, want stream with the reason", ans)
+	}
+	if st := p.status(); len(st) != 2 || st[1].Cluster != "c" || st[1].Peer != DataPlanePacket || st[1].Reason == "" {
+		t.Errorf("status %+v, want c's refused offer", st)
+	}
+}
