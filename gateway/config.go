@@ -32,6 +32,7 @@ import (
 //	  - {cidr: 10.0.0.0/8, namespace: default, labels: {app: web}}
 //	resources: [exports.yaml]         # applied at start, before the admin API opens
 //	udp: {idle-timeout: 30s, queue-bytes: 262144, max-flows: 8192}   # the defaults
+//	max-streams: 0                    # connections carried at once (0: from RLIMIT_NOFILE)
 type Config struct {
 	Cluster   string        `yaml:"cluster"`
 	Identity  IdentityFiles `yaml:"identity"`
@@ -90,6 +91,12 @@ type Config struct {
 	Intercept string `yaml:"intercept"`
 	// UDP bounds the UDP flows of import ports with protocol UDP (udp.go).
 	UDP UDPConfig `yaml:"udp"`
+	// MaxStreams bounds the TCP connections the gateway carries at once,
+	// client connections at its imports and target connections of
+	// incoming streams together (limit.go); past it new ones are reset
+	// at once and counted in strait_connections_refused_total. 0 means
+	// half of RLIMIT_NOFILE, at most 65536 (README, "Concurrency limits").
+	MaxStreams int `yaml:"max-streams"`
 
 	Logger *slog.Logger `yaml:"-"`
 }
@@ -254,6 +261,9 @@ func (c *Config) Validate() error {
 	if c.KeepaliveTimeout == 0 && c.probeInterval() >= defaultKeepaliveTimeout {
 		return fmt.Errorf("probe-interval %v: must be below keepalive-timeout, which defaults to %v; set keepalive-timeout above it", c.probeInterval(), defaultKeepaliveTimeout)
 	}
+	if c.MaxStreams < 0 {
+		return fmt.Errorf("max-streams %d: must be 0 (default: from RLIMIT_NOFILE) or more", c.MaxStreams)
+	}
 	if err := c.UDP.Validate(); err != nil {
 		return fmt.Errorf("udp.%w", err)
 	}
@@ -311,6 +321,13 @@ func (c *Config) probeMisses() int {
 		return defaultProbeMisses
 	}
 	return c.ProbeMisses
+}
+
+func (c *Config) maxStreams() int {
+	if c.MaxStreams == 0 {
+		return defaultMaxStreams()
+	}
+	return c.MaxStreams
 }
 
 func (c *Config) preconnect() int {

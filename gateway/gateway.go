@@ -41,6 +41,7 @@ type Gateway struct {
 	store   *catalog.Store
 	metrics *metrics
 	names   *dns.Static
+	limit   streamLimit // connections carried at once (limit.go)
 
 	routes atomic.Pointer[routes]
 
@@ -103,6 +104,8 @@ func New(cfg Config) (*Gateway, error) {
 		peers: map[string]*peer{}, listeners: map[string]*importListener{}, targets: map[string]*preconnector{},
 	}
 	g.metrics.reg.MustRegister(stateCollector{g})
+	g.limit.max = int64(cfg.maxStreams())
+	g.metrics.maxStreams.Set(float64(g.limit.max))
 	for _, path := range cfg.Resources {
 		f, err := os.Open(path)
 		if err != nil {
