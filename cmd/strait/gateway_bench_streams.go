@@ -57,6 +57,7 @@ is raised as the connections need (the hard limit only as root).`,
 	f.DurationVar(&cfg.RateTime, "rate-time", 0, "length of each rate test, direct and through the gateways (0: 2s)")
 	f.IntVar(&cfg.PerImport, "per-import", 10000, "connections per import and echo server (ephemeral ports)")
 	f.StringVar(&prefix, "prefix", "127.62.0.0/24", "import addresses (one per --per-import connections; loopback needs no setup)")
+	f.DurationVar(&cfg.Settle, "settle", 0, "after closing, wait up to this long for the gateways' RSS to come back within 10% (0: no wait)")
 	f.StringVar(&cfg.Dir, "dir", "", "keep configs and logs here")
 	f.StringVar(&cfg.Binary, "binary", "", "strait binary the gateways and echo servers run (\"\": this one), e.g. an older build to compare")
 	gatewayCmd.AddCommand(cmd)

@@ -72,9 +72,13 @@ type Config struct {
 	// Prefix holds the import addresses, one per PerImport connections
 	// (0: 127.62.0.0/24): loopback, so local without any setup.
 	Prefix    netip.Prefix
-	PerImport int    // connections per import and echo server (0: 10000), under the ephemeral port range
-	Dir       string // keeps configs and logs ("": a removed temp dir)
-	Logger    *slog.Logger
+	PerImport int // connections per import and echo server (0: 10000), under the ephemeral port range
+	// Settle is how long the bench waits, after everything closed, for
+	// the gateways' resident memory to come back within 10 % of the start
+	// (0: it does not wait).
+	Settle time.Duration
+	Dir    string // keeps configs and logs ("": a removed temp dir)
+	Logger *slog.Logger
 }
 
 func (c *Config) interval() time.Duration { return cmp(c.Interval, time.Second) }
@@ -106,8 +110,8 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s %d: must not be negative", f.name, f.v)
 		}
 	}
-	if c.Interval < 0 || c.Hold < 0 || c.RateTime < 0 {
-		return fmt.Errorf("interval %v, hold %v, rate time %v: must not be negative", c.Interval, c.Hold, c.RateTime)
+	if c.Interval < 0 || c.Hold < 0 || c.RateTime < 0 || c.Settle < 0 {
+		return fmt.Errorf("interval %v, hold %v, rate time %v, settle %v: must not be negative", c.Interval, c.Hold, c.RateTime, c.Settle)
 	}
 	if c.PerImport > 20000 {
 		return fmt.Errorf("per-import %d: at most 20000, below the ephemeral port range toward one address", c.PerImport)
@@ -125,6 +129,7 @@ type Snapshot struct {
 	Streams    int // connections the bench held through the gateways
 	RSS        [2]int64
 	Heap       [2]int64 // Go heap in use (go_memstats_heap_inuse_bytes)
+	Objects    [2]int64 // live and unswept heap objects (go_memstats_heap_objects)
 	FDs        [2]int
 	Goroutines [2]int
 	Carried    [2]int     // strait_connections_carried
@@ -156,6 +161,9 @@ type Result struct {
 	FloodCounted                                     float64
 	// StalledBytes is what the non-reading clients wrote before blocking.
 	StalledBytes int64
+	// SettledAfter is how long after the close the RSS was back within
+	// 10 % (or Settle, if it was not).
+	SettledAfter time.Duration
 	LoadAvg      string // /proc/loadavg at the end
 }
 
@@ -177,6 +185,7 @@ const (
 	PhaseFlood   = "flood"
 	PhaseStalled = "stalled"
 	PhaseAfter   = "after"
+	PhaseSettled = "settled" // after Settle, or once RSS came back within 10 %
 )
 
 // PerStream returns the change of gateway i's RSS, descriptors and
@@ -199,7 +208,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	// Each held connection costs this process, a gateway and an echo
 	// server a descriptor each.
 	var err error
-	if r.NoFile, r.Raised, err = raiseNoFile(uint64(cfg.streams() + cfg.Flood + cfg.Stalled + 1024)); err != nil {
+	if r.NoFile, r.Raised, err = raiseNoFile(uint64(cfg.streams() + cfg.Flood + cfg.Stalled + 256)); err != nil {
 		return r, err
 	}
 	dir := cfg.Dir
@@ -742,7 +751,32 @@ func (b *bench) released(ctx context.Context) error {
 			s.Goroutines[0] <= base.Goroutines[0]+goroutineSlack && s.Goroutines[1] <= base.Goroutines[1]+goroutineSlack) ||
 			time.Now().After(deadline) || ctx.Err() != nil {
 			b.r.Snapshots = append(b.r.Snapshots, s)
+			break
+		}
+	}
+	if b.cfg.Settle <= 0 {
+		return ctx.Err()
+	}
+	// The Go runtime gives freed memory back to the system after a
+	// collection (forced every two minutes when nothing allocates) and
+	// its scavenger: wait for the resident memory to come back within 10 %.
+	start := time.Now()
+	for {
+		t := time.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
 			return ctx.Err()
+		case <-t.C:
+		}
+		s, err := b.measure(PhaseSettled, 0)
+		if err != nil {
+			return err
+		}
+		if (float64(s.RSS[0]) <= 1.1*float64(base.RSS[0]) && float64(s.RSS[1]) <= 1.1*float64(base.RSS[1])) || time.Since(start) > b.cfg.Settle {
+			b.r.Snapshots = append(b.r.Snapshots, s)
+			b.r.SettledAfter = time.Since(start)
+			return nil
 		}
 	}
 }
@@ -766,6 +800,7 @@ func (b *bench) measure(phase string, streams int) (Snapshot, error) {
 			return s, err
 		}
 		s.Heap[i] = int64(m["go_memstats_heap_inuse_bytes"])
+		s.Objects[i] = int64(m["go_memstats_heap_objects"])
 		s.FDs[i] = int(m["process_open_fds"])
 		s.Goroutines[i] = int(m["go_goroutines"])
 		s.Carried[i] = int(m["strait_connections_carried"])
@@ -1033,11 +1068,11 @@ func WriteTable(w io.Writer, r *Result) {
 	}
 	fmt.Fprintf(w, "RLIMIT_NOFILE %d (raised by the bench: %v), max-streams %d/%d (importing/exporting), %d imports\n",
 		r.NoFile, r.Raised, r.MaxStreams[0], r.MaxStreams[1], r.Imports)
-	fmt.Fprintf(w, "%-10s %-8s %8s %9s %9s %7s %10s %8s %8s\n", "gateway", "phase", "streams", "rss", "heap", "fds", "goroutines", "carried", "refused")
+	fmt.Fprintf(w, "%-10s %-8s %8s %9s %9s %9s %7s %10s %8s %8s\n", "gateway", "phase", "streams", "rss", "heap", "objects", "fds", "goroutines", "carried", "refused")
 	for i := range 2 {
 		for _, s := range r.Snapshots {
-			fmt.Fprintf(w, "%-10s %-8s %8d %7.1fMB %7.1fMB %7d %10d %8d %8.0f\n", gwNames[i], s.Phase, s.Streams,
-				float64(s.RSS[i])/(1<<20), float64(s.Heap[i])/(1<<20), s.FDs[i], s.Goroutines[i], s.Carried[i], s.Refused[i])
+			fmt.Fprintf(w, "%-10s %-8s %8d %7.1fMB %7.1fMB %9d %7d %10d %8d %8.0f\n", gwNames[i], s.Phase, s.Streams,
+				float64(s.RSS[i])/(1<<20), float64(s.Heap[i])/(1<<20), s.Objects[i], s.FDs[i], s.Goroutines[i], s.Carried[i], s.Refused[i])
 		}
 	}
 	per := func(label, from, to string) {
@@ -1071,6 +1106,12 @@ func WriteTable(w io.Writer, r *Result) {
 		for i := range 2 {
 			fmt.Fprintf(w, "released, %-9s: fds %d (base %d), goroutines %d (base %d), rss %+.1f%% of base, heap %+.1f%%\n", gwNames[i],
 				a.FDs[i], b.FDs[i], a.Goroutines[i], b.Goroutines[i], pct(a.RSS[i], b.RSS[i]), pct(a.Heap[i], b.Heap[i]))
+		}
+	}
+	if a, b := r.Snapshot(PhaseSettled), r.Snapshot(PhaseBase); a.Phase != "" {
+		for i := range 2 {
+			fmt.Fprintf(w, "settled %v later, %-9s: rss %+.1f%% of base, heap %+.1f%%\n", r.SettledAfter.Round(time.Second), gwNames[i],
+				pct(a.RSS[i], b.RSS[i]), pct(a.Heap[i], b.Heap[i]))
 		}
 	}
 	if r.LoadAvg != "" {
