@@ -39,20 +39,19 @@ func (l *streamLimit) admit() bool {
 
 func (l *streamLimit) release() { l.active.Add(-1) }
 
-// refused counts a refusal and logs the ones not logged yet, at most once
-// per interval.
+// refusedAtLimit counts a refusal at the limit and logs the ones not
+// logged yet, at most once per interval.
 func (g *Gateway) refusedAtLimit(point int) {
 	g.metrics.limitRefused[point].Inc()
 	l := &g.limit
-	n := l.unlogged.Add(1)
+	l.unlogged.Add(1)
 	now := time.Now().UnixNano()
 	last := l.lastLog.Load()
 	if now-last < int64(refuseLogInterval) || !l.lastLog.CompareAndSwap(last, now) {
 		return
 	}
-	n = l.unlogged.Swap(0)
-	g.log.Warn("connections refused: gateway at max-streams", "refused", n, "since", time.Duration(now-last).Round(time.Second).String(),
-		"point", pointNames[point], "max-streams", l.max)
+	g.log.Warn("connections refused: gateway at max-streams", "refused", l.unlogged.Swap(0),
+		"point", pointNames[point], "max-streams", l.max, "interval", refuseLogInterval.String())
 }
 
 // admitClient takes a place for a client connection accepted on an

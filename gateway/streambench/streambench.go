@@ -55,8 +55,10 @@ type Config struct {
 	// are measured, and how long each abuse lasts at least (0: 3s).
 	Hold time.Duration
 	// MaxStreams is the gateways' max-streams (0: their default, from the
-	// descriptor limit).
-	MaxStreams int
+	// descriptor limit); MaxStreamsExporting the exporting gateway's, if
+	// set, so that its refusals of incoming streams can be seen.
+	MaxStreams          int
+	MaxStreamsExporting int
 	// Flood is how many connections at a time try to open past the held
 	// ones (stalled ones included), for Hold (0: no flood). With
 	// max-streams at Idle+Active+Stalled the gateway must refuse them
@@ -105,7 +107,7 @@ func (c *Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"idle", c.Idle}, {"active", c.Active}, {"max-streams", c.MaxStreams}, {"flood", c.Flood}, {"stalled", c.Stalled}, {"rate-workers", c.RateWorkers}, {"per-import", c.PerImport}} {
+	}{{"idle", c.Idle}, {"active", c.Active}, {"max-streams", c.MaxStreams}, {"max-streams-exporting", c.MaxStreamsExporting}, {"flood", c.Flood}, {"stalled", c.Stalled}, {"rate-workers", c.RateWorkers}, {"per-import", c.PerImport}} {
 		if f.v < 0 {
 			return fmt.Errorf("%s %d: must not be negative", f.name, f.v)
 		}
@@ -1002,6 +1004,10 @@ func (p *proc) stop() {
 }
 
 func startGateway(cfg Config, dir, cluster string) (*proc, error) {
+	limit := cfg.MaxStreams
+	if cluster == "a" && cfg.MaxStreamsExporting != 0 {
+		limit = cfg.MaxStreamsExporting
+	}
 	sock := filepath.Join(dir, cluster+".sock")
 	conf := filepath.Join(dir, cluster+".yaml")
 	maddr, err := freeport.Addr()
@@ -1010,8 +1016,8 @@ func startGateway(cfg Config, dir, cluster string) (*proc, error) {
 	}
 	conf0 := fmt.Appendf(nil, "cluster: %s\nidentity: {dir: %s}\nlisten: 127.0.0.1:0\nadmin: %s\nstate: %s\nintercept: listeners\nmetrics: %s\n",
 		cluster, dir, sock, filepath.Join(dir, cluster+"-state.json"), maddr)
-	if cfg.MaxStreams != 0 {
-		conf0 = fmt.Appendf(conf0, "max-streams: %d\n", cfg.MaxStreams)
+	if limit != 0 {
+		conf0 = fmt.Appendf(conf0, "max-streams: %d\n", limit)
 	}
 	if err := os.WriteFile(conf, conf0, 0o600); err != nil {
 		return nil, err

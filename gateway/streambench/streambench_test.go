@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // echoing during the flood, and the gateways give back every descriptor
 // and goroutine afterwards.
 func TestBenchSmall(t *testing.T) {
-	const idle, active, stalled = 120, 80, 10
+	const idle, active, stalled = 120, 80, 4
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	r, err := streambench.Run(ctx, streambench.Config{Binary: testenv.StraitBinary(t), Dir: t.TempDir(),
@@ -76,6 +76,32 @@ func TestBenchSmall(t *testing.T) {
 	}
 	if r.StalledBytes == 0 {
 		t.Error("the stalled clients wrote nothing")
+	}
+}
+
+// TestIngressLimit floods an exporting gateway whose max-streams is the
+// connections held while the importing one has room: the exporting
+// gateway refuses the incoming streams with a reset (counted at its
+// ingress), the importing one resets their clients, and none is served.
+func TestIngressLimit(t *testing.T) {
+	const idle, active = 20, 10
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	r, err := streambench.Run(ctx, streambench.Config{Binary: testenv.StraitBinary(t), Dir: t.TempDir(),
+		Idle: idle, Active: active, Flood: 2, MaxStreams: 1000, MaxStreamsExporting: idle + active,
+		Interval: 50 * time.Millisecond, Hold: 300 * time.Millisecond, RateWorkers: 2, RateTime: 100 * time.Millisecond})
+	var b strings.Builder
+	streambench.WriteTable(&b, r)
+	t.Log("\n" + b.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := r.Snapshot(streambench.PhaseFlood)
+	switch {
+	case r.FloodTried == 0 || r.FloodRefused != r.FloodTried:
+		t.Errorf("flood past the exporting gateway's max-streams: %d tried, %d refused, %d served, %d hung: want all refused", r.FloodTried, r.FloodRefused, r.FloodServed, r.FloodHung)
+	case f.Refused[0] != 0 || f.Refused[1] != float64(r.FloodRefused):
+		t.Errorf("refusals counted: importing %.0f, exporting %.0f; want 0 and %d", f.Refused[0], f.Refused[1], r.FloodRefused)
 	}
 }
 
