@@ -34,6 +34,7 @@ import (
 //	udp: {idle-timeout: 30s, queue-bytes: 262144, max-flows: 8192}   # the defaults
 //	peers: {b: {data-plane: packet}}  # per peer cluster; data-plane stream (default) or packet
 //	packet: {lan: eth1, snat: 10.2.0.254}   # this node's packet mode (packetmode.go)
+//	max-streams: 0                    # connections carried at once (0: from RLIMIT_NOFILE)
 type Config struct {
 	Cluster   string        `yaml:"cluster"`
 	Identity  IdentityFiles `yaml:"identity"`
@@ -98,6 +99,12 @@ type Config struct {
 	// Packet configures this node's packet mode, needed when a peer's
 	// data-plane is packet (docs/packet.md).
 	Packet PacketConfig `yaml:"packet"`
+	// MaxStreams bounds the TCP connections the gateway carries at once,
+	// client connections at its imports and target connections of
+	// incoming streams together (limit.go); past it new ones are reset
+	// at once and counted in strait_connections_refused_total. 0 means
+	// half of RLIMIT_NOFILE, at most 65536 (README, "Concurrency limits").
+	MaxStreams int `yaml:"max-streams"`
 
 	Logger *slog.Logger `yaml:"-"`
 }
@@ -265,6 +272,9 @@ func (c *Config) Validate() error {
 	if c.KeepaliveTimeout == 0 && c.probeInterval() >= defaultKeepaliveTimeout {
 		return fmt.Errorf("probe-interval %v: must be below keepalive-timeout, which defaults to %v; set keepalive-timeout above it", c.probeInterval(), defaultKeepaliveTimeout)
 	}
+	if c.MaxStreams < 0 {
+		return fmt.Errorf("max-streams %d: must be 0 (default: from RLIMIT_NOFILE) or more", c.MaxStreams)
+	}
 	if err := c.UDP.Validate(); err != nil {
 		return fmt.Errorf("udp.%w", err)
 	}
@@ -329,6 +339,13 @@ func (c *Config) probeMisses() int {
 		return defaultProbeMisses
 	}
 	return c.ProbeMisses
+}
+
+func (c *Config) maxStreams() int {
+	if c.MaxStreams == 0 {
+		return defaultMaxStreams()
+	}
+	return c.MaxStreams
 }
 
 func (c *Config) preconnect() int {

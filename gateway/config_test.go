@@ -58,6 +58,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"udp queue below a datagram", goodConfig + "udp: {queue-bytes: 1000}\n", "udp.queue-bytes 1000: must be 0 (default 262144) or 65537 to 67108864"},
 		{"udp queue huge", goodConfig + "udp: {queue-bytes: 1000000000}\n", "udp.queue-bytes 1000000000"},
 		{"udp flows", goodConfig + "udp: {max-flows: -1}\n", "udp.max-flows -1: must be 0 (default 8192) to 1048576"},
+		{"max streams", goodConfig + "max-streams: -1\n", "max-streams -1: must be 0 (default: from RLIMIT_NOFILE) or more"},
 		{"udp unknown field", goodConfig + "udp: {timeout: 1s}\n", "field timeout not found"},
 		{"keepalive not a duration", goodConfig + "keepalive-timeout: soon\n", "line 3: cannot unmarshal !!str `soon` into time.Duration"},
 		{"unknown field", goodConfig + "lisen: :4443\n", "field lisen not found"},

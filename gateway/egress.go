@@ -69,6 +69,9 @@ func (g *Gateway) listenImport(addr string, route *importRoute) (*importListener
 				continue
 			}
 			delay = 0
+			if !g.admitClient(c) {
+				continue
+			}
 			g.spawn(func() { g.serveClient(c, l.route.Load(), l.port) })
 		}
 	})
@@ -85,8 +88,10 @@ func flowKey(c *net.TCPConn) uint64 {
 // serveClient carries one client connection of an import's port to the
 // exporting cluster. The client's TCP handshake ended here, and the stream
 // opens on a warm session with the header in front of the first bytes, so
-// the WAN sees the request itself first.
+// the WAN sees the request itself first. c holds a place of the stream
+// limit (admitClient), which it gives back when it ends.
 func (g *Gateway) serveClient(c *net.TCPConn, route *importRoute, port uint16) {
+	defer g.limit.release()
 	g.metrics.clientConns.Add(1)
 	src := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr()
 	ns, labels := g.cfg.source(src)

@@ -41,6 +41,7 @@ type Gateway struct {
 	store   *catalog.Store
 	metrics *metrics
 	names   *dns.Static
+	limit   streamLimit // connections carried at once (limit.go)
 
 	routes atomic.Pointer[routes]
 
@@ -105,6 +106,8 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g.packet = newPacketPlane(g)
 	g.metrics.reg.MustRegister(stateCollector{g}, packetCollector{g.packet})
+	g.limit.max = int64(cfg.maxStreams())
+	g.metrics.maxStreams.Set(float64(g.limit.max))
 	for _, path := range cfg.Resources {
 		f, err := os.Open(path)
 		if err != nil {
@@ -651,10 +654,15 @@ func (g *Gateway) newPeer(id string, addrs []string) (*peer, error) {
 func (g *Gateway) transport(client, server *tls.Config, onRTT func(time.Duration)) (tunnel.Transport, error) {
 	if g.cfg.Transport == TransportQUIC {
 		return quic.New(quic.Config{ClientTLS: client, ServerTLS: server, PeerIdentity: g.id.PeerCluster,
-			KeepaliveInterval: g.cfg.probeInterval(), KeepaliveTimeout: g.cfg.KeepaliveTimeout, Logger: g.log})
+			KeepaliveInterval: g.cfg.probeInterval(), KeepaliveTimeout: g.cfg.KeepaliveTimeout, Logger: g.log,
+			MaxIncomingStreams: int(g.limit.max)})
 	}
 	return tunnel.NewTLS(tunnel.Config{ClientTLS: client, ServerTLS: server, PeerIdentity: g.id.PeerCluster,
-		Congestion: g.cfg.Congestion, KeepaliveInterval: g.cfg.probeInterval(), KeepaliveTimeout: g.cfg.KeepaliveTimeout, OnRTT: onRTT, Logger: g.log})
+		Congestion: g.cfg.Congestion, KeepaliveInterval: g.cfg.probeInterval(), KeepaliveTimeout: g.cfg.KeepaliveTimeout, OnRTT: onRTT, Logger: g.log,
+		// The gateway's own limit (limit.go) decides, with a reason and a
+		// count; the tunnel's default (4096 a session) refused streams
+		// far below it.
+		MaxIncomingStreams: int(g.limit.max)})
 }
 
 func (g *Gateway) peer(id string) *tunnel.Pool {

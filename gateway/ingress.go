@@ -84,6 +84,12 @@ func (g *Gateway) serveStream(peerCluster string, st tunnel.Stream) {
 		g.refuse(st, h.Namespace+"/"+h.Export, err.Error())
 		return
 	}
+	if !g.limit.admit() {
+		g.refusedAtLimit(pointIngress)
+		_ = st.Reset(fmt.Sprintf("gateway %s carries max-streams (%d) connections", g.cfg.Cluster, g.limit.max))
+		return
+	}
+	defer g.limit.release()
 	target, err := g.dialTarget(addr)
 	if err != nil {
 		g.refuse(st, h.Namespace+"/"+h.Export, fmt.Sprintf("export target %s unreachable: %v", addr, err))

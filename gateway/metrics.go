@@ -39,6 +39,10 @@ type metrics struct {
 	denials          [2]prometheus.Counter
 	bytesOut         [2]prometheus.Counter // toward the peer cluster
 	bytesIn          [2]prometheus.Counter // from the peer cluster
+	// limitRefused counts connections refused because the gateway carried
+	// max-streams already (limit.go), by point.
+	limitRefused [2]prometheus.Counter
+	maxStreams   prometheus.Gauge
 
 	// openTime is how long opening a stream on a peer session took at the
 	// importing gateway: a counter of streams hides a slow tail.
@@ -87,7 +91,11 @@ func newMetrics() *metrics {
 	total := counterVec("strait_streams_total", "Streams carried since start.", "point")
 	bytes := counterVec("strait_stream_bytes_total", "Payload bytes of finished streams, toward (out) and from (in) the other cluster.", "point", "direction")
 	denials := counterVec("strait_policy_denials_total", "Connections closed because a policy denied them.", "point")
+	refused := counterVec("strait_connections_refused_total", "Connections refused by a limit of the gateway, by point and reason (max-streams: the gateway carried max-streams connections).", "point", "reason")
+	m.maxStreams = prometheus.NewGauge(prometheus.GaugeOpts{Name: "strait_max_streams", Help: "The configured max-streams: connections the gateway carries at once."})
+	m.reg.MustRegister(m.maxStreams)
 	for p, name := range pointNames {
+		m.limitRefused[p] = refused.WithLabelValues(name, "max-streams")
 		m.streamsOpen[p] = open.WithLabelValues(name)
 		m.streamsTotal[p] = total.WithLabelValues(name)
 		m.bytesOut[p] = bytes.WithLabelValues(name, "out")
@@ -134,11 +142,12 @@ var (
 	descShare     = prometheus.NewDesc("strait_peer_gateway_share", "The peer gateway's share of the table's buckets, its inherited ones included.", []string{"peer", "gateway"}, nil)
 	descGwStreams = prometheus.NewDesc("strait_peer_gateway_streams_total", "Streams opened on each peer gateway.", []string{"peer", "gateway"}, nil)
 	descDowns     = prometheus.NewDesc("strait_peer_gateway_downs_total", "Times each peer gateway was taken out as dead.", []string{"peer", "gateway"}, nil)
+	descCarried   = prometheus.NewDesc("strait_connections_carried", "TCP connections the gateway carries now, client and target ones together: what max-streams bounds.", nil, nil)
 	descImports   = prometheus.NewDesc("strait_imports", "Import addresses served, by how the gateway receives their connections (steer or listeners).", []string{"intercept"}, nil)
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descHandshake, descRTT, descLive, descUp, descShare, descGwStreams, descDowns, descImports} {
+	for _, d := range []*prometheus.Desc{descHandshake, descRTT, descLive, descUp, descShare, descGwStreams, descDowns, descImports, descCarried} {
 		ch <- d
 	}
 }
@@ -173,6 +182,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	g.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(descImports, prometheus.GaugeValue, float64(steered), InterceptSteer)
 	ch <- prometheus.MustNewConstMetric(descImports, prometheus.GaugeValue, float64(n-steered), InterceptListeners)
+	ch <- prometheus.MustNewConstMetric(descCarried, prometheus.GaugeValue, float64(g.limit.active.Load()))
 }
 
 // rttObserver returns the function the peer's transport calls with each

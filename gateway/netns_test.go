@@ -1396,7 +1396,10 @@ func testFDExhaustion(t *testing.T, e *env) {
 		importYAML("echo", e.b.addr, port, "a")+policyYAML("allow-all", 1000, "allow", ""))
 	c := &gw{t: t, cluster: "c", netns: e.b.netns, addr: e.b.addr,
 		socket: filepath.Join(tmpDir, "c.sock"), config: filepath.Join(tmpDir, "c.yaml")}
-	cfg := fmt.Sprintf("cluster: c\nidentity: {dir: %s}\nlisten: %s\nadmin: %s\nstate: %s\nresources: [%s]\n",
+	// max-streams above the descriptor limit: the default (half of it)
+	// would refuse the connections before descriptors run out, and this
+	// test is about what happens when they do anyway.
+	cfg := fmt.Sprintf("cluster: c\nidentity: {dir: %s}\nlisten: %s\nadmin: %s\nstate: %s\nresources: [%s]\nmax-streams: 1000\n",
 		e.fabric, net.JoinHostPort(e.b.addr, "4446"), c.socket, filepath.Join(tmpDir, "c-state.json"), res)
 	if err := os.WriteFile(c.config, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

@@ -5,12 +5,16 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/strait-net/strait/tunnel"
 )
 
 // copyBufSize is large enough that one read drains a socket receiving at
-// several Gbit/s, and small enough for thousands of concurrent streams.
+// several Gbit/s. A stream holds one only while its connection has data to
+// read (copyConn), so idle streams cost none.
 const copyBufSize = 128 << 10
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
@@ -26,11 +30,7 @@ func splice(c *net.TCPConn, st tunnel.Stream, firstByte func()) (toStream, toCon
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		var src io.Reader = c
-		if firstByte != nil {
-			src = &firstRead{r: c, f: firstByte}
-		}
-		toStream, upErr = copyHalf(st, src)
+		toStream, upErr = copyConn(st, c, firstByte)
 		if upErr == nil {
 			upErr = st.CloseWrite()
 		}
@@ -40,7 +40,7 @@ func splice(c *net.TCPConn, st tunnel.Stream, firstByte func()) (toStream, toCon
 			_ = c.Close()
 		}
 	}()
-	toConn, err = copyHalf(c, st)
+	toConn, err = copyStream(c, st)
 	if err == nil {
 		err = c.CloseWrite()
 	}
@@ -55,47 +55,76 @@ func splice(c *net.TCPConn, st tunnel.Stream, firstByte func()) (toStream, toCon
 	return toStream, toConn, errors.Join(err, upErr)
 }
 
-func copyHalf(dst io.Writer, src io.Reader) (int64, error) {
-	// A tunnel stream hands its received buffers to the connection itself
-	// (one writev for all that arrived), sparing a copy through buf.
-	if wt, ok := src.(io.WriterTo); ok {
-		if _, isConn := src.(*net.TCPConn); !isConn {
-			return wt.WriteTo(dst)
-		}
+// copyStream copies from st to c until st ends.
+func copyStream(c *net.TCPConn, st tunnel.Stream) (int64, error) {
+	// A TLS tunnel stream hands its received buffers to the connection
+	// itself (one writev for all that arrived), sparing a copy through a
+	// buffer, and holds none while idle.
+	if wt, ok := st.(io.WriterTo); ok {
+		return wt.WriteTo(c)
 	}
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
-	buf := *bp
+	return io.CopyBuffer(c, st, *bp)
+}
+
+// copyConn copies from c to dst until c ends. It takes a buffer from the
+// pool only once c has something to read and gives it back when a read
+// drained the socket: ten thousand idle streams holding 128 KiB each
+// would be 1.3 GB of buffers doing nothing. firstByte, if set, is called
+// when the first bytes arrived.
+func copyConn(dst io.Writer, c *net.TCPConn, firstByte func()) (int64, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
 	var n int64
+	drained := true // the last read left the socket empty: wait before taking a buffer
 	for {
-		nr, rerr := src.Read(buf)
-		if nr > 0 {
-			nw, werr := dst.Write(buf[:nr])
-			n += int64(nw)
-			if werr != nil {
-				return n, werr
+		if drained {
+			if err := waitReadable(rc); err != nil {
+				return n, err
 			}
 		}
-		if rerr == io.EOF {
-			return n, nil
+		bp := bufPool.Get().(*[]byte)
+		buf := *bp
+		nr, rerr := c.Read(buf)
+		if nr > 0 && firstByte != nil {
+			firstByte()
+			firstByte = nil
 		}
-		if rerr != nil {
+		var werr error
+		if nr > 0 {
+			var nw int
+			nw, werr = dst.Write(buf[:nr])
+			n += int64(nw)
+		}
+		bufPool.Put(bp)
+		drained = nr < len(buf)
+		switch {
+		case werr != nil:
+			return n, werr
+		case rerr == io.EOF:
+			return n, nil
+		case rerr != nil:
 			return n, rerr
 		}
 	}
 }
 
-// firstRead calls f once, when its first read returned data.
-type firstRead struct {
-	r io.Reader
-	f func()
-}
-
-func (fr *firstRead) Read(p []byte) (int, error) {
-	n, err := fr.r.Read(p)
-	if n > 0 && fr.f != nil {
-		fr.f()
-		fr.f = nil
-	}
-	return n, err
+// waitReadable returns once c's socket has data, an end of stream or an
+// error to read, without a buffer: it peeks a byte without waiting and,
+// while there is none, lets the runtime's poller wait. Closing c or its
+// read deadline ends the wait with the error a read would return.
+func waitReadable(rc syscall.RawConn) error {
+	var b [1]byte
+	return rc.Read(func(fd uintptr) bool {
+		for {
+			_, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			if err == unix.EINTR {
+				continue
+			}
+			return err != unix.EAGAIN
+		}
+	})
 }

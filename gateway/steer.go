@@ -117,6 +117,9 @@ func (g *Gateway) acceptSteered(st *steering) {
 			abort(c)
 			continue
 		}
+		if !g.admitClient(c) {
+			continue
+		}
 		g.spawn(func() { g.serveClient(c, l.route.Load(), l.port) })
 	}
 }
