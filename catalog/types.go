@@ -1,7 +1,7 @@
 // Package catalog defines strait's declarative resources — Peer,
-// ServiceExport, ServiceImport, AccessPolicy and Workload — and keeps them: a strict
-// YAML/JSON parser with validation, an in-memory revisioned Set and a
-// file-backed Store.
+// ServiceExport, ServiceImport, AccessPolicy and Workload — and keeps
+// them: a strict YAML/JSON parser with validation, an in-memory revisioned
+// Set and a file-backed Store.
 //
 // The types are the schema the Kubernetes CRDs will use later, so they have
 // the Kubernetes envelope (apiVersion, kind, metadata, spec, status) and the

@@ -89,7 +89,7 @@ func flowKey(c *net.TCPConn) uint64 {
 func (g *Gateway) serveClient(c *net.TCPConn, route *importRoute, port uint16) {
 	g.metrics.clientConns.Add(1)
 	src := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr()
-	ns, labels := g.cfg.source(src)
+	ns, labels := g.source(src)
 	rt := g.routes.Load()
 	dec := rt.policy.Decide(
 		policy.Source{Cluster: g.cfg.Cluster, Namespace: ns, Labels: labels},
