@@ -30,7 +30,7 @@ type workloads struct {
 
 // source finds who a client address belongs to: a Workload holding the
 // exact address first, then the first configured source whose CIDR holds
-// it (see README "Access policies").
+// it (see README, "The interconnect").
 func (g *Gateway) source(addr netip.Addr) (string, map[string]string) {
 	addr = addr.Unmap()
 	if m := g.byAddr.Load(); m != nil {

@@ -17,12 +17,13 @@ import (
 // Pods are the clients of the gateways: a gateway knows a connection's
 // source only by its address, so that AccessPolicies selecting pods by
 // namespace and labels work, the controller pushes one Workload per
-// running Pod with the pod's IPs (README "Access policies").
+// running Pod with the pod's IPs (README, "The interconnect").
 //
 // What it costs per pod: the controller's cache keeps a stripped copy
 // (name, namespace, labels, phase, IPs: stripPod), and every push to a
-// gateway carries one Workload of about 200 bytes of YAML plus its labels;
-// the gateway keeps one map entry per address. A push sends every
+// gateway carries one Workload of about 250 bytes of YAML (three labels,
+// one IP; a push is bounded by catalog.MaxInput, 16 MiB: some 60 000
+// pods); the gateway keeps one map entry per address. A push sends every
 // resource, so one pass costs O(pods) to encode and for the gateway to
 // parse and compare, while the gateway realizes only what changed. Pod
 // events that change none of what a Workload holds (container statuses,
