@@ -131,7 +131,45 @@ const (
 	exportHead = "apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata: {name: echo}\n"
 	importHead = "apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceImport\nmetadata: {name: echo}\n"
 	policyHead = "apiVersion: strait.dev/v1alpha1\nkind: AccessPolicy\nmetadata: {name: p}\n"
+	// workloadHead has labels: they are what policies select.
+	workloadHead = "apiVersion: strait.dev/v1alpha1\nkind: Workload\nmetadata: {name: web-0, namespace: shop, labels: {role: blocked}}\n"
 )
+
+// TestWorkload: a workload parses with its namespace, labels and
+// addresses; every malformed address is refused with its field and the
+// fix, since the gateway looks addresses up exactly.
+func TestWorkload(t *testing.T) {
+	rs, err := Parse(strings.NewReader(workloadHead + "spec: {addresses: [10.1.2.3, \"fd00::7\"]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, ok := rs[0].(*Workload)
+	if !ok || w.Key() != (Key{KindWorkload, "shop", "web-0"}) || w.Metadata.Labels["role"] != "blocked" ||
+		!reflect.DeepEqual(w.Spec.Addresses, []string{"10.1.2.3", "fd00::7"}) {
+		t.Fatalf("parsed %#v", rs[0])
+	}
+	roundTrip(t, rs)
+	rs, err = Parse(strings.NewReader("apiVersion: strait.dev/v1alpha1\nkind: Workload\nmetadata: {name: w}\nspec: {addresses: [10.0.0.1]}\n"))
+	if err != nil || rs[0].Key().Namespace != "default" {
+		t.Errorf("namespace default: %v, %v", rs, err)
+	}
+	for _, tt := range []struct{ spec, want string }{
+		{"spec: {}", "spec.addresses: required"},
+		{"spec: {addresses: []}", "spec.addresses: required"},
+		{"spec: {addresses: [10.0.0.300]}", `spec.addresses[0]: "10.0.0.300" is not an IP address`},
+		{"spec: {addresses: [\"fe80::1%eth0\"]}", `spec.addresses[0]: "fe80::1%eth0" is not an IP address`},
+		{"spec: {addresses: [\"10.0.0.0/8\"]}", `spec.addresses[0]: "10.0.0.0/8" is not an IP address`},
+		{"spec: {addresses: [\"::ffff:10.0.0.1\"]}", "IPv4-mapped IPv6 address: write 10.0.0.1"},
+		{"spec: {addresses: [\"FD00:0::7\"]}", "not in canonical form: write fd00::7"},
+		{"spec: {addresses: [10.0.0.1, 10.0.0.1]}", `spec.addresses[1]: duplicate "10.0.0.1"`},
+		{"spec: {addresses: [10.0.0.1], ports: [1]}", "spec.ports: unknown field"},
+	} {
+		_, err := Parse(strings.NewReader(workloadHead + tt.spec + "\n"))
+		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "Workload shop/web-0") {
+			t.Errorf("%s: %v, want an error naming Workload shop/web-0 and %q", tt.spec, err, tt.want)
+		}
+	}
+}
 
 func TestParseErrors(t *testing.T) {
 	tests := []struct {
@@ -400,6 +438,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(importHead + "spec: {ports: [{port: 1}]}\nstatus: {clusters: []}\n"))
 	f.Add([]byte(exportHead + "spec: {ports: [{name: a, port: 1, target: \"h:1\"}, {name: b, port: 2, target: \"[::1]:2\"}]}\n"))
 	f.Add([]byte(importHead + "spec: {ports: [{port: 1, target: \"h:1\"}]}\n"))
+	f.Add([]byte(workloadHead + "spec: {addresses: [10.1.2.3, \"fd00::7\"]}\n"))
+	f.Add([]byte(workloadHead + "spec: {addresses: [\"::ffff:10.0.0.1\", \"FD00::7\", \"fe80::1%eth0\", 10.1.2.3, 10.1.2.3]}\n"))
 	f.Add([]byte("a: &x [*x]\n"))
 	// Edges: nothing, cut short, ports and priorities past their types
 	// and negative, invalid UTF-8.

@@ -192,7 +192,8 @@ var yamlKinds = map[string]reflect.Type{}
 func init() {
 	for _, v := range []any{Peer{}, PeerSpec{}, ServiceExport{}, ServiceExportSpec{}, ServiceImport{},
 		ServiceImportSpec{}, ServiceImportStatus{}, ClusterStatus{}, ServicePort{}, AccessPolicy{},
-		AccessPolicySpec{}, Source{}, Target{}, LabelSelector{}, LabelSelectorRequirement{}, ObjectMeta{}} {
+		AccessPolicySpec{}, Source{}, Target{}, LabelSelector{}, LabelSelectorRequirement{}, ObjectMeta{},
+		Workload{}, WorkloadSpec{}} {
 		t := reflect.TypeOf(v)
 		yamlKinds[t.String()] = t
 	}
@@ -317,6 +318,9 @@ func withTypeMeta(r Resource) Resource {
 		v := *r
 		c = &v
 	case *AccessPolicy:
+		v := *r
+		c = &v
+	case *Workload:
 		v := *r
 		c = &v
 	default:

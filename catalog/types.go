@@ -1,7 +1,7 @@
 // Package catalog defines strait's declarative resources — Peer,
-// ServiceExport, ServiceImport and AccessPolicy — and keeps them: a strict
-// YAML/JSON parser with validation, an in-memory revisioned Set and a
-// file-backed Store.
+// ServiceExport, ServiceImport, AccessPolicy and Workload — and keeps
+// them: a strict YAML/JSON parser with validation, an in-memory revisioned
+// Set and a file-backed Store.
 //
 // The types are the schema the Kubernetes CRDs will use later, so they have
 // the Kubernetes envelope (apiVersion, kind, metadata, spec, status) and the
@@ -10,7 +10,7 @@
 // (the target of an export, the source clusters of an import) the extension
 // is a spec field, documented on the field.
 //
-// Scope: ServiceExport and ServiceImport are namespaced (namespace defaults
+// Scope: ServiceExport, ServiceImport and Workload are namespaced (namespace defaults
 // to "default", as kubectl does); Peer and AccessPolicy are cluster-scoped,
 // like AdminNetworkPolicy, and must not have a namespace.
 package catalog
@@ -37,10 +37,11 @@ const (
 	KindServiceExport Kind = "ServiceExport"
 	KindServiceImport Kind = "ServiceImport"
 	KindAccessPolicy  Kind = "AccessPolicy"
+	KindWorkload      Kind = "Workload"
 )
 
 // Kinds lists every kind, in the order List and Encode use.
-var Kinds = []Kind{KindPeer, KindServiceExport, KindServiceImport, KindAccessPolicy}
+var Kinds = []Kind{KindPeer, KindServiceExport, KindServiceImport, KindAccessPolicy, KindWorkload}
 
 // apiVersionOf is the one accepted apiVersion per kind.
 var apiVersionOf = map[Kind]string{
@@ -48,10 +49,13 @@ var apiVersionOf = map[Kind]string{
 	KindServiceExport: MCSAPIVersion,
 	KindServiceImport: MCSAPIVersion,
 	KindAccessPolicy:  StraitAPIVersion,
+	KindWorkload:      StraitAPIVersion,
 }
 
 // Namespaced reports whether resources of kind k live in a namespace.
-func (k Kind) Namespaced() bool { return k == KindServiceExport || k == KindServiceImport }
+func (k Kind) Namespaced() bool {
+	return k == KindServiceExport || k == KindServiceImport || k == KindWorkload
+}
 
 // APIVersion returns the apiVersion resources of kind k carry.
 func (k Kind) APIVersion() string { return apiVersionOf[k] }
@@ -107,9 +111,9 @@ func kindIndex(k Kind) int {
 	return len(Kinds)
 }
 
-// Resource is one of *Peer, *ServiceExport, *ServiceImport, *AccessPolicy.
-// The set is closed (the unexported method) so a type switch over the four
-// is exhaustive.
+// Resource is one of *Peer, *ServiceExport, *ServiceImport, *AccessPolicy,
+// *Workload. The set is closed (the unexported method) so a type switch
+// over the five is exhaustive.
 type Resource interface {
 	Kind() Kind
 	Key() Key
@@ -396,6 +400,27 @@ type LabelSelectorRequirement struct {
 	Values   []string         `json:"values,omitempty" yaml:"values,omitempty"`
 }
 
+// Workload is a client identity learned at run time: the addresses of one
+// workload (a Kubernetes Pod: its pod IPs) and, in its metadata, the
+// namespace and labels that AccessPolicy's spec.from.namespaces and
+// workloadSelector match. The Kubernetes controller pushes one per running
+// Pod; a gateway checks them before the sources of its configuration (an
+// exact address is more specific than a configured CIDR). See README
+// "Access policies".
+type Workload struct {
+	TypeMeta `json:",inline" yaml:",inline"`
+	Metadata ObjectMeta   `json:"metadata" yaml:"metadata"`
+	Spec     WorkloadSpec `json:"spec" yaml:"spec"`
+}
+
+// WorkloadSpec lists a workload's addresses.
+type WorkloadSpec struct {
+	// Addresses are IP addresses in canonical form (as netip prints
+	// them), at least one, IPv4 and IPv6 alike; connections from them are
+	// this workload's.
+	Addresses []string `json:"addresses" yaml:"addresses"`
+}
+
 func (p *Peer) Kind() Kind          { return KindPeer }
 func (p *Peer) Key() Key            { return Key{KindPeer, "", p.Metadata.Name} }
 func (p *Peer) Meta() *ObjectMeta   { return &p.Metadata }
@@ -420,6 +445,10 @@ func (a *AccessPolicy) Kind() Kind           { return KindAccessPolicy }
 func (a *AccessPolicy) Key() Key             { return Key{KindAccessPolicy, "", a.Metadata.Name} }
 func (a *AccessPolicy) Meta() *ObjectMeta    { return &a.Metadata }
 func (a *AccessPolicy) typeMeta() *TypeMeta  { return &a.TypeMeta }
+func (w *Workload) Kind() Kind               { return KindWorkload }
+func (w *Workload) Key() Key                 { return Key{KindWorkload, w.Metadata.Namespace, w.Metadata.Name} }
+func (w *Workload) Meta() *ObjectMeta        { return &w.Metadata }
+func (w *Workload) typeMeta() *TypeMeta      { return &w.TypeMeta }
 
 // newOf returns an empty resource of kind k, or nil for an unknown kind.
 func newOf(k Kind) Resource {
@@ -432,6 +461,8 @@ func newOf(k Kind) Resource {
 		return &ServiceImport{}
 	case KindAccessPolicy:
 		return &AccessPolicy{}
+	case KindWorkload:
+		return &Workload{}
 	}
 	return nil
 }
@@ -479,6 +510,8 @@ func normalize(r Resource) {
 		s.To.Namespaces = nilIfEmpty(s.To.Namespaces)
 		s.From.WorkloadSelector = normSelector(s.From.WorkloadSelector)
 		s.To.ExportSelector = normSelector(s.To.ExportSelector)
+	case *Workload:
+		r.Spec.Addresses = nilIfEmpty(r.Spec.Addresses)
 	}
 }
 

@@ -380,3 +380,32 @@ func (a *AccessPolicy) Validate() error {
 	e.selector("spec.to.exportSelector", s.To.ExportSelector)
 	return e.err()
 }
+
+// Validate checks the workload's names, labels and addresses. Addresses
+// must be canonical so that one address has one spelling (the gateway
+// looks them up exactly), and plain IPv4 rather than IPv4-mapped IPv6
+// (the gateway unmaps a client's address before the lookup).
+func (w *Workload) Validate() error {
+	var e errs
+	e.meta(&w.Metadata, KindWorkload)
+	if len(w.Spec.Addresses) == 0 {
+		e.add("spec.addresses", "required: at least one IP address")
+	}
+	seen := map[string]bool{}
+	for i, s := range w.Spec.Addresses {
+		p := fmt.Sprintf("spec.addresses[%d]", i)
+		a, err := netip.ParseAddr(s)
+		switch {
+		case err != nil || a.Zone() != "":
+			e.add(p, "%q is not an IP address", s)
+		case a.Is4In6():
+			e.add(p, "%q is an IPv4-mapped IPv6 address: write %s", s, a.Unmap())
+		case a.String() != s:
+			e.add(p, "%q is not in canonical form: write %s", s, a)
+		case seen[s]:
+			e.add(p, "duplicate %q", s)
+		}
+		seen[s] = true
+	}
+	return e.err()
+}

@@ -28,7 +28,7 @@ import (
 //	dns: 127.0.0.1:5353               # clusterset.local DNS ("" = off)
 //	metrics: 127.0.0.1:9464           # Prometheus /metrics ("" = off)
 //	intercept: auto                   # imports: steer (sk_lookup), listeners, or auto
-//	sources:                          # who a client address is, for policies
+//	sources:                          # who a client address is, for policies (after Workloads)
 //	  - {cidr: 10.0.0.0/8, namespace: default, labels: {app: web}}
 //	resources: [exports.yaml]         # applied at start, before the admin API opens
 //	udp: {idle-timeout: 30s, queue-bytes: 262144, max-flows: 8192}   # the defaults
@@ -118,8 +118,10 @@ type IdentityFiles struct {
 }
 
 // Source names the workloads behind client addresses; a connection's source
-// namespace and labels, which policies match, come from the first source
-// whose CIDR holds the client's address.
+// namespace and labels, which policies match, come from the Workload
+// resource holding the client's exact address if there is one (the
+// Kubernetes controller pushes one per pod), else from the first source
+// whose CIDR holds it.
 type Source struct {
 	CIDR      string            `yaml:"cidr"`
 	Namespace string            `yaml:"namespace"`

@@ -94,7 +94,7 @@ func (g *Gateway) serveClient(c *net.TCPConn, route *importRoute, port uint16) {
 	defer g.limit.release()
 	g.metrics.clientConns.Add(1)
 	src := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr()
-	ns, labels := g.cfg.source(src)
+	ns, labels := g.source(src)
 	rt := g.routes.Load()
 	dec := rt.policy.Decide(
 		policy.Source{Cluster: g.cfg.Cluster, Namespace: ns, Labels: labels},

@@ -3,8 +3,9 @@
 // each client connection as a stream over a warm mutually authenticated
 // session to a gateway of the exporting cluster, and there connects it to
 // the export's target. Policies are checked on both ends; the resources
-// that drive it (Peer, ServiceExport, ServiceImport, AccessPolicy) arrive
-// through the local admin API and survive restarts.
+// that drive it (Peer, ServiceExport, ServiceImport, AccessPolicy, and the
+// Workloads that say who a client address is) arrive through the local
+// admin API and survive restarts.
 package gateway
 
 import (
@@ -44,6 +45,9 @@ type Gateway struct {
 	limit   streamLimit // connections carried at once (limit.go)
 
 	routes atomic.Pointer[routes]
+	// byAddr is who each Workload address is (workloads.go), read on
+	// every connection and replaced whole when Workloads change.
+	byAddr atomic.Pointer[map[netip.Addr]identity]
 
 	mu        sync.Mutex // guards everything below, and serializes reconcile
 	ctx       context.Context
@@ -298,6 +302,7 @@ type reconciled struct {
 	peersErr  bool                         // a peer pool did not start: peers redone every time
 	policyErr error                        // the policies' compile error, reported on every apply
 	namesErr  error                        // the DNS names' error, reported on every apply
+	workloads workloads                    // the Workloads behind byAddr
 }
 
 // reconcile makes listeners, peer pools, warm target connections and DNS
@@ -333,6 +338,7 @@ func (g *Gateway) reconcile() (err error) {
 func (g *Gateway) reconcileAll(set *catalog.Set) error {
 	var errs []error
 	g.setRoutes(set, nil, true, true)
+	g.setWorkloads(set, nil, nil, true)
 	errs = g.setPeers(set, errs)
 
 	// Import listeners and clusterset names.
@@ -386,8 +392,12 @@ func (g *Gateway) reconcileChanges(set *catalog.Set, changed []catalog.Resource,
 	var policies, exports, peers bool
 	var exportChanges []catalog.Key
 	imports := map[catalog.Key]*catalog.ServiceImport{} // nil: deleted
+	var workloads []*catalog.Workload
+	var goneWorkloads []catalog.Key
 	for _, k := range deleted {
 		switch k.Kind {
+		case catalog.KindWorkload:
+			goneWorkloads = append(goneWorkloads, k)
 		case catalog.KindAccessPolicy:
 			policies = true
 		case catalog.KindServiceExport:
@@ -410,6 +420,8 @@ func (g *Gateway) reconcileChanges(set *catalog.Set, changed []catalog.Resource,
 			peers = true
 		case *catalog.ServiceImport:
 			imports[r.Key()] = r
+		case *catalog.Workload:
+			workloads = append(workloads, r)
 		}
 	}
 	for k := range rec.failed {
@@ -454,6 +466,7 @@ func (g *Gateway) reconcileChanges(set *catalog.Set, changed []catalog.Resource,
 	if policies || exports {
 		g.setRoutes(set, exportChanges, policies, false)
 	}
+	g.setWorkloads(set, workloads, goneWorkloads, false)
 	if peers || rec.peersErr {
 		errs = g.setPeers(set, errs)
 	}

@@ -437,7 +437,7 @@ func (l *udpListener) flow(client netip.AddrPort, now time.Time) *udpFlow {
 // the drop reason when the flow cannot be carried.
 func (l *udpListener) open(f *udpFlow, route *udpRoute, now time.Time) int {
 	g := l.g
-	ns, labels := g.cfg.source(f.client.Addr())
+	ns, labels := g.source(f.client.Addr())
 	rt := g.routes.Load()
 	dec := rt.policy.Decide(
 		policy.Source{Cluster: g.cfg.Cluster, Namespace: ns, Labels: labels},

@@ -31,9 +31,10 @@ func (p permission) String() string {
 }
 
 // permissions lists what the controller needs: reads for its caches
-// everywhere, and writes only in writer mode. deploy/rbac.yaml grants
-// exactly these (a test checks the controller runs bound to it).
-func permissions(syncOnly, leaderElection bool, leaseNS string) []permission {
+// everywhere, pods when it pushes to gateways (their Workloads), and
+// writes only in writer mode. deploy/rbac.yaml grants exactly these (a
+// test checks the controller and the gateway sidecar run bound to it).
+func permissions(syncOnly, gateways, leaderElection bool, leaseNS string) []permission {
 	var ps []permission
 	read := func(group, resource string) {
 		for _, v := range []string{"get", "list", "watch"} {
@@ -46,6 +47,12 @@ func permissions(syncOnly, leaderElection bool, leaseNS string) []permission {
 	read("discovery.k8s.io", "endpointslices")
 	read("strait.dev", "peers")
 	read("strait.dev", "accesspolicies")
+	if gateways {
+		// The cache lists and watches; nothing gets a single pod.
+		for _, v := range []string{"list", "watch"} {
+			ps = append(ps, permission{verb: v, resource: "pods"})
+		}
+	}
 	if syncOnly {
 		return ps
 	}
@@ -71,13 +78,13 @@ func permissions(syncOnly, leaderElection bool, leaseNS string) []permission {
 // checkAccess asks the API server (SelfSubjectAccessReview, which every
 // authenticated user may) whether the controller's identity has every
 // permission it needs, and names all that are missing.
-func checkAccess(ctx context.Context, cfg *rest.Config, syncOnly, leaderElection bool, leaseNS string) error {
+func checkAccess(ctx context.Context, cfg *rest.Config, syncOnly, gateways, leaderElection bool, leaseNS string) error {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
 	var missing []string
-	for _, p := range permissions(syncOnly, leaderElection, leaseNS) {
+	for _, p := range permissions(syncOnly, gateways, leaderElection, leaseNS) {
 		r, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
 				Verb: p.verb, Group: p.group, Resource: p.resource, Subresource: p.subresource, Namespace: p.namespace,

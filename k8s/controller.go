@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -61,7 +63,9 @@ func New(cfg Config) (*Controller, error) {
 	// one they print a warning with a stack trace.
 	setLoggerOnce.Do(func() { ctrllog.SetLogger(logr.FromSlogHandler(log.Handler())) })
 	mgr, err := ctrl.NewManager(cfg.REST, ctrl.Options{
-		Scheme:                  api.NewScheme(),
+		Scheme: api.NewScheme(),
+		// Pods are cached only as far as Workloads need them (workloads.go).
+		Cache:                   cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Transform: stripPod}}},
 		Logger:                  logr.FromSlogHandler(log.Handler()),
 		Metrics:                 metricsserver.Options{BindAddress: "0"}, // strait serves its own metrics
 		HealthProbeBindAddress:  "0",
@@ -97,6 +101,10 @@ func New(cfg Config) (*Controller, error) {
 			q.Add(theKey)
 			return nil
 		}))
+	if len(cfg.GatewayAdmin) > 0 {
+		// Only a controller that pushes to gateways needs the pods.
+		b = b.Watches(&corev1.Pod{}, all, builder.WithPredicates(podChanges()))
+	}
 	if cfg.Clusterset != nil {
 		b = b.WatchesRawSource(source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 			go func() {
@@ -130,7 +138,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	ctx, c.cancel = context.WithCancel(ctx)
 	c.mu.Unlock()
 	defer c.cancel()
-	if err := checkAccess(ctx, c.cfg.REST, c.cfg.SyncOnly, c.cfg.LeaderElection, c.cfg.LeaderElectionNamespace); err != nil {
+	if err := checkAccess(ctx, c.cfg.REST, c.cfg.SyncOnly, len(c.cfg.GatewayAdmin) > 0, c.cfg.LeaderElection, c.cfg.LeaderElectionNamespace); err != nil {
 		return fmt.Errorf("controller: %w", err)
 	}
 	c.log.Info("controller starting", "cluster", c.cfg.Cluster, "syncOnly", c.cfg.SyncOnly,

@@ -73,7 +73,7 @@ func namespace(t *testing.T, c client.Client) string {
 	}
 	t.Cleanup(func() {
 		ctx := context.Background()
-		for _, o := range []client.Object{&mcs.ServiceExport{}, &mcs.ServiceImport{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}} {
+		for _, o := range []client.Object{&mcs.ServiceExport{}, &mcs.ServiceImport{}, &corev1.Service{}, &discoveryv1.EndpointSlice{}, &corev1.Pod{}} {
 			_ = c.DeleteAllOf(ctx, o, client.InNamespace(ns))
 		}
 	})

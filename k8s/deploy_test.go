@@ -126,10 +126,10 @@ func TestRBACSufficient(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Only the permission check: the sidecar's pushes need a gateway.
-		if err := checkAccess(ctx, gwCfg, true, false, ""); err != nil {
+		if err := checkAccess(ctx, gwCfg, true, true, false, ""); err != nil {
 			t.Fatalf("sidecar permissions: %v", err)
 		}
-		if err := checkAccess(ctx, gwCfg, false, false, ""); err == nil || !strings.Contains(err.Error(), "create serviceimports") {
+		if err := checkAccess(ctx, gwCfg, false, true, false, ""); err == nil || !strings.Contains(err.Error(), "create serviceimports") {
 			t.Fatalf("the sidecar's role must not allow writes; check said %v", err)
 		}
 		_ = c.Close()

@@ -20,7 +20,8 @@ import (
 )
 
 // GatewayResources derives a gateway's configuration from the cluster's
-// objects: every Peer and AccessPolicy; an export for every valid
+// objects: every Peer and AccessPolicy; a Workload for every running pod
+// with an IP, off the host network (workloads.go); an export for every valid
 // ServiceExport, with a target per port of the Service, its cluster IP and
 // the port (a headless Service's first ready endpoint for the port, left
 // out while it has none); an import for every
@@ -45,6 +46,11 @@ func (c *Controller) GatewayResources(ctx context.Context) (rs []catalog.Resourc
 	for _, p := range pols.Items {
 		rs = append(rs, &catalog.AccessPolicy{Metadata: catalog.ObjectMeta{Name: p.Name, Labels: p.Labels}, Spec: p.Spec})
 	}
+	wls, err := c.workloads(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	rs = append(rs, wls...)
 	exports, err := c.localExports(ctx)
 	if err != nil {
 		return nil, nil, err

@@ -49,7 +49,7 @@ func init() {
 	var file string
 	apply := &cobra.Command{
 		Use:   "apply -f FILE",
-		Short: "Create or replace resources (Peer, ServiceExport, ServiceImport, AccessPolicy) on a running gateway",
+		Short: "Create or replace resources (Peer, ServiceExport, ServiceImport, AccessPolicy, Workload) on a running gateway",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			b, err := readFile(file)
