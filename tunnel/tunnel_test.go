@@ -738,3 +738,64 @@ func TestWriteToForwardsEverything(t *testing.T) {
 		t.Fatalf("WriteTo of a reset stream = %d (%q), %v; want 7 bytes and a *ResetError", n, sink.String(), err)
 	}
 }
+
+// TestKeepaliveProbesOnlyWhenNeeded runs an idle and a busy session side by
+// side, so both see the same host load, and counts their pings: on the idle
+// one only the dialer probes (and gets pongs, the pool's sign of life and
+// the RTT samples); on the busy one the data is proof of life and the dialer
+// sends (almost) no probes. The keepalive interval is the gateway's default
+// probe interval.
+func TestKeepaliveProbesOnlyWhenNeeded(t *testing.T) {
+	pki := tunneltest.NewPKI(t)
+	tr := newTLS(t, pki, func(c *tunnel.Config) { c.KeepaliveInterval = 10 * time.Millisecond })
+	idleC, idleS := tunneltest.Pair(t, tr)
+	busyC, busyS := tunneltest.Pair(t, tr)
+
+	// The acceptor sends, the dialer reads: the dialer hears data all the
+	// time, and the acceptor hears the dialer's window updates.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		st, err := busyC.OpenStream(ctx, nil)
+		if err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, st)
+	}()
+	st, err := busyS.AcceptStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		chunk := make([]byte, 1024)
+		for ctx.Err() == nil {
+			if _, err := st.Write(chunk); err != nil {
+				return
+			}
+			// Pacing, not synchronization: a steady trickle of frames.
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	defer func() { cancel(); st.Reset("done"); <-writerDone }()
+	waitFor(t, func() bool { return busyC.Stats().BytesReceived > 64<<10 })
+
+	idleC0, idleS0, busyC0 := idleC.Stats(), idleS.Stats(), busyC.Stats()
+	const probes = 50
+	waitFor(t, func() bool { return idleC.Stats().PingsSent-idleC0.PingsSent >= probes })
+	idleC1, idleS1, busyC1 := idleC.Stats(), idleS.Stats(), busyC.Stats()
+
+	idlePings := idleC1.PingsSent - idleC0.PingsSent
+	if d := idleC1.PongsReceived - idleC0.PongsReceived; d < idlePings/2 {
+		t.Errorf("idle dialer got %d pongs for %d pings: its probes go unanswered", d, idlePings)
+	}
+	if d := idleS1.PingsSent - idleS0.PingsSent; d > idlePings/4 {
+		t.Errorf("idle acceptor sent %d pings while the dialer sent %d: only the dialer should probe", d, idlePings)
+	}
+	if d := busyC1.PingsSent - busyC0.PingsSent; d > idlePings/4 {
+		t.Errorf("busy dialer sent %d pings while the idle one sent %d: data should stand in for probes", d, idlePings)
+	}
+	t.Logf("over %d idle probe intervals: idle acceptor %d pings, busy dialer %d pings, %d KiB received",
+		idlePings, idleS1.PingsSent-idleS0.PingsSent, busyC1.PingsSent-busyC0.PingsSent, (busyC1.BytesReceived-busyC0.BytesReceived)>>10)
+}
