@@ -62,6 +62,7 @@ type session struct {
 	wg        sync.WaitGroup
 
 	lastRecv atomic.Int64 // nanoseconds since start
+	pooled   atomic.Bool  // a Pool probes this session (takeProbes)
 	srtt     atomic.Int64
 	minRTT   atomic.Int64 // windowed minimum of the samples, see noteMinRTT
 	// The reader goroutine's state of the windowed minimum.
@@ -586,7 +587,7 @@ func (s *session) keepalive() {
 	nextPing := time.Duration(s.now()) + interval
 	due := nextPing
 	// newSession sent the first ping.
-	pr := pingRule{client: s.client, interval: interval, timeout: timeout, lastPing: time.Duration(s.now())}
+	pr := pingRule{interval: interval, timeout: timeout, lastPing: time.Duration(s.now())}
 	t := time.NewTimer(interval)
 	defer t.Stop()
 	for {
@@ -612,11 +613,10 @@ func (s *session) keepalive() {
 			return
 		}
 		if now >= nextPing {
-			// Pongs are loaded first: the reader counts a frame before
-			// it knows it is a pong, so this order can only count a pong
-			// as unasked, skipping one ping that the next interval sends.
-			pongs := s.st.pongsReceived.Load()
-			if pr.needPing(now, silent, s.st.framesReceived.Load()-pongs) {
+			// A session a pool probes leaves probing to the pool, like
+			// an acceptor.
+			pr.client = s.client && !s.pooled.Load()
+			if pr.needPing(now, silent, s.unasked()) {
 				s.sendPing()
 				pr.lastPing = now
 			}
@@ -647,6 +647,10 @@ func (s *session) keepalive() {
 //     sessions), so it pings only after a quarter of the timeout (and at
 //     least two intervals) without any frame: a dialer that stalled or
 //     died, whose kernel then has something to acknowledge (kernelHears).
+//   - A dialed session in a Pool leaves probing to the pool, which pings
+//     one session of a gateway per interval, and none when any of them
+//     heard something unasked (Pool.probe): a gateway needs one sign of
+//     life per interval, not one per session.
 //   - Either side pings at least every rttPingPeriod, so the round-trip
 //     time that sizes flow-control windows (tuneRTT) and feeds OnRTT stays
 //     current on busy sessions too.
@@ -656,6 +660,23 @@ type pingRule struct {
 	lastPing          time.Duration // session time of the last ping sent
 	heard             uint64        // frames other than pongs at the last decision
 }
+
+// unasked counts the frames received that were not pongs: the signs of
+// life the session did not ask for. Pongs are loaded first: the reader
+// counts a frame before it knows it is a pong, so this order can only
+// count a pong as unasked, which skips one probe that the next interval
+// sends.
+func (s *session) unasked() uint64 {
+	pongs := s.st.pongsReceived.Load()
+	return s.st.framesReceived.Load() - pongs
+}
+
+// takeProbes hands probing to a Pool: the session's own keepalive then
+// pings only as an acceptor does, and the pool calls probe.
+func (s *session) takeProbes() { s.pooled.Store(true) }
+
+// probe sends a ping now.
+func (s *session) probe() { s.sendPing() }
 
 // rttPingPeriod is the longest a session goes without a ping (and so an
 // RTT sample): well inside minRTTWindow, and rare enough to cost nothing.

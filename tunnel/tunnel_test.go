@@ -799,3 +799,43 @@ func TestKeepaliveProbesOnlyWhenNeeded(t *testing.T) {
 	t.Logf("over %d idle probe intervals: idle acceptor %d pings, busy dialer %d pings, %d KiB received",
 		idlePings, idleS1.PingsSent-idleS0.PingsSent, busyC1.PingsSent-busyC0.PingsSent, (busyC1.BytesReceived-busyC0.BytesReceived)>>10)
 }
+
+// TestPoolProbesOneSessionPerGateway: an idle pool with two sessions to a
+// gateway sends it one ping per probe interval between them, not one per
+// session, and the gateway stays live on the pongs. An idle session outside
+// any pool, beside it under the same load, counts the intervals.
+func TestPoolProbesOneSessionPerGateway(t *testing.T) {
+	const interval = 10 * time.Millisecond
+	tr := newTLS(t, nil, func(c *tunnel.Config) { c.KeepaliveInterval = interval })
+	gw := startGateway(t, tr, "A")
+	pool := startPool(t, tunnel.PoolConfig{Transport: tr, Peer: "cluster-b", Addrs: []string{gw.ln.Addr().String()},
+		SessionsPerAddr: 2, ProbeInterval: interval, ProbeMisses: 10})
+	waitFor(t, routed(pool, 1))
+	received := func() (n uint64, sessions int) {
+		gw.mu.Lock()
+		defer gw.mu.Unlock()
+		for _, s := range gw.sess {
+			n += s.Stats().FramesReceived
+		}
+		return n, len(gw.sess)
+	}
+	waitFor(t, func() bool { _, n := received(); return n == 2 })
+	clock, _ := tunneltest.Pair(t, tr)
+
+	got0, _ := received()
+	ticks0 := clock.Stats().PingsSent
+	const intervals = 100
+	waitFor(t, func() bool { return clock.Stats().PingsSent-ticks0 >= intervals })
+	got1, _ := received()
+	ticks := clock.Stats().PingsSent - ticks0
+	frames := got1 - got0
+	// One ping per interval for the gateway; two sessions pinging each
+	// would be twice the clock's count.
+	if frames > ticks*3/2 || frames < ticks/2 {
+		t.Errorf("the gateway received %d frames on the pool's 2 sessions in %d probe intervals, want about one per interval", frames, ticks)
+	}
+	if !pool.Gateways()[0].Live {
+		t.Error("the gateway is not live on the pool's probes")
+	}
+	t.Logf("%d frames in %d intervals", frames, ticks)
+}
