@@ -82,9 +82,10 @@ type Config struct {
 	InitialSessionWindow int
 	// KeepaliveInterval is how often a session decides whether to ping.
 	// Default 250ms. The dialer pings an interval in which nothing but
-	// pongs arrived; the acceptor answers and pings only after a quarter
-	// of KeepaliveTimeout of silence; either pings at least once a second
-	// (session.go, pingRule).
+	// pongs arrived (unless a Pool dialed it: the pool probes then, see
+	// PoolConfig.ProbeInterval); the acceptor answers and pings only after
+	// a quarter of KeepaliveTimeout of silence; either pings at least once
+	// a second (session.go, pingRule).
 	KeepaliveInterval time.Duration
 	// KeepaliveTimeout closes the session when nothing arrived for this
 	// long. Default 1s. Must exceed KeepaliveInterval.
