@@ -67,8 +67,10 @@ type Config struct {
 	// (ProbeInterval × ProbeMisses) without closing its streams, so this
 	// only bounds how long a dead peer's sessions hold memory.
 	KeepaliveTimeout time.Duration `yaml:"keepalive-timeout"`
-	// ProbeInterval is how often each session to a peer gateway pings it,
-	// and how often the gateway checks that every peer gateway answered
+	// ProbeInterval is how often each session this gateway dialed to a
+	// peer gateway pings it unless something else arrived in the interval
+	// (data is proof of life too; the peer only answers), and how often
+	// the gateway checks that every peer gateway answered
 	// (0: 10ms). A gateway that killed -9 is seen at once (its sessions
 	// end); one that falls silent is taken out of the table after
 	// ProbeMisses intervals, and its flows move to the others.
@@ -151,7 +153,8 @@ const (
 	defaultPrecon  = 2
 	defaultStateFn = "/var/lib/strait/gateway-%s.json"
 	// defaultProbeInterval is the probe interval, which is also the
-	// sessions' ping interval; the issue's budget is at most 10 ms.
+	// sessions' keepalive interval: 10 ms × probe-misses is how soon a
+	// silent peer gateway leaves the table (docs/failover.md, "Health").
 	defaultProbeInterval = 10 * time.Millisecond
 	defaultProbeMisses   = 10
 	// defaultKeepaliveTimeout is the tunnel's (tunnel.Config), which the

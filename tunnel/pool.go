@@ -33,9 +33,10 @@ type PoolConfig struct {
 	MinBackoff, MaxBackoff time.Duration
 	// ProbeInterval is how often the pool checks that each gateway still
 	// answers: a gateway is live while one of its sessions received a frame
-	// (the sessions' keepalive pongs, or data) within ProbeInterval ×
-	// ProbeMisses. The transport's keepalive interval should be at most
-	// ProbeInterval so that an idle session still hears pongs. Zero turns
+	// (pongs, or data) within ProbeInterval × ProbeMisses. Every interval
+	// the pool pings one session of each gateway that heard nothing else
+	// (sessions of this package's TLS transport; other transports must
+	// keep their own keepalive interval at most ProbeInterval). Zero turns
 	// the silence check off: a gateway is then live while it has a session
 	// (for transports that do not count frames, such as QUIC).
 	ProbeInterval time.Duration
@@ -129,6 +130,9 @@ type slot struct {
 	seen     Session // the session lastRecv is about
 	frames   uint64  // its FramesReceived at lastRecv
 	lastRecv time.Time
+	// Probe bookkeeping (Pool.probe), touched only by the health loop.
+	probed  Session // the session unasked is about
+	unasked uint64  // its frames other than pongs at the last probe round
 }
 
 // remote is one gateway of the peer and what the pool knows of its health.
@@ -139,6 +143,9 @@ type remote struct {
 	streams atomic.Uint64
 	downs   atomic.Uint64 // live → dead transitions
 	since   atomic.Int64  // unix nanoseconds of the last transition
+	// nextProbe picks the session the next probe goes to, round robin,
+	// under the pool's healthMu.
+	nextProbe int
 }
 
 func (sl *slot) get() (Session, error) {

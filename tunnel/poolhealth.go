@@ -64,6 +64,7 @@ func (p *Pool) watchHealth(ctx context.Context) {
 			return
 		case now := <-tick:
 			p.checkHealth(now)
+			p.probe()
 		case <-p.kick:
 			p.checkHealth(time.Now())
 		}
@@ -71,10 +72,9 @@ func (p *Pool) watchHealth(ctx context.Context) {
 }
 
 // checkHealth decides every gateway's state from its sessions and installs
-// a new table view when one changed. The sessions' own keepalive pings are
-// the active probes: their pongs (or any other frame) advance
-// FramesReceived, so reading a counter per session is all a probe costs
-// here.
+// a new table view when one changed. The pings of probe are the active
+// probes: their pongs (or any other frame) advance FramesReceived, so
+// reading a counter per session is all a check costs here.
 func (p *Pool) checkHealth(now time.Time) {
 	p.healthMu.Lock()
 	defer p.healthMu.Unlock()
@@ -171,6 +171,56 @@ func (p *Pool) checkHealthLocked(now time.Time) {
 	}
 	if slices.ContainsFunc(p.gws, func(r *remote) bool { return r.up.Load() }) {
 		p.liveOnce.Do(func() { close(p.firstLive) })
+	}
+}
+
+// prober is a Session whose keepalive probes a Pool can take over: the
+// multiplexer's (session.go, pingRule). QUIC sessions keep their own.
+type prober interface {
+	takeProbes()
+	probe()
+	unasked() uint64
+}
+
+// probe pings, once per probe interval, one session of every gateway none
+// of whose sessions heard anything unasked (data, window updates, the
+// peer's pings) since the last round, taking the sessions in turn. The
+// pong is the sign of life checkHealth reads; a gateway needs one per
+// interval, not one per session, and a busy one needs none. Taking turns
+// means a session that died without a word leaves its gateway one pong
+// every SessionsPerAddr intervals from the others, well inside the silence
+// window.
+func (p *Pool) probe() {
+	p.healthMu.Lock()
+	defer p.healthMu.Unlock()
+	heard := make([]bool, len(p.gws))
+	cands := make([][]prober, len(p.gws))
+	for _, sl := range p.slots {
+		s, _ := sl.get()
+		pb, ok := s.(prober)
+		if !ok {
+			sl.probed = nil
+			continue
+		}
+		gi := p.index(sl.gw)
+		u := pb.unasked()
+		if sl.probed != s {
+			// A new session pinged as it started.
+			pb.takeProbes()
+			sl.probed = s
+			heard[gi] = true
+		} else if u != sl.unasked {
+			heard[gi] = true
+		}
+		sl.unasked = u
+		cands[gi] = append(cands[gi], pb)
+	}
+	for i, r := range p.gws {
+		if heard[i] || len(cands[i]) == 0 {
+			continue
+		}
+		cands[i][r.nextProbe%len(cands[i])].probe()
+		r.nextProbe++
 	}
 }
 

@@ -62,6 +62,7 @@ type session struct {
 	wg        sync.WaitGroup
 
 	lastRecv atomic.Int64 // nanoseconds since start
+	pooled   atomic.Bool  // a Pool probes this session (takeProbes)
 	srtt     atomic.Int64
 	minRTT   atomic.Int64 // windowed minimum of the samples, see noteMinRTT
 	// The reader goroutine's state of the windowed minimum.
@@ -576,14 +577,17 @@ func (s *session) writePayload(p []byte, small bool) error {
 
 // ---- keepalive ----
 
-// keepalive pings every interval and closes the session when nothing at all
-// arrived for the timeout. Any frame counts as a sign of life, so a peer
-// whose pong is stuck behind bulk data on a slow link is not declared dead.
+// keepalive pings when the session needs a sign of life (see needPing) and
+// closes the session when nothing at all arrived for the timeout. Any frame
+// counts as a sign of life, so a peer whose pong is stuck behind bulk data
+// on a slow link is not declared dead.
 func (s *session) keepalive() {
 	defer s.wg.Done()
 	interval, timeout := s.cfg.KeepaliveInterval, s.cfg.KeepaliveTimeout
 	nextPing := time.Duration(s.now()) + interval
 	due := nextPing
+	// newSession sent the first ping.
+	pr := pingRule{interval: interval, timeout: timeout, lastPing: time.Duration(s.now())}
 	t := time.NewTimer(interval)
 	defer t.Stop()
 	for {
@@ -609,7 +613,13 @@ func (s *session) keepalive() {
 			return
 		}
 		if now >= nextPing {
-			s.sendPing()
+			// A session a pool probes leaves probing to the pool, like
+			// an acceptor.
+			pr.client = s.client && !s.pooled.Load()
+			if pr.needPing(now, silent, s.unasked()) {
+				s.sendPing()
+				pr.lastPing = now
+			}
 			nextPing = now + interval
 		}
 		wait := max(min(nextPing-now, timeout-silent), time.Millisecond)
@@ -618,6 +628,72 @@ func (s *session) keepalive() {
 		}
 		due = now + wait
 		t.Reset(wait)
+	}
+}
+
+// pingRule decides at every keepalive interval whether the session pings.
+// Every ping costs packets on both ways of the path and a record between
+// the data on the socket; on an emulated WAN link each packet also costs the
+// emulator CPU that the measured requests need (docs/failover.md, "What the
+// probes cost"). So a session pings only when it lacks a sign of life:
+//
+//   - The dialer pings an interval in which it heard nothing from the peer
+//     but pongs. Data, window updates and the peer's own pings prove the
+//     peer alive without being asked, so a busy session sends no probes;
+//     an idle one gets a pong per interval, which is what the pool's
+//     silence check (poolhealth.go) reads.
+//   - The acceptor leaves probing to the dialer, whose pings it answers.
+//     Only its keepalive timeout judges the peer (pools watch dialed
+//     sessions), so it pings only after a quarter of the timeout (and at
+//     least two intervals) without any frame: a dialer that stalled or
+//     died, whose kernel then has something to acknowledge (kernelHears).
+//   - A dialed session in a Pool leaves probing to the pool, which pings
+//     one session of a gateway per interval, and none when any of them
+//     heard something unasked (Pool.probe): a gateway needs one sign of
+//     life per interval, not one per session.
+//   - Either side pings at least every rttPingPeriod, so the round-trip
+//     time that sizes flow-control windows (tuneRTT) and feeds OnRTT stays
+//     current on busy sessions too.
+type pingRule struct {
+	client            bool
+	interval, timeout time.Duration
+	lastPing          time.Duration // session time of the last ping sent
+	heard             uint64        // frames other than pongs at the last decision
+}
+
+// unasked counts the frames received that were not pongs: the signs of
+// life the session did not ask for. Pongs are loaded first: the reader
+// counts a frame before it knows it is a pong, so this order can only
+// count a pong as unasked, which skips one probe that the next interval
+// sends.
+func (s *session) unasked() uint64 {
+	pongs := s.st.pongsReceived.Load()
+	return s.st.framesReceived.Load() - pongs
+}
+
+// takeProbes hands probing to a Pool: the session's own keepalive then
+// pings only as an acceptor does, and the pool calls probe.
+func (s *session) takeProbes() { s.pooled.Store(true) }
+
+// probe sends a ping now.
+func (s *session) probe() { s.sendPing() }
+
+// rttPingPeriod is the longest a session goes without a ping (and so an
+// RTT sample): well inside minRTTWindow, and rare enough to cost nothing.
+const rttPingPeriod = time.Second
+
+// needPing reports whether to ping now; heard counts the frames received
+// that were not pongs, silent is the time since the last frame of any kind.
+func (r *pingRule) needPing(now, silent time.Duration, heard uint64) bool {
+	unasked := heard != r.heard
+	r.heard = heard
+	switch {
+	case now-r.lastPing >= rttPingPeriod:
+		return true
+	case r.client:
+		return !unasked
+	default:
+		return silent >= max(2*r.interval, r.timeout/4)
 	}
 }
 

@@ -80,7 +80,12 @@ type Config struct {
 	// grows to at least twice the largest stream window. Default
 	// MaxSessionWindow: the session window is a memory cap, not a brake.
 	InitialSessionWindow int
-	// KeepaliveInterval is how often we ping. Default 250ms.
+	// KeepaliveInterval is how often a session decides whether to ping.
+	// Default 250ms. The dialer pings an interval in which nothing but
+	// pongs arrived (unless a Pool dialed it: the pool probes then, see
+	// PoolConfig.ProbeInterval); the acceptor answers and pings only after
+	// a quarter of KeepaliveTimeout of silence; either pings at least once
+	// a second (session.go, pingRule).
 	KeepaliveInterval time.Duration
 	// KeepaliveTimeout closes the session when nothing arrived for this
 	// long. Default 1s. Must exceed KeepaliveInterval.
@@ -92,7 +97,8 @@ type Config struct {
 	// Default 4096.
 	MaxIncomingStreams int
 	// OnRTT, if set, receives every round-trip sample of the keepalives
-	// (one per KeepaliveInterval per session), e.g. for a histogram. It
+	// (one per KeepaliveInterval on an idle dialed session, one a second
+	// on a busy one), e.g. for a histogram. It
 	// runs on the session's reader and must not block.
 	OnRTT func(time.Duration)
 

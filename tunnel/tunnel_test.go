@@ -738,3 +738,106 @@ func TestWriteToForwardsEverything(t *testing.T) {
 		t.Fatalf("WriteTo of a reset stream = %d (%q), %v; want 7 bytes and a *ResetError", n, sink.String(), err)
 	}
 }
+
+// TestKeepaliveProbesOnlyWhenNeeded runs an idle and a busy session side by
+// side, so both see the same host load, and counts their pings: on the idle
+// one only the dialer probes (and gets pongs, the pool's sign of life and
+// the RTT samples); on the busy one the data is proof of life and the dialer
+// sends (almost) no probes. The keepalive interval is the gateway's default
+// probe interval.
+func TestKeepaliveProbesOnlyWhenNeeded(t *testing.T) {
+	pki := tunneltest.NewPKI(t)
+	tr := newTLS(t, pki, func(c *tunnel.Config) { c.KeepaliveInterval = 10 * time.Millisecond })
+	idleC, idleS := tunneltest.Pair(t, tr)
+	busyC, busyS := tunneltest.Pair(t, tr)
+
+	// The acceptor sends, the dialer reads: the dialer hears data all the
+	// time, and the acceptor hears the dialer's window updates.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		st, err := busyC.OpenStream(ctx, nil)
+		if err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, st)
+	}()
+	st, err := busyS.AcceptStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		chunk := make([]byte, 1024)
+		for ctx.Err() == nil {
+			if _, err := st.Write(chunk); err != nil {
+				return
+			}
+			// Pacing, not synchronization: a steady trickle of frames.
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	defer func() { cancel(); st.Reset("done"); <-writerDone }()
+	waitFor(t, func() bool { return busyC.Stats().BytesReceived > 64<<10 })
+
+	idleC0, idleS0, busyC0 := idleC.Stats(), idleS.Stats(), busyC.Stats()
+	const probes = 50
+	waitFor(t, func() bool { return idleC.Stats().PingsSent-idleC0.PingsSent >= probes })
+	idleC1, idleS1, busyC1 := idleC.Stats(), idleS.Stats(), busyC.Stats()
+
+	idlePings := idleC1.PingsSent - idleC0.PingsSent
+	if d := idleC1.PongsReceived - idleC0.PongsReceived; d < idlePings/2 {
+		t.Errorf("idle dialer got %d pongs for %d pings: its probes go unanswered", d, idlePings)
+	}
+	if d := idleS1.PingsSent - idleS0.PingsSent; d > idlePings/4 {
+		t.Errorf("idle acceptor sent %d pings while the dialer sent %d: only the dialer should probe", d, idlePings)
+	}
+	if d := busyC1.PingsSent - busyC0.PingsSent; d > idlePings/4 {
+		t.Errorf("busy dialer sent %d pings while the idle one sent %d: data should stand in for probes", d, idlePings)
+	}
+	t.Logf("over %d idle probe intervals: idle acceptor %d pings, busy dialer %d pings, %d KiB received",
+		idlePings, idleS1.PingsSent-idleS0.PingsSent, busyC1.PingsSent-busyC0.PingsSent, (busyC1.BytesReceived-busyC0.BytesReceived)>>10)
+}
+
+// TestPoolProbesOneSessionPerGateway: an idle pool with two sessions to a
+// gateway sends it one ping per probe interval between them, not one per
+// session, and the gateway stays live on the pongs. An idle session outside
+// any pool, beside it under the same load, counts the intervals.
+func TestPoolProbesOneSessionPerGateway(t *testing.T) {
+	const interval = 10 * time.Millisecond
+	tr := newTLS(t, nil, func(c *tunnel.Config) { c.KeepaliveInterval = interval })
+	gw := startGateway(t, tr, "A")
+	pool := startPool(t, tunnel.PoolConfig{Transport: tr, Peer: "cluster-b", Addrs: []string{gw.ln.Addr().String()},
+		SessionsPerAddr: 2, ProbeInterval: interval, ProbeMisses: 10})
+	waitFor(t, routed(pool, 1))
+	received := func() (n uint64, sessions int) {
+		gw.mu.Lock()
+		defer gw.mu.Unlock()
+		for _, s := range gw.sess {
+			n += s.Stats().FramesReceived
+		}
+		return n, len(gw.sess)
+	}
+	waitFor(t, func() bool { _, n := received(); return n == 2 })
+	clock, _ := tunneltest.Pair(t, tr)
+
+	got0, _ := received()
+	ticks0 := clock.Stats().PingsSent
+	const intervals = 100
+	waitFor(t, func() bool { return clock.Stats().PingsSent-ticks0 >= intervals })
+	got1, _ := received()
+	ticks := clock.Stats().PingsSent - ticks0
+	frames := got1 - got0
+	// One ping per interval for the gateway; two sessions pinging each
+	// would be twice the clock's count. The pool's ticker keeps its
+	// schedule while the clock's timer drifts late under load, hence the
+	// room above one.
+	if frames > ticks*7/4 || frames < ticks/2 {
+		t.Errorf("the gateway received %d frames on the pool's 2 sessions in %d probe intervals, want about one per interval", frames, ticks)
+	}
+	if !pool.Gateways()[0].Live {
+		t.Error("the gateway is not live on the pool's probes")
+	}
+	t.Logf("%d frames in %d intervals", frames, ticks)
+}
