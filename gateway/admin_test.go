@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
+
 	"github.com/strait-net/strait/catalog"
 	"github.com/strait-net/strait/fabric"
 	"github.com/strait-net/strait/gateway"
@@ -95,7 +97,8 @@ func TestAdminImportsIncremental(t *testing.T) {
 }
 
 func testImportsIncremental(t *testing.T, mode string) {
-	ad, _ := startAdminGatewayWith(t, "incr", mode)
+	dnsAddr := testenv.FreeAddr(t)
+	ad, _ := startAdminGatewayWith(t, "incr", mode, dnsAddr)
 	if st, err := ad.Status(); err != nil || st.Intercept != mode {
 		t.Fatalf("intercept %q, %v; want %s", st.Intercept, err, mode)
 	}
@@ -106,6 +109,7 @@ func testImportsIncremental(t *testing.T, mode string) {
 			Spec: catalog.ServiceImportSpec{Type: catalog.ClusterSetIP, IPs: []string{ip}, Ports: []catalog.ServicePort{{Port: int32(port)}},
 				Clusters: []catalog.ClusterStatus{{Cluster: "b"}}}}
 	}
+	names := map[string]string{} // stored imports' addresses
 	at := func(name, ip string) string { return "ns/" + name + " " + net.JoinHostPort(ip, strconv.Itoa(port)) }
 	step := func(what string, del bool, rs []catalog.Resource, warn string, want ...string) {
 		t.Helper()
@@ -124,6 +128,21 @@ func testImportsIncremental(t *testing.T, mode string) {
 		sort.Strings(want)
 		if strings.Join(st.Imports, ",") != strings.Join(want, ",") {
 			t.Fatalf("%s: imports %q, want %q", what, st.Imports, want)
+		}
+		// DNS follows the applies in place: every import stored answers
+		// with its address (also one sharing an address, or one whose
+		// address is not on this host: the name exists), and nothing else.
+		for _, r := range rs {
+			if imp := r.(*catalog.ServiceImport); del {
+				delete(names, imp.Metadata.Name)
+			} else {
+				names[imp.Metadata.Name] = imp.Spec.IPs[0]
+			}
+		}
+		for _, n := range []string{"v", "w", "x", "y", "z"} {
+			if got := lookupA(t, dnsAddr, n+".ns.svc.clusterset.local."); got != names[n] {
+				t.Fatalf("%s: %s resolves to %q, want %q", what, n, got, names[n])
+			}
 		}
 	}
 	step("apply x", false, []catalog.Resource{imp("x", "127.77.0.1")}, "", at("x", "127.77.0.1"))
@@ -145,10 +164,12 @@ func testImportsIncremental(t *testing.T, mode string) {
 // admin socket answers, and the socket's path.
 func startAdminGateway(t *testing.T, clusterset string) (*gateway.AdminClient, string) {
 	t.Helper()
-	return startAdminGatewayWith(t, clusterset, gateway.InterceptListeners)
+	return startAdminGatewayWith(t, clusterset, gateway.InterceptListeners, "")
 }
 
-func startAdminGatewayWith(t *testing.T, clusterset, intercept string) (*gateway.AdminClient, string) {
+// startAdminGatewayWith is startAdminGateway with an intercept mode and
+// clusterset DNS served at dnsAddr ("" = none).
+func startAdminGatewayWith(t *testing.T, clusterset, intercept, dnsAddr string) (*gateway.AdminClient, string) {
 	t.Helper()
 	dir := t.TempDir()
 	if _, err := fabric.InitDir(dir, clusterset, 24*time.Hour, false); err != nil {
@@ -159,7 +180,7 @@ func startAdminGatewayWith(t *testing.T, clusterset, intercept string) (*gateway
 	}
 	sock := filepath.Join(dir, "a.sock")
 	g, err := gateway.New(gateway.Config{Cluster: "a", Identity: gateway.IdentityFiles{Dir: dir}, Listen: "127.0.0.1:0",
-		Admin: sock, State: filepath.Join(dir, "state.json"), Preconnect: -1, Intercept: intercept})
+		Admin: sock, State: filepath.Join(dir, "state.json"), Preconnect: -1, Intercept: intercept, DNS: dnsAddr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,4 +196,23 @@ func startAdminGatewayWith(t *testing.T, clusterset, intercept string) (*gateway
 			t.Fatalf("admin socket not answering after %v: %v", patience, err)
 		}
 	}
+}
+
+// lookupA asks the DNS server at addr for name's A record over UDP: the
+// address, or "" for an answer without one.
+func lookupA(t *testing.T, addr, name string) string {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeA)
+	c := &dns.Client{Timeout: patience}
+	r, _, err := c.Exchange(m, addr)
+	if err != nil {
+		t.Fatalf("dns %s: %v", name, err)
+	}
+	for _, rr := range r.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			return a.A.String()
+		}
+	}
+	return ""
 }

@@ -65,7 +65,9 @@ func (g *Gateway) reconcileUDP(set *catalog.Set) error {
 		ctx := g.ctx
 		g.spawn(func() { g.sweepUDP(ctx) })
 	}
-	changed, deleted, rev, reset := set.Changes(u.rev, catalog.KindServiceImport)
+	// Shared, not copied: only read here, and copying every changed import
+	// was most of this function's cost in a 20 000-import apply.
+	changed, deleted, rev, reset := set.ChangesShared(u.rev, catalog.KindServiceImport)
 	if u.rev == 0 {
 		reset = true
 	}
