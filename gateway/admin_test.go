@@ -2,11 +2,14 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -92,13 +95,15 @@ func TestAdminImportsIncremental(t *testing.T) {
 		modes = append(modes, gateway.InterceptSteer)
 	}
 	for _, mode := range modes {
-		t.Run(mode, func(t *testing.T) { testImportsIncremental(t, mode) })
+		for _, body := range []string{"binary", "json"} {
+			t.Run(mode+"/"+body, func(t *testing.T) { testImportsIncremental(t, mode, body == "json") })
+		}
 	}
 }
 
-func testImportsIncremental(t *testing.T, mode string) {
+func testImportsIncremental(t *testing.T, mode string, jsonBodies bool) {
 	dnsAddr := testenv.FreeAddr(t)
-	ad, _ := startAdminGatewayWith(t, "incr", mode, dnsAddr)
+	ad, sock := startAdminGatewayWith(t, "incr", mode, dnsAddr)
 	if st, err := ad.Status(); err != nil || st.Intercept != mode {
 		t.Fatalf("intercept %q, %v; want %s", st.Intercept, err, mode)
 	}
@@ -116,6 +121,11 @@ func testImportsIncremental(t *testing.T, mode string) {
 		apply := ad.ApplyResources
 		if del {
 			apply = ad.DeleteResources
+		}
+		if jsonBodies { // what an AdminClient sends a gateway without binary bodies
+			apply = func(rs []catalog.Resource) (gateway.ApplyResult, error) {
+				return postJSON(t, sock, del, rs)
+			}
 		}
 		res, err := apply(rs)
 		if err != nil || !strings.Contains(res.Warning, warn) || (warn == "") != (res.Warning == "") {
@@ -154,8 +164,12 @@ func testImportsIncremental(t *testing.T, mode string) {
 	step("off host", false, []catalog.Resource{imp("w", "192.0.2.1")}, "import ns/w", at("x", "127.77.0.3"))
 	step("unrelated apply", false, []catalog.Resource{imp("v", "127.77.0.4")}, "import ns/w", at("x", "127.77.0.3"), at("v", "127.77.0.4"))
 	step("fix w", false, []catalog.Resource{imp("w", "127.77.0.5")}, "", at("x", "127.77.0.3"), at("v", "127.77.0.4"), at("w", "127.77.0.5"))
-	if h, err := ad.Health(); err != nil || h.ImportCount != 3 || h.Imports != nil || h.Intercept != mode {
+	h, err := ad.Health()
+	if err != nil || h.ImportCount != 3 || h.Imports != nil || h.Intercept != mode {
 		t.Fatalf("health: %+v, %v; want 3 imports counted, not listed", h, err)
+	}
+	if !slices.Contains(h.Bodies, "binary") {
+		t.Fatalf("health: bodies %q, want binary listed (AdminClient sends it only then)", h.Bodies)
 	}
 }
 
@@ -215,4 +229,37 @@ func lookupA(t *testing.T, addr, name string) string {
 		}
 	}
 	return ""
+}
+
+// postJSON applies (or deletes) resources with a JSON array body.
+func postJSON(t *testing.T, sock string, del bool, rs []catalog.Resource) (gateway.ApplyResult, error) {
+	t.Helper()
+	var parts []string
+	for _, r := range rs {
+		b, err := catalog.EncodeJSON(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts = append(parts, string(b))
+	}
+	hc := http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	defer hc.CloseIdleConnections()
+	path := "/v1/apply"
+	if del {
+		path = "/v1/delete"
+	}
+	resp, err := hc.Post("http://gateway"+path, "application/json", strings.NewReader("["+strings.Join(parts, ",")+"]"))
+	if err != nil {
+		return gateway.ApplyResult{}, err
+	}
+	defer resp.Body.Close()
+	var res gateway.ApplyResult
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return res, fmt.Errorf("%s: %s", resp.Status, b)
+	}
+	return res, json.NewDecoder(resp.Body).Decode(&res)
 }
