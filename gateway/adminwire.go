@@ -14,17 +14,20 @@ import (
 // its gateway, thousands per call; decoding them from JSON was a third of
 // the gateway's apply CPU (encoding/json's reflection and its strict
 // second pass per resource), while this form is a few length-prefixed
-// copies. ServiceImports, the bulk, have a record of their own; any other
-// resource travels as its JSON inside the body. Decoded resources are
-// normalized and validated exactly as catalog.DecodeJSON's are.
+// copies. ServiceImports and ServiceExports, the bulk, have records of
+// their own; any other resource travels as its JSON inside the body.
+// Decoded resources are normalized and validated exactly as
+// catalog.DecodeJSON's are.
 //
 //	body:    magic "SR", version 1, uvarint count, count × record; nothing after
-//	record:  tag 1 (JSON: str, one resource as catalog.DecodeJSON reads it)
-//	         or tag 2 (import)
-//	import:  str namespace, str name, map labels, map annotations,
-//	         str type, list ips, uvarint ports, ports × port,
-//	         list spec.clusters, status (0 none, 1 then list clusters)
-//	port:    str name, str protocol, str appProtocol, varint port, str target
+//	record:  tag 1 (JSON: str, one resource as catalog.DecodeJSON reads it),
+//	         tag 2 (import) or tag 3 (export)
+//	import:  meta, str type, list ips, ports, list spec.clusters,
+//	         status (0 none, 1 then list clusters)
+//	export:  meta, str target, ports
+//	meta:    str namespace, str name, map labels, map annotations
+//	ports:   uvarint n, n × (str name, str protocol, str appProtocol,
+//	         varint port, str target)
 //	map:     uvarint n, n × (str key, str value), keys strictly increasing
 //	list:    uvarint n, n × str
 //	str:     uvarint length, bytes
@@ -37,6 +40,7 @@ const (
 	wireVersion = 1
 	recJSON     = 1
 	recImport   = 2
+	recExport   = 3
 )
 
 var wireMagic = [2]byte{'S', 'R'}
@@ -46,8 +50,17 @@ func appendResources(b []byte, rs []catalog.Resource) ([]byte, error) {
 	b = append(b, wireMagic[0], wireMagic[1], wireVersion)
 	b = binary.AppendUvarint(b, uint64(len(rs)))
 	for _, r := range rs {
-		imp, ok := r.(*catalog.ServiceImport)
-		if !ok {
+		var imp *catalog.ServiceImport
+		switch r := r.(type) {
+		case *catalog.ServiceImport:
+			imp = r
+		case *catalog.ServiceExport:
+			b = append(b, recExport)
+			b = appendWireMeta(b, &r.Metadata)
+			b = appendWireStr(b, r.Spec.Target)
+			b = appendWirePorts(b, r.Spec.Ports)
+			continue
+		default:
 			j, err := catalog.EncodeJSON(r)
 			if err != nil {
 				return nil, err
@@ -57,20 +70,10 @@ func appendResources(b []byte, rs []catalog.Resource) ([]byte, error) {
 			continue
 		}
 		b = append(b, recImport)
-		b = appendWireStr(b, imp.Metadata.Namespace)
-		b = appendWireStr(b, imp.Metadata.Name)
-		b = appendWireMap(b, imp.Metadata.Labels)
-		b = appendWireMap(b, imp.Metadata.Annotations)
+		b = appendWireMeta(b, &imp.Metadata)
 		b = appendWireStr(b, string(imp.Spec.Type))
 		b = appendWireList(b, len(imp.Spec.IPs), func(i int) string { return imp.Spec.IPs[i] })
-		b = binary.AppendUvarint(b, uint64(len(imp.Spec.Ports)))
-		for _, p := range imp.Spec.Ports {
-			b = appendWireStr(b, p.Name)
-			b = appendWireStr(b, string(p.Protocol))
-			b = appendWireStr(b, p.AppProtocol)
-			b = binary.AppendVarint(b, int64(p.Port))
-			b = appendWireStr(b, p.Target)
-		}
+		b = appendWirePorts(b, imp.Spec.Ports)
 		b = appendWireList(b, len(imp.Spec.Clusters), func(i int) string { return imp.Spec.Clusters[i].Cluster })
 		if imp.Status == nil {
 			b = append(b, 0)
@@ -80,6 +83,25 @@ func appendResources(b []byte, rs []catalog.Resource) ([]byte, error) {
 		}
 	}
 	return b, nil
+}
+
+func appendWireMeta(b []byte, m *catalog.ObjectMeta) []byte {
+	b = appendWireStr(b, m.Namespace)
+	b = appendWireStr(b, m.Name)
+	b = appendWireMap(b, m.Labels)
+	return appendWireMap(b, m.Annotations)
+}
+
+func appendWirePorts(b []byte, ps []catalog.ServicePort) []byte {
+	b = binary.AppendUvarint(b, uint64(len(ps)))
+	for _, p := range ps {
+		b = appendWireStr(b, p.Name)
+		b = appendWireStr(b, string(p.Protocol))
+		b = appendWireStr(b, p.AppProtocol)
+		b = binary.AppendVarint(b, int64(p.Port))
+		b = appendWireStr(b, p.Target)
+	}
+	return b
 }
 
 func appendWireStr(b []byte, s string) []byte {
@@ -135,18 +157,21 @@ func decodeResourcesBinary(body []byte) ([]catalog.Resource, error) {
 				return nil, fmt.Errorf("resource %d: %w", i, err)
 			}
 			r = res
-		case recImport:
-			imp := d.serviceImport()
+		case recImport, recExport:
+			if tag == recImport {
+				r = d.serviceImport()
+			} else {
+				r = d.serviceExport()
+			}
 			if d.err != nil {
 				break
 			}
-			if err := catalog.Check(imp); err != nil {
+			if err := catalog.Check(r); err != nil {
 				return nil, fmt.Errorf("resource %d: %w", i, err)
 			}
-			r = imp
 		default:
 			if d.err == nil {
-				d.err = fmt.Errorf("record tag %d is not 1 (JSON) or 2 (ServiceImport)", tag)
+				d.err = fmt.Errorf("record tag %d is not 1 (JSON), 2 (ServiceImport) or 3 (ServiceExport)", tag)
 			}
 		}
 		if d.err != nil {
@@ -265,18 +290,44 @@ func (d *wireDecoder) clusters(what string) []catalog.ClusterStatus {
 	return out
 }
 
+func (d *wireDecoder) meta(m *catalog.ObjectMeta) {
+	m.Namespace = d.str("metadata.namespace")
+	m.Name = d.str("metadata.name")
+	m.Labels = d.strMap("metadata.labels")
+	m.Annotations = d.strMap("metadata.annotations")
+}
+
+func (d *wireDecoder) serviceExport() *catalog.ServiceExport {
+	e := &catalog.ServiceExport{}
+	d.meta(&e.Metadata)
+	e.Spec.Target = d.str("spec.target")
+	e.Spec.Ports = d.ports()
+	return e
+}
+
 func (d *wireDecoder) serviceImport() *catalog.ServiceImport {
 	imp := &catalog.ServiceImport{}
-	imp.Metadata.Namespace = d.str("metadata.namespace")
-	imp.Metadata.Name = d.str("metadata.name")
-	imp.Metadata.Labels = d.strMap("metadata.labels")
-	imp.Metadata.Annotations = d.strMap("metadata.annotations")
+	d.meta(&imp.Metadata)
 	imp.Spec.Type = catalog.ServiceImportType(d.str("spec.type"))
 	imp.Spec.IPs = d.list("spec.ips")
+	imp.Spec.Ports = d.ports()
+	imp.Spec.Clusters = d.clusters("spec.clusters")
+	switch d.u8("status") {
+	case 0:
+	case 1:
+		imp.Status = &catalog.ServiceImportStatus{Clusters: d.clusters("status.clusters")}
+	default:
+		d.fail("status", "marker is not 0 (none) or 1")
+	}
+	return imp
+}
+
+func (d *wireDecoder) ports() []catalog.ServicePort {
+	var ps []catalog.ServicePort
 	if n := d.count("spec.ports"); n > 0 {
-		imp.Spec.Ports = make([]catalog.ServicePort, n)
-		for i := range imp.Spec.Ports {
-			p := &imp.Spec.Ports[i]
+		ps = make([]catalog.ServicePort, n)
+		for i := range ps {
+			p := &ps[i]
 			p.Name = d.str("spec.ports name")
 			p.Protocol = catalog.Protocol(d.str("spec.ports protocol"))
 			p.AppProtocol = d.str("spec.ports appProtocol")
@@ -292,13 +343,5 @@ func (d *wireDecoder) serviceImport() *catalog.ServiceImport {
 			p.Target = d.str("spec.ports target")
 		}
 	}
-	imp.Spec.Clusters = d.clusters("spec.clusters")
-	switch d.u8("status") {
-	case 0:
-	case 1:
-		imp.Status = &catalog.ServiceImportStatus{Clusters: d.clusters("status.clusters")}
-	default:
-		d.fail("status", "marker is not 0 (none) or 1")
-	}
-	return imp
+	return ps
 }

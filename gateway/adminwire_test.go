@@ -26,6 +26,8 @@ func wireSamples() []catalog.Resource {
 		&catalog.ServiceImport{Metadata: catalog.ObjectMeta{Name: "hl", Namespace: "n"}, Spec: catalog.ServiceImportSpec{Type: catalog.Headless}, Status: &catalog.ServiceImportStatus{}},
 		&catalog.Peer{Metadata: catalog.ObjectMeta{Name: "c1"}, Spec: catalog.PeerSpec{Gateways: []string{"10.0.0.1:4443"}}},
 		&catalog.ServiceExport{Metadata: catalog.ObjectMeta{Name: "a", Namespace: "n"}, Spec: catalog.ServiceExportSpec{Target: "127.0.0.1:9"}},
+		&catalog.ServiceExport{Metadata: catalog.ObjectMeta{Name: "b", Labels: map[string]string{"tier": "db"}},
+			Spec: catalog.ServiceExportSpec{Ports: []catalog.ServicePort{{Name: "pg", Port: 5432, Target: "127.0.0.1:5432"}, {Name: "m", Protocol: catalog.UDP, Port: 9, Target: "127.0.0.1:9"}}}},
 	}
 }
 
@@ -88,6 +90,10 @@ func TestAdminWireRejects(t *testing.T) {
 		{"truncated", good[:len(good)-3], "resource 0"},
 		{"trailing", append(append([]byte{}, good...), 0), "1 bytes after"},
 		{"tag", []byte{'S', 'R', 1, 1, 7}, "record tag 7"},
+		{"invalid export", func() []byte {
+			b, _ := appendResources(nil, []catalog.Resource{&catalog.ServiceExport{Metadata: catalog.ObjectMeta{Name: "e", Namespace: "n"}, Spec: catalog.ServiceExportSpec{Target: "nohostport"}}})
+			return b
+		}(), "spec.target"},
 		{"invalid import", invalid, "metadata.name"},
 		{"bad json record", append([]byte{'S', 'R', 1, 1, recJSON, 2}, "{}"...), "resource 0"},
 		{"unordered labels", func() []byte {
