@@ -485,7 +485,11 @@ func (c *AdminClient) sendResources(path string, rs []catalog.Resource) (ApplyRe
 		if err != nil {
 			return r, err
 		}
-		return r, c.doCtx(context.Background(), "POST", path, bytes.NewReader(b), &r, ContentTypeResources)
+		err = c.doCtx(context.Background(), "POST", path, bytes.NewReader(b), &r, ContentTypeResources)
+		if err != nil {
+			c.binary.Store(0) // ask again next time: the gateway may have been replaced by an older one
+		}
+		return r, err
 	}
 	body, err := encodeResources(rs)
 	if err != nil {

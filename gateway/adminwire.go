@@ -142,8 +142,8 @@ func decodeResourcesBinary(body []byte) ([]catalog.Resource, error) {
 		return nil, fmt.Errorf("decode resources: binary body version %d, this gateway reads %d", body[2], wireVersion)
 	}
 	d.b = body[3:]
-	n := d.count("resources")
-	out := make([]catalog.Resource, 0, n)
+	n := d.count("resources", 2) // a tag and at least one byte
+	out := make([]catalog.Resource, 0, min(n, 4096))
 	for i := 0; i < n && d.err == nil; i++ {
 		var r catalog.Resource
 		switch tag := d.u8("record tag"); tag {
@@ -227,19 +227,20 @@ func (d *wireDecoder) uvarint(what string) uint64 {
 	return v
 }
 
-// count reads a count of items of at least one byte each: never more than
-// the bytes left, so a forged count cannot make the decoder allocate.
-func (d *wireDecoder) count(what string) int {
+// count reads a count of items of at least size bytes each: never more
+// than the bytes left hold, so a forged count cannot make the decoder
+// allocate beyond a small multiple of the body.
+func (d *wireDecoder) count(what string, size int) int {
 	v := d.uvarint(what)
-	if d.err == nil && v > uint64(len(d.b)) {
-		d.fail(what, "count %d exceeds the %d bytes left", v, len(d.b))
+	if d.err == nil && v > uint64(len(d.b)/size) {
+		d.fail(what, "count %d exceeds what the %d bytes left can hold", v, len(d.b))
 		return 0
 	}
 	return int(v)
 }
 
 func (d *wireDecoder) str(what string) string {
-	n := d.count(what)
+	n := d.count(what, 1)
 	if d.err != nil {
 		return ""
 	}
@@ -249,7 +250,7 @@ func (d *wireDecoder) str(what string) string {
 }
 
 func (d *wireDecoder) list(what string) []string {
-	n := d.count(what)
+	n := d.count(what, 1)
 	if n == 0 {
 		return nil
 	}
@@ -261,7 +262,7 @@ func (d *wireDecoder) list(what string) []string {
 }
 
 func (d *wireDecoder) strMap(what string) map[string]string {
-	n := d.count(what)
+	n := d.count(what, 2)
 	if n == 0 {
 		return nil
 	}
@@ -324,7 +325,7 @@ func (d *wireDecoder) serviceImport() *catalog.ServiceImport {
 
 func (d *wireDecoder) ports() []catalog.ServicePort {
 	var ps []catalog.ServicePort
-	if n := d.count("spec.ports"); n > 0 {
+	if n := d.count("spec.ports", 5); n > 0 { // four strings and a varint
 		ps = make([]catalog.ServicePort, n)
 		for i := range ps {
 			p := &ps[i]

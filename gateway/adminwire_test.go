@@ -89,7 +89,7 @@ func TestAdminWireRejects(t *testing.T) {
 		{"forged count", forged, "exceeds"},
 		{"truncated", good[:len(good)-3], "resource 0"},
 		{"trailing", append(append([]byte{}, good...), 0), "1 bytes after"},
-		{"tag", []byte{'S', 'R', 1, 1, 7}, "record tag 7"},
+		{"tag", []byte{'S', 'R', 1, 1, 7, 0}, "record tag 7"},
 		{"invalid export", func() []byte {
 			b, _ := appendResources(nil, []catalog.Resource{&catalog.ServiceExport{Metadata: catalog.ObjectMeta{Name: "e", Namespace: "n"}, Spec: catalog.ServiceExportSpec{Target: "nohostport"}}})
 			return b
