@@ -374,15 +374,15 @@ func (g *Gateway) reconcileAll(set *catalog.Set) error {
 func (g *Gateway) reconcileChanges(set *catalog.Set, changed []catalog.Resource, deleted []catalog.Key) (err error, ok bool) {
 	rec := &g.rec
 	var policies, exports, peers bool
-	var exportChanges []catalog.Key
-	imports := map[catalog.Key]*catalog.ServiceImport{} // nil: deleted
+	exportChanges := map[nsName]*catalog.ServiceExport{} // nil: deleted
+	imports := map[catalog.Key]*catalog.ServiceImport{}  // nil: deleted
 	for _, k := range deleted {
 		switch k.Kind {
 		case catalog.KindAccessPolicy:
 			policies = true
 		case catalog.KindServiceExport:
 			exports = true
-			exportChanges = append(exportChanges, k)
+			exportChanges[nsName{k.Namespace, k.Name}] = nil
 		case catalog.KindPeer:
 			peers = true
 		case catalog.KindServiceImport:
@@ -395,7 +395,7 @@ func (g *Gateway) reconcileChanges(set *catalog.Set, changed []catalog.Resource,
 			policies = true
 		case *catalog.ServiceExport:
 			exports = true
-			exportChanges = append(exportChanges, r.Key())
+			exportChanges[nsName{r.Metadata.Namespace, r.Metadata.Name}] = r
 		case *catalog.Peer:
 			peers = true
 		case *catalog.ServiceImport:
@@ -548,10 +548,12 @@ func importOf(imp *catalog.ServiceImport) (*importRoute, []string, dns.ImportKey
 }
 
 // setRoutes stores new routes: with all, from the whole set; otherwise
-// the current exports with those of changedExports re-read, and the
-// policies recompiled if they changed. Warm target connections follow the
+// the current exports with changedExports put (nil: removed), and the
+// policies recompiled if they changed. changedExports are the store's
+// own (Set.ChangesShared): routes only read them, and copying each again
+// (Set.Get) was most of this function's cost. Warm target connections follow the
 // exports.
-func (g *Gateway) setRoutes(set *catalog.Set, changedExports []catalog.Key, policies, all bool) {
+func (g *Gateway) setRoutes(set *catalog.Set, changedExports map[nsName]*catalog.ServiceExport, policies, all bool) {
 	old := g.routes.Load()
 	rt := &routes{exports: map[nsName]*catalog.ServiceExport{}}
 	if old != nil {
@@ -571,11 +573,11 @@ func (g *Gateway) setRoutes(set *catalog.Set, changedExports []catalog.Key, poli
 		}
 	} else {
 		maps.Copy(rt.exports, old.exports)
-		for _, k := range changedExports {
-			if r, ok := set.Get(k); ok {
-				rt.exports[nsName{k.Namespace, k.Name}] = r.(*catalog.ServiceExport)
+		for k, e := range changedExports {
+			if e != nil {
+				rt.exports[k] = e
 			} else {
-				delete(rt.exports, nsName{k.Namespace, k.Name})
+				delete(rt.exports, k)
 			}
 		}
 	}
