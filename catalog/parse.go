@@ -380,6 +380,17 @@ func DecodeJSON(data []byte) (Resource, error) {
 	return res, nil
 }
 
+// Check fills in r's defaults as DecodeJSON does and validates it: for
+// decoders of other encodings (the gateway's binary admin wire), whose
+// resources must end up exactly as DecodeJSON's would.
+func Check(r Resource) error {
+	normalize(r)
+	if err := r.Validate(); err != nil {
+		return fmt.Errorf("%s: %w", r.Key(), err)
+	}
+	return nil
+}
+
 // Clone returns a deep copy of r.
 func Clone(r Resource) Resource {
 	data, err := json.Marshal(r)

@@ -3,11 +3,10 @@ package dns
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 )
 
 // Imports is what the server asks about every query below
@@ -195,18 +194,21 @@ type ImportKey struct {
 	Namespace, Name string
 }
 
-// Static is an [Imports] held in memory: a map swapped atomically, so
-// look-ups never block on updates. It also implements [NamespaceLister]
-// and [AddrLookup]. The zero value is empty and ready to use.
+// Static is an [Imports] held in memory. It also implements
+// [NamespaceLister] and [AddrLookup]. The zero value is empty and ready to
+// use.
+//
+// Changes are made in place under a write lock, so a change costs what it
+// changes: a gateway of a large clusterset holds tens of thousands of
+// imports and receives them in many batches, and copying the whole table
+// on each (as a copy-on-write table did) made every batch cost the size of
+// the clusterset. Look-ups take the read lock for one map read; a writer
+// holds the lock for its batch only, after validating and copying it.
 type Static struct {
-	mu sync.Mutex // serializes writers
-	m  atomic.Pointer[staticTable]
-}
-
-type staticTable struct {
+	mu         sync.RWMutex
 	imports    map[ImportKey]Import
-	namespaces map[string]bool
-	addrs      map[netip.Addr]AddrOwner
+	namespaces map[string]int             // imports per namespace
+	addrs      map[netip.Addr][]AddrOwner // claimants, ownerLess first; usually one
 }
 
 var (
@@ -217,29 +219,45 @@ var (
 
 // LookupImport implements [Imports].
 func (s *Static) LookupImport(namespace, name string) (Import, bool) {
-	t := s.m.Load()
-	if t == nil {
+	if s == nil {
 		return Import{}, false
 	}
-	imp, ok := t.imports[ImportKey{namespace, name}]
+	s.mu.RLock()
+	imp, ok := s.imports[ImportKey{namespace, name}]
+	s.mu.RUnlock()
 	return imp, ok
 }
 
 // HasNamespace implements [NamespaceLister].
 func (s *Static) HasNamespace(namespace string) bool {
-	t := s.m.Load()
-	return t != nil && t.namespaces[namespace]
+	if s == nil {
+		return false
+	}
+	s.mu.RLock()
+	ok := s.namespaces[namespace] > 0
+	s.mu.RUnlock()
+	return ok
 }
 
 // LookupAddr implements [AddrLookup]. An address claimed by several imports
 // belongs to the first in (namespace, name, cluster, hostname) order.
 func (s *Static) LookupAddr(addr netip.Addr) (AddrOwner, bool) {
-	t := s.m.Load()
-	if t == nil {
+	if s == nil {
 		return AddrOwner{}, false
 	}
-	o, ok := t.addrs[addr.Unmap()]
-	return o, ok
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if cs := s.addrs[addr.Unmap()]; len(cs) > 0 {
+		return cs[0], true
+	}
+	return AddrOwner{}, false
+}
+
+// Len returns the number of imports.
+func (s *Static) Len() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.imports)
 }
 
 // Set replaces all imports. Keys are lowercased. Nothing changes if any
@@ -253,63 +271,119 @@ func (s *Static) Set(imports map[ImportKey]Import) error {
 		}
 		m[k] = imp
 	}
+	var t Static
+	t.init(len(m))
+	for k, imp := range m {
+		t.putLocked(k, imp)
+	}
 	s.mu.Lock()
-	s.m.Store(index(m))
+	s.imports, s.namespaces, s.addrs = t.imports, t.namespaces, t.addrs
 	s.mu.Unlock()
+	return nil
+}
+
+// Update adds or replaces the imports of put and removes those of del
+// (missing ones are no error), in one step: nothing changes if any import
+// of put is invalid. Keys are lowercased; a key in both ends up put. It
+// costs what it changes, not the size of the table.
+func (s *Static) Update(put map[ImportKey]Import, del []ImportKey) error {
+	type kv struct {
+		k   ImportKey
+		imp Import
+	}
+	ps := make([]kv, 0, len(put))
+	for k, imp := range put {
+		k, imp, err := prepare(k, imp)
+		if err != nil {
+			return err
+		}
+		ps = append(ps, kv{k, imp})
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.imports == nil {
+		s.init(len(ps))
+	}
+	for _, k := range del {
+		s.deleteLocked(ImportKey{strings.ToLower(k.Namespace), strings.ToLower(k.Name)})
+	}
+	for _, p := range ps {
+		s.putLocked(p.k, p.imp)
+	}
 	return nil
 }
 
 // Put adds or replaces one import; namespace and name are lowercased.
 func (s *Static) Put(namespace, name string, imp Import) error {
-	k, imp, err := prepare(ImportKey{namespace, name}, imp)
-	if err != nil {
-		return err
-	}
-	s.update(func(m map[ImportKey]Import) { m[k] = imp })
-	return nil
+	return s.Update(map[ImportKey]Import{{namespace, name}: imp}, nil)
 }
 
 // Delete removes one import; deleting a missing one is not an error.
 func (s *Static) Delete(namespace, name string) {
-	k := ImportKey{strings.ToLower(namespace), strings.ToLower(name)}
-	s.update(func(m map[ImportKey]Import) { delete(m, k) })
+	_ = s.Update(nil, []ImportKey{{namespace, name}})
 }
 
-// update applies f to a copy of the imports and publishes it with fresh
-// indexes: copy-on-write, O(imports + addresses) per change, which is fine
-// at catalog-update rates and keeps look-ups lock-free.
-func (s *Static) update(f func(map[ImportKey]Import)) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	m := map[ImportKey]Import{}
-	if old := s.m.Load(); old != nil {
-		m = maps.Clone(old.imports)
-	}
-	f(m)
-	s.m.Store(index(m))
+func (s *Static) init(n int) {
+	s.imports = make(map[ImportKey]Import, n)
+	s.namespaces = map[string]int{}
+	s.addrs = make(map[netip.Addr][]AddrOwner, n)
 }
 
-func index(m map[ImportKey]Import) *staticTable {
-	t := &staticTable{imports: m, namespaces: map[string]bool{}, addrs: map[netip.Addr]AddrOwner{}}
-	claim := func(a netip.Addr, o AddrOwner) {
-		a = a.Unmap()
-		if old, ok := t.addrs[a]; !ok || ownerLess(o, old) {
-			t.addrs[a] = o
+// putLocked stores a prepared import; s.mu is held (or s is private).
+func (s *Static) putLocked(k ImportKey, imp Import) {
+	s.deleteLocked(k)
+	s.imports[k] = imp
+	s.namespaces[k.Namespace]++
+	s.claims(k, imp, s.claim)
+}
+
+func (s *Static) deleteLocked(k ImportKey) {
+	old, ok := s.imports[k]
+	if !ok {
+		return
+	}
+	delete(s.imports, k)
+	if s.namespaces[k.Namespace]--; s.namespaces[k.Namespace] <= 0 {
+		delete(s.namespaces, k.Namespace)
+	}
+	s.claims(k, old, s.unclaim)
+}
+
+// claims calls f with every address an import claims and its owner as
+// PTR answers name it.
+func (s *Static) claims(k ImportKey, imp Import, f func(netip.Addr, AddrOwner)) {
+	for _, ip := range imp.IPs {
+		f(ip.Unmap(), AddrOwner{Namespace: k.Namespace, Name: k.Name})
+	}
+	for _, ep := range imp.Endpoints {
+		o := AddrOwner{Namespace: k.Namespace, Name: k.Name, Cluster: ep.Cluster, Hostname: hostname(ep)}
+		for _, a := range ep.Addrs {
+			f(a.Unmap(), o)
 		}
 	}
-	for k, imp := range m {
-		t.namespaces[k.Namespace] = true
-		for _, ip := range imp.IPs {
-			claim(ip, AddrOwner{Namespace: k.Namespace, Name: k.Name})
-		}
-		for _, ep := range imp.Endpoints {
-			o := AddrOwner{Namespace: k.Namespace, Name: k.Name, Cluster: ep.Cluster, Hostname: hostname(ep)}
-			for _, a := range ep.Addrs {
-				claim(a, o)
-			}
-		}
+}
+
+// claim adds a claimant in order; an import claiming one address twice
+// is there twice, and unclaimed as often.
+func (s *Static) claim(a netip.Addr, o AddrOwner) {
+	cs := s.addrs[a]
+	i := 0
+	for i < len(cs) && !ownerLess(o, cs[i]) {
+		i++
 	}
-	return t
+	s.addrs[a] = slices.Insert(cs, i, o)
+}
+
+func (s *Static) unclaim(a netip.Addr, o AddrOwner) {
+	cs := s.addrs[a]
+	if i := slices.Index(cs, o); i >= 0 {
+		cs = slices.Delete(cs, i, i+1)
+	}
+	if len(cs) == 0 {
+		delete(s.addrs, a)
+		return
+	}
+	s.addrs[a] = cs
 }
 
 func ownerLess(a, b AddrOwner) bool {

@@ -143,3 +143,63 @@ func TestStaticConcurrent(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// TestStaticUpdate checks that batches applied in place answer as the same
+// imports set at once would: the in-place claim bookkeeping (addresses
+// moving, shared, released) must not drift from a fresh table.
+func TestStaticUpdate(t *testing.T) {
+	var inc Static
+	want := map[ImportKey]Import{}
+	vip := func(i int) Import {
+		return Import{Type: ClusterSetIP, IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 0, byte(i / 256), byte(i)})}}
+	}
+	steps := []struct {
+		put map[ImportKey]Import
+		del []ImportKey
+	}{
+		{put: map[ImportKey]Import{{"a", "x"}: vip(1), {"a", "y"}: vip(2), {"b", "z"}: vip(1)}},
+		{put: map[ImportKey]Import{{"a", "x"}: vip(3)}},  // x moves: 10.0.0.1 is z's alone
+		{del: []ImportKey{{"B", "Z"}, {"c", "missing"}}}, // case-folded, missing is fine
+		{put: map[ImportKey]Import{{"c", "h"}: {Type: Headless, Endpoints: []Endpoint{{Cluster: "c1", Addrs: mustAddrs("10.0.0.2", "10.0.0.2")}}}}},
+		{put: map[ImportKey]Import{{"a", "y"}: vip(4)}, del: []ImportKey{{"a", "y"}}}, // put wins
+		{del: []ImportKey{{"c", "h"}, {"a", "x"}}},
+	}
+	for i, st := range steps {
+		if err := inc.Update(st.put, st.del); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		for _, k := range st.del {
+			delete(want, ImportKey{strings.ToLower(k.Namespace), strings.ToLower(k.Name)})
+		}
+		for k, imp := range st.put {
+			want[k] = imp
+		}
+		var full Static
+		if err := full.Set(want); err != nil {
+			t.Fatal(err)
+		}
+		if inc.Len() != full.Len() {
+			t.Fatalf("step %d: %d imports, want %d", i, inc.Len(), full.Len())
+		}
+		for _, ns := range []string{"a", "b", "c"} {
+			if inc.HasNamespace(ns) != full.HasNamespace(ns) {
+				t.Errorf("step %d: HasNamespace(%s) = %v, want %v", i, ns, inc.HasNamespace(ns), full.HasNamespace(ns))
+			}
+		}
+		for j := range 5 {
+			a := netip.AddrFrom4([4]byte{10, 0, 0, byte(j)})
+			got, gok := inc.LookupAddr(a)
+			w, wok := full.LookupAddr(a)
+			if got != w || gok != wok {
+				t.Errorf("step %d: LookupAddr(%s) = %+v %v, want %+v %v", i, a, got, gok, w, wok)
+			}
+		}
+	}
+	// All or nothing: an invalid import in the batch changes nothing.
+	if err := inc.Update(map[ImportKey]Import{{"d", "ok"}: vip(9), {"d", "bad"}: {}}, []ImportKey{{"a", "y"}}); err == nil || !strings.Contains(err.Error(), "d/bad: type") {
+		t.Fatalf("Update with an invalid import: %v", err)
+	}
+	if _, ok := inc.LookupImport("a", "y"); !ok || inc.HasNamespace("d") {
+		t.Fatal("failed Update changed the table")
+	}
+}

@@ -11,9 +11,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/strait-net/strait/catalog"
@@ -25,8 +27,10 @@ import (
 //
 //	POST   /v1/apply      body: YAML resources   → ApplyResult (or, with Content-Type
 //	                                               application/json, a JSON array of
-//	                                               resources: cheaper to parse)
-//	POST   /v1/delete     body: YAML resources   → ApplyResult (deletes by kind, namespace, name)
+//	                                               resources: cheaper to parse; or with
+//	                                               ContentTypeResources the binary form
+//	                                               of adminwire.go: cheaper still)
+//	POST   /v1/delete     body: as /v1/apply     → ApplyResult (deletes by kind, namespace, name)
 //	GET    /v1/resources[?kind=K]                → YAML resources
 //	GET    /v1/resources?format=json[&kind=K]    → JSON array of resources (cheap for
 //	                                               agents polling thousands of exports)
@@ -86,6 +90,10 @@ type Status struct {
 	// DataPlanes is each peer's data-plane mode, where the configuration
 	// or the peer named one (docs/packet.md, "The gateway").
 	DataPlanes []PeerDataPlane `json:"dataPlanes,omitempty"`
+	// Bodies lists the apply bodies the admin API reads besides YAML and
+	// JSON ("binary": ContentTypeResources); a client asks before using
+	// one, so a newer agent keeps working with an older gateway.
+	Bodies []string `json:"bodies,omitempty"`
 }
 
 // PeerStatus describes the sessions to one peer cluster.
@@ -150,10 +158,19 @@ func (g *Gateway) handleChange(del bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var rs []catalog.Resource
 		var err error
-		decoded := r.Header.Get("Content-Type") == "application/json"
-		if decoded {
+		ct := r.Header.Get("Content-Type")
+		decoded := ct == "application/json" || ct == ContentTypeResources
+		switch ct {
+		case ContentTypeResources:
+			var body []byte
+			if body, err = io.ReadAll(io.LimitReader(r.Body, maxAdminBody+1)); err == nil && len(body) > maxAdminBody {
+				err = fmt.Errorf("decode resources: body larger than %d bytes (apply in smaller calls)", maxAdminBody)
+			} else if err == nil {
+				rs, err = decodeResourcesBinary(body)
+			}
+		case "application/json":
 			rs, err = decodeResources(io.LimitReader(r.Body, maxAdminBody))
-		} else {
+		default:
 			rs, err = catalog.Parse(io.LimitReader(r.Body, maxAdminBody))
 		}
 		if err != nil {
@@ -168,7 +185,7 @@ func (g *Gateway) handleChange(del bool) http.HandlerFunc {
 			}
 			n, err = g.store.Delete(keys...)
 		} else if decoded {
-			n, err = g.store.ApplyDecoded(rs...) // DecodeJSON validated them, and they are ours
+			n, err = g.store.ApplyDecoded(rs...) // decoded and validated as DecodeJSON does, and ours
 		} else {
 			n, err = g.store.Apply(rs...)
 		}
@@ -282,7 +299,7 @@ func (g *Gateway) handleWatch(w http.ResponseWriter, r *http.Request) {
 // left out (tens of thousands of lines an agent's health check has no use
 // for) and only counted.
 func (g *Gateway) status(lists bool) Status {
-	st := Status{Cluster: g.cfg.Cluster, Revision: g.store.Set().Revision(), Peers: g.peerStatus(), DataPlanes: g.packet.status()}
+	st := Status{Cluster: g.cfg.Cluster, Revision: g.store.Set().Revision(), Peers: g.peerStatus(), DataPlanes: g.packet.status(), Bodies: []string{bodyBinary}}
 	if g.wan != nil {
 		st.WAN = g.wan.Addr().String()
 	}
@@ -341,6 +358,39 @@ func writeError(w http.ResponseWriter, code int, err error) {
 type AdminClient struct {
 	Socket string
 	http   http.Client
+
+	// binary is whether the gateway reads ContentTypeResources bodies:
+	// 0 not asked yet, 1 yes, 2 no (asked again after a while: the
+	// gateway may have been upgraded).
+	binary  atomic.Int32
+	askedAt atomic.Int64 // unix nanoseconds of the last no
+}
+
+// bodyBinary is Status.Bodies' name for ContentTypeResources.
+const bodyBinary = "binary"
+
+// binaryBodies reports whether the gateway reads binary apply bodies,
+// asking it once (and again a minute after a no).
+func (c *AdminClient) binaryBodies() bool {
+	switch c.binary.Load() {
+	case 1:
+		return true
+	case 2:
+		if time.Since(time.Unix(0, c.askedAt.Load())) < time.Minute {
+			return false
+		}
+	}
+	st, err := c.Health()
+	if err != nil {
+		return false // the apply that follows will say why
+	}
+	if slices.Contains(st.Bodies, bodyBinary) {
+		c.binary.Store(1)
+		return true
+	}
+	c.askedAt.Store(time.Now().UnixNano())
+	c.binary.Store(2)
+	return false
 }
 
 // NewAdminClient returns a client for the socket at path ("" means the
@@ -418,25 +468,37 @@ func (c *AdminClient) Apply(yaml []byte) (ApplyResult, error) {
 	return r, c.do("POST", "/v1/apply", bytes.NewReader(yaml), &r)
 }
 
-// ApplyResources sends resources to be created or replaced, encoded as
-// JSON (what programs applying thousands should use).
+// ApplyResources sends resources to be created or replaced, encoded in
+// the binary form when the gateway reads it and as JSON otherwise (what
+// programs applying thousands should use).
 func (c *AdminClient) ApplyResources(rs []catalog.Resource) (ApplyResult, error) {
-	body, err := encodeResources(rs)
-	if err != nil {
-		return ApplyResult{}, err
-	}
-	var r ApplyResult
-	return r, c.doCtx(context.Background(), "POST", "/v1/apply", body, &r, "application/json")
+	return c.sendResources("/v1/apply", rs)
 }
 
-// DeleteResources removes the resources named, sending them as JSON.
+// DeleteResources removes the resources named, sent as ApplyResources
+// sends them.
 func (c *AdminClient) DeleteResources(rs []catalog.Resource) (ApplyResult, error) {
+	return c.sendResources("/v1/delete", rs)
+}
+
+func (c *AdminClient) sendResources(path string, rs []catalog.Resource) (ApplyResult, error) {
+	var r ApplyResult
+	if c.binaryBodies() {
+		b, err := appendResources(nil, rs)
+		if err != nil {
+			return r, err
+		}
+		err = c.doCtx(context.Background(), "POST", path, bytes.NewReader(b), &r, ContentTypeResources)
+		if err != nil {
+			c.binary.Store(0) // ask again next time: the gateway may have been replaced by an older one
+		}
+		return r, err
+	}
 	body, err := encodeResources(rs)
 	if err != nil {
-		return ApplyResult{}, err
+		return r, err
 	}
-	var r ApplyResult
-	return r, c.doCtx(context.Background(), "POST", "/v1/delete", body, &r, "application/json")
+	return r, c.doCtx(context.Background(), "POST", path, body, &r, "application/json")
 }
 
 func encodeResources(rs []catalog.Resource) (io.Reader, error) {

@@ -2,16 +2,21 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/miekg/dns"
 
 	"github.com/strait-net/strait/catalog"
 	"github.com/strait-net/strait/fabric"
@@ -90,12 +95,15 @@ func TestAdminImportsIncremental(t *testing.T) {
 		modes = append(modes, gateway.InterceptSteer)
 	}
 	for _, mode := range modes {
-		t.Run(mode, func(t *testing.T) { testImportsIncremental(t, mode) })
+		for _, body := range []string{"binary", "json"} {
+			t.Run(mode+"/"+body, func(t *testing.T) { testImportsIncremental(t, mode, body == "json") })
+		}
 	}
 }
 
-func testImportsIncremental(t *testing.T, mode string) {
-	ad, _ := startAdminGatewayWith(t, "incr", mode)
+func testImportsIncremental(t *testing.T, mode string, jsonBodies bool) {
+	dnsAddr := testenv.FreeAddr(t)
+	ad, sock := startAdminGatewayWith(t, "incr", mode, dnsAddr)
 	if st, err := ad.Status(); err != nil || st.Intercept != mode {
 		t.Fatalf("intercept %q, %v; want %s", st.Intercept, err, mode)
 	}
@@ -106,12 +114,18 @@ func testImportsIncremental(t *testing.T, mode string) {
 			Spec: catalog.ServiceImportSpec{Type: catalog.ClusterSetIP, IPs: []string{ip}, Ports: []catalog.ServicePort{{Port: int32(port)}},
 				Clusters: []catalog.ClusterStatus{{Cluster: "b"}}}}
 	}
+	names := map[string]string{} // stored imports' addresses
 	at := func(name, ip string) string { return "ns/" + name + " " + net.JoinHostPort(ip, strconv.Itoa(port)) }
 	step := func(what string, del bool, rs []catalog.Resource, warn string, want ...string) {
 		t.Helper()
 		apply := ad.ApplyResources
 		if del {
 			apply = ad.DeleteResources
+		}
+		if jsonBodies { // what an AdminClient sends a gateway without binary bodies
+			apply = func(rs []catalog.Resource) (gateway.ApplyResult, error) {
+				return postJSON(t, sock, del, rs)
+			}
 		}
 		res, err := apply(rs)
 		if err != nil || !strings.Contains(res.Warning, warn) || (warn == "") != (res.Warning == "") {
@@ -125,6 +139,21 @@ func testImportsIncremental(t *testing.T, mode string) {
 		if strings.Join(st.Imports, ",") != strings.Join(want, ",") {
 			t.Fatalf("%s: imports %q, want %q", what, st.Imports, want)
 		}
+		// DNS follows the applies in place: every import stored answers
+		// with its address (also one sharing an address, or one whose
+		// address is not on this host: the name exists), and nothing else.
+		for _, r := range rs {
+			if imp := r.(*catalog.ServiceImport); del {
+				delete(names, imp.Metadata.Name)
+			} else {
+				names[imp.Metadata.Name] = imp.Spec.IPs[0]
+			}
+		}
+		for _, n := range []string{"v", "w", "x", "y", "z"} {
+			if got := lookupA(t, dnsAddr, n+".ns.svc.clusterset.local."); got != names[n] {
+				t.Fatalf("%s: %s resolves to %q, want %q", what, n, got, names[n])
+			}
+		}
 	}
 	step("apply x", false, []catalog.Resource{imp("x", "127.77.0.1")}, "", at("x", "127.77.0.1"))
 	step("apply y", false, []catalog.Resource{imp("y", "127.77.0.2")}, "", at("x", "127.77.0.1"), at("y", "127.77.0.2"))
@@ -135,8 +164,12 @@ func testImportsIncremental(t *testing.T, mode string) {
 	step("off host", false, []catalog.Resource{imp("w", "192.0.2.1")}, "import ns/w", at("x", "127.77.0.3"))
 	step("unrelated apply", false, []catalog.Resource{imp("v", "127.77.0.4")}, "import ns/w", at("x", "127.77.0.3"), at("v", "127.77.0.4"))
 	step("fix w", false, []catalog.Resource{imp("w", "127.77.0.5")}, "", at("x", "127.77.0.3"), at("v", "127.77.0.4"), at("w", "127.77.0.5"))
-	if h, err := ad.Health(); err != nil || h.ImportCount != 3 || h.Imports != nil || h.Intercept != mode {
+	h, err := ad.Health()
+	if err != nil || h.ImportCount != 3 || h.Imports != nil || h.Intercept != mode {
 		t.Fatalf("health: %+v, %v; want 3 imports counted, not listed", h, err)
+	}
+	if !slices.Contains(h.Bodies, "binary") {
+		t.Fatalf("health: bodies %q, want binary listed (AdminClient sends it only then)", h.Bodies)
 	}
 }
 
@@ -145,10 +178,12 @@ func testImportsIncremental(t *testing.T, mode string) {
 // admin socket answers, and the socket's path.
 func startAdminGateway(t *testing.T, clusterset string) (*gateway.AdminClient, string) {
 	t.Helper()
-	return startAdminGatewayWith(t, clusterset, gateway.InterceptListeners)
+	return startAdminGatewayWith(t, clusterset, gateway.InterceptListeners, "")
 }
 
-func startAdminGatewayWith(t *testing.T, clusterset, intercept string) (*gateway.AdminClient, string) {
+// startAdminGatewayWith is startAdminGateway with an intercept mode and
+// clusterset DNS served at dnsAddr ("" = none).
+func startAdminGatewayWith(t *testing.T, clusterset, intercept, dnsAddr string) (*gateway.AdminClient, string) {
 	t.Helper()
 	dir := t.TempDir()
 	if _, err := fabric.InitDir(dir, clusterset, 24*time.Hour, false); err != nil {
@@ -159,7 +194,7 @@ func startAdminGatewayWith(t *testing.T, clusterset, intercept string) (*gateway
 	}
 	sock := filepath.Join(dir, "a.sock")
 	g, err := gateway.New(gateway.Config{Cluster: "a", Identity: gateway.IdentityFiles{Dir: dir}, Listen: "127.0.0.1:0",
-		Admin: sock, State: filepath.Join(dir, "state.json"), Preconnect: -1, Intercept: intercept})
+		Admin: sock, State: filepath.Join(dir, "state.json"), Preconnect: -1, Intercept: intercept, DNS: dnsAddr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,4 +210,56 @@ func startAdminGatewayWith(t *testing.T, clusterset, intercept string) (*gateway
 			t.Fatalf("admin socket not answering after %v: %v", patience, err)
 		}
 	}
+}
+
+// lookupA asks the DNS server at addr for name's A record over UDP: the
+// address, or "" for an answer without one.
+func lookupA(t *testing.T, addr, name string) string {
+	t.Helper()
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeA)
+	c := &dns.Client{Timeout: patience}
+	r, _, err := c.Exchange(m, addr)
+	if err != nil {
+		t.Fatalf("dns %s: %v", name, err)
+	}
+	for _, rr := range r.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			return a.A.String()
+		}
+	}
+	return ""
+}
+
+// postJSON applies (or deletes) resources with a JSON array body.
+func postJSON(t *testing.T, sock string, del bool, rs []catalog.Resource) (gateway.ApplyResult, error) {
+	t.Helper()
+	var parts []string
+	for _, r := range rs {
+		b, err := catalog.EncodeJSON(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts = append(parts, string(b))
+	}
+	hc := http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}}}
+	defer hc.CloseIdleConnections()
+	path := "/v1/apply"
+	if del {
+		path = "/v1/delete"
+	}
+	resp, err := hc.Post("http://gateway"+path, "application/json", strings.NewReader("["+strings.Join(parts, ",")+"]"))
+	if err != nil {
+		return gateway.ApplyResult{}, err
+	}
+	defer resp.Body.Close()
+	var res gateway.ApplyResult
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return res, fmt.Errorf("%s: %s", resp.Status, b)
+	}
+	return res, json.NewDecoder(resp.Body).Decode(&res)
 }

@@ -136,11 +136,23 @@ func TestUDPImportLifecycle(t *testing.T) {
 	if !closed(t, first) {
 		t.Errorf("UDP port %s still open after the import moved", first)
 	}
-	if _, err := p.b.Delete([]byte("apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceImport\nmetadata: {name: uecho, namespace: default}\nspec: {ips: [127.0.0.1], ports: [{port: 1, protocol: UDP}]}\n")); err != nil {
+	// The import turned TCP-only: its UDP port closes.
+	_, tcpPort, _ := net.SplitHostPort(second)
+	if _, err := p.b.Apply([]byte("apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceImport\nmetadata: {name: uecho, namespace: default}\nspec: {ips: [127.0.0.1], ports: [{port: " + tcpPort + ", protocol: TCP}]}\n")); err != nil {
 		t.Fatal(err)
 	}
 	if !closed(t, second) {
-		t.Errorf("UDP port %s still open after the import was deleted", second)
+		t.Errorf("UDP port %s still open after the import lost its UDP port", second)
+	}
+	third := p.udpImport(t, echo) // UDP again
+	if err := roundTrip(third); err != nil {
+		t.Fatalf("import UDP again at %s: %v", third, err)
+	}
+	if _, err := p.b.Delete([]byte("apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceImport\nmetadata: {name: uecho, namespace: default}\nspec: {ips: [127.0.0.1], ports: [{port: 1, protocol: UDP}]}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if !closed(t, third) {
+		t.Errorf("UDP port %s still open after the import was deleted", third)
 	}
 }
 
