@@ -545,7 +545,7 @@ func (g *Gateway) updateNames(imports map[catalog.Key]*catalog.ServiceImport) {
 }
 
 // importOf is what an import makes the gateway do: its route, the
-// listener addresses (each once) and its clusterset name.
+// TCP listener addresses (each once) and its clusterset name.
 func importOf(imp *catalog.ServiceImport) (*importRoute, []string, dns.ImportKey, dns.Import) {
 	route := &importRoute{ns: imp.Metadata.Namespace, name: imp.Metadata.Name, clusters: imp.SourceClusters(), labels: imp.Metadata.Labels}
 	var ips []netip.Addr
@@ -557,6 +557,9 @@ func importOf(imp *catalog.ServiceImport) (*importRoute, []string, dns.ImportKey
 		}
 		ips = append(ips, ip)
 		for _, port := range imp.Spec.Ports {
+			if port.Protocol != catalog.TCP && port.Protocol != "" {
+				continue // UDP ports have their own sockets (udp_egress.go)
+			}
 			if a := net.JoinHostPort(ip.String(), strconv.Itoa(int(port.Port))); !slices.Contains(addrs, a) {
 				addrs = append(addrs, a)
 			}

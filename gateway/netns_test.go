@@ -229,7 +229,7 @@ func (g *gw) waitMetric(t *testing.T, name string, cond func(float64) bool, what
 }
 
 // waitLive waits until the gateway has a live session to peer and listens
-// on n imports.
+// on n import addresses (TCP and UDP).
 func (g *gw) waitLive(t *testing.T, peer string, imports int) {
 	t.Helper()
 	var last string
@@ -244,8 +244,8 @@ func (g *gw) waitLive(t *testing.T, peer string, imports int) {
 			last = err.Error()
 			continue
 		}
-		if len(st.Imports) < imports {
-			last = fmt.Sprintf("imports %v", st.Imports)
+		if len(st.Imports)+len(st.UDPImports) < imports {
+			last = fmt.Sprintf("imports %v, UDP %v", st.Imports, st.UDPImports)
 			continue
 		}
 		for _, p := range st.Peers {

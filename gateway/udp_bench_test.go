@@ -132,6 +132,12 @@ func TestUDPImportLifecycle(t *testing.T) {
 	if len(st.UDPImports) != 1 || !strings.HasPrefix(st.UDPImports[0], "default/uecho "+second+" flows ") {
 		t.Errorf("status lists %q, want only default/uecho at %s", st.UDPImports, second)
 	}
+	// A UDP-only port gets no TCP listener.
+	for _, s := range st.Imports {
+		if strings.HasPrefix(s, "default/uecho ") {
+			t.Errorf("UDP-only import served over TCP too: status lists %q", s)
+		}
+	}
 	// The old port is closed: a datagram to it is refused by the kernel.
 	if !closed(t, first) {
 		t.Errorf("UDP port %s still open after the import moved", first)
