@@ -166,13 +166,19 @@ struct nat_val {
 	__be32 taddr;
 	__be16 tport;
 	__be16 sport; // the SNAT port
-	__u64 seen;   // bpf_ktime_get_ns of the last packet from the client
+	__u64 seen;   // now() at the last packet from the client
+	// The FIB's answer for the target, looked up when the entry was made:
+	// established flows skip bpf_fib_lookup (and the route lookup
+	// bpf_redirect_neigh makes without a next hop). 0: the FIB had no
+	// complete answer, the kernel's forwarding takes each packet.
+	__u32 ifindex;
+	__be32 nh; // the next hop (the target itself on its own subnet)
 };
 
 struct rnat_val {
 	struct nat_key flow;
 	__u32 pad;
-	__u64 seen; // bpf_ktime_get_ns of the last packet from the target
+	__u64 seen; // now() at the last packet from the target
 };
 
 struct rnat_key {
@@ -308,6 +314,24 @@ static __always_inline struct config *get_config(void)
 {
 	__u32 zero = 0;
 	return bpf_map_lookup_elem(&config, &zero);
+}
+
+// now is the clock of NAT entries' idle times. The coarse clock (a tick's
+// resolution) is cheaper than bpf_ktime_get_ns and ample for idle times of
+// minutes.
+static __always_inline __u64 now(void)
+{
+	return bpf_ktime_get_coarse_ns();
+}
+
+// touch records a packet in an entry's seen time. It writes only when the
+// coarse clock has moved, at most once a tick: a write per packet would
+// dirty the entry's cache line for every CPU that reads it.
+static __always_inline void touch(__u64 *seen)
+{
+	__u64 t = now();
+	if (*seen != t)
+		*seen = t;
 }
 
 // ---- Maglev: the same arithmetic as package ring (hash.go, ring.go). ----
@@ -591,9 +615,27 @@ static __always_inline int to_tunnel(struct __sk_buff *skb, const __u32 l2, stru
 	return bpf_redirect(cfg->tun_ifindex, 0);
 }
 
-// to_local sends a translated packet toward daddr through the FIB; when the
-// FIB has no complete answer the kernel's own forwarding takes it.
-static __always_inline int to_local(struct __sk_buff *skb, __be32 saddr, __be32 daddr)
+// to_kernel leaves a translated packet to the kernel's own forwarding.
+static __always_inline int to_kernel(struct __sk_buff *skb)
+{
+	count(C_FIB_PASS);
+	// The inner frame's MAC was the sending node's next hop, not this
+	// device: as "other host" the kernel would drop it.
+	bpf_skb_change_type(skb, 0); // PACKET_HOST
+	return TC_ACT_OK;
+}
+
+// to_next_hop sends a packet out of ifindex to the next hop nh; the kernel
+// resolves nh's link-layer address (its neighbour table) after the program.
+static __always_inline int to_next_hop(__u32 ifindex, __be32 nh)
+{
+	struct bpf_redir_neigh n = {.nh_family = 2, .ipv4_nh = nh}; // AF_INET
+	return bpf_redirect_neigh(ifindex, &n, sizeof(n), 0);
+}
+
+// route asks the FIB for daddr's interface and next hop; 0 when it has no
+// complete answer.
+static __always_inline __u32 route(struct __sk_buff *skb, __be32 saddr, __be32 daddr, __be32 *nh)
 {
 	struct bpf_fib_lookup fib = {};
 	fib.family = 2; // AF_INET
@@ -601,14 +643,23 @@ static __always_inline int to_local(struct __sk_buff *skb, __be32 saddr, __be32 
 	fib.ipv4_dst = daddr;
 	fib.ifindex = skb->ingress_ifindex;
 	int rc = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) {
-		count(C_FIB_PASS);
-		// The inner frame's MAC was the sending node's next hop, not
-		// this device: as "other host" the kernel would drop it.
-		bpf_skb_change_type(skb, 0); // PACKET_HOST
-		return TC_ACT_OK;
-	}
-	return bpf_redirect_neigh(fib.ifindex, 0, 0, 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return 0;
+	// With SKIP_NEIGH, ipv4_dst holds the next hop: the gateway of the
+	// route, or daddr itself on a directly connected subnet.
+	*nh = fib.ipv4_dst;
+	return fib.ifindex;
+}
+
+// to_local sends a translated packet toward daddr through the FIB; when the
+// FIB has no complete answer the kernel's own forwarding takes it.
+static __always_inline int to_local(struct __sk_buff *skb, __be32 saddr, __be32 daddr)
+{
+	__be32 nh;
+	__u32 ifindex = route(skb, saddr, daddr, &nh);
+	if (!ifindex)
+		return to_kernel(skb);
+	return to_next_hop(ifindex, nh);
 }
 
 // pick_gateway returns the gateway for a new or pinned import flow, or 0.
@@ -691,6 +742,25 @@ static __always_inline int icmp_reply(struct __sk_buff *skb, const __u32 l2, str
 	return to_tunnel(skb, l2, cfg, ck.peer);
 }
 
+// nat_reply restores a target's reply to the SNAT address to clusterset
+// IP:port → client:port and sends it back to the importing gateway.
+static __always_inline int nat_reply(struct __sk_buff *skb, const __u32 l2, struct config *cfg, struct pkt *p)
+{
+	struct rnat_key rk = {.taddr = p->saddr, .tport = p->sport, .sport = p->dport, .proto = p->proto};
+	struct rnat_val *c = bpf_map_lookup_elem(&rnat, &rk);
+	if (!c)
+		return TC_ACT_OK;
+	touch(&c->seen);
+	struct nat_key ck = c->flow;
+	if (translate(skb, l2, p->proto, p->saddr, ck.vaddr, p->sport, ck.vport, p->daddr, ck.caddr, p->dport,
+		      ck.cport))
+		return TC_ACT_SHOT;
+	if (p->proto == IPPROTO_TCP)
+		clamp_mss(skb, cfg->mss, l2);
+	count(C_REPLY_TX_PACKETS);
+	return to_tunnel(skb, l2, cfg, ck.peer);
+}
+
 static __always_inline int lan(struct __sk_buff *skb, const __u32 l2)
 {
 	struct config *cfg = get_config();
@@ -716,6 +786,11 @@ static __always_inline int lan(struct __sk_buff *skb, const __u32 l2)
 		return TC_ACT_OK;
 	}
 
+	// The SNAT address is never a clusterset IP: a target's reply needs
+	// no lookup in imports.
+	if (p.daddr == cfg->snat_addr)
+		return nat_reply(skb, l2, cfg, &p);
+
 	struct svc_key ik = {.addr = p.daddr, .port = p.dport, .proto = p.proto};
 	struct import_val *imp = bpf_map_lookup_elem(&imports, &ik);
 	if (imp) {
@@ -730,21 +805,7 @@ static __always_inline int lan(struct __sk_buff *skb, const __u32 l2)
 		count(C_IMPORT_TX_PACKETS);
 		return to_tunnel(skb, l2, cfg, gw);
 	}
-
-	if (p.daddr != cfg->snat_addr)
-		return TC_ACT_OK;
-	struct rnat_key rk = {.taddr = p.saddr, .tport = p.sport, .sport = p.dport, .proto = p.proto};
-	struct rnat_val *c = bpf_map_lookup_elem(&rnat, &rk);
-	if (!c)
-		return TC_ACT_OK;
-	c->seen = bpf_ktime_get_ns();
-	struct nat_key ck = c->flow;
-	if (translate(skb, l2, p.proto, p.saddr, ck.vaddr, p.sport, ck.vport, p.daddr, ck.caddr, p.dport, ck.cport))
-		return TC_ACT_SHOT;
-	if (p.proto == IPPROTO_TCP)
-		clamp_mss(skb, cfg->mss, l2);
-	count(C_REPLY_TX_PACKETS);
-	return to_tunnel(skb, l2, cfg, ck.peer);
+	return TC_ACT_OK;
 }
 
 SEC("tc")
@@ -779,14 +840,14 @@ static __always_inline __be16 nat_port(struct config *cfg, struct nat_key *k, __
 // reclaim frees the SNAT port of rk if its flow has been idle in both
 // directions for cfg->idle_ns: LRU maps evict only when full, and a port
 // held by a finished flow would otherwise stay taken.
-static __always_inline int reclaim(struct config *cfg, struct rnat_key *rk, __u64 now)
+static __always_inline int reclaim(struct config *cfg, struct rnat_key *rk, __u64 t)
 {
 	struct rnat_val *old = bpf_map_lookup_elem(&rnat, rk);
-	if (!old || !cfg->idle_ns || now - old->seen < cfg->idle_ns)
+	if (!old || !cfg->idle_ns || t - old->seen < cfg->idle_ns)
 		return 0;
 	struct nat_key ok = old->flow;
 	struct nat_val *fwd = bpf_map_lookup_elem(&nat, &ok);
-	if (fwd && now - fwd->seen < cfg->idle_ns)
+	if (fwd && t - fwd->seen < cfg->idle_ns)
 		return 0;
 	bpf_map_delete_elem(&nat, &ok);
 	return 1;
@@ -804,7 +865,7 @@ static __always_inline int export_flow(struct __sk_buff *skb, const __u32 l2, st
 	struct nat_val nv;
 	struct nat_val *cur = bpf_map_lookup_elem(&nat, &nk);
 	if (cur) {
-		cur->seen = bpf_ktime_get_ns();
+		touch(&cur->seen);
 		nv = *cur;
 	} else {
 		if (!policy_allows(pv->cluster, ev->id, p->saddr)) {
@@ -814,9 +875,11 @@ static __always_inline int export_flow(struct __sk_buff *skb, const __u32 l2, st
 		nv.taddr = ev->addr;
 		nv.tport = ev->port;
 		int ok = 0;
-		__u64 now = bpf_ktime_get_ns();
-		nv.seen = now;
-		struct rnat_val rv = {.flow = nk, .seen = now};
+		__u64 t = now();
+		nv.seen = t;
+		nv.nh = 0;
+		nv.ifindex = route(skb, cfg->snat_addr, nv.taddr, &nv.nh);
+		struct rnat_val rv = {.flow = nk, .seen = t};
 		for (__u32 i = 0; i < NAT_TRIES; i++) {
 			nv.sport = nat_port(cfg, &nk, i);
 			struct rnat_key rk = {.taddr = nv.taddr, .tport = nv.tport, .sport = nv.sport, .proto = p->proto};
@@ -824,7 +887,7 @@ static __always_inline int export_flow(struct __sk_buff *skb, const __u32 l2, st
 				ok = 1;
 				break;
 			}
-			if (reclaim(cfg, &rk, now) && bpf_map_update_elem(&rnat, &rk, &rv, BPF_ANY) == 0) {
+			if (reclaim(cfg, &rk, t) && bpf_map_update_elem(&rnat, &rk, &rv, BPF_ANY) == 0) {
 				ok = 1;
 				break;
 			}
@@ -840,7 +903,9 @@ static __always_inline int export_flow(struct __sk_buff *skb, const __u32 l2, st
 		      nv.tport))
 		return TC_ACT_SHOT;
 	count(C_EXPORT_RX_PACKETS);
-	return to_local(skb, cfg->snat_addr, nv.taddr);
+	if (!nv.ifindex)
+		return to_kernel(skb);
+	return to_next_hop(nv.ifindex, nv.nh);
 }
 
 SEC("tc")
