@@ -3,8 +3,10 @@ package packet
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -283,6 +285,33 @@ func TestNamespaces(t *testing.T) {
 		if c.m[c.name] == 0 {
 			t.Errorf("counter %s is 0", c.name)
 		}
+	}
+
+	// Translated packets went by the programs' own routes (the ones cached
+	// in flow and NAT entries), none by the kernel's forwarding.
+	for _, m := range []map[string]uint64{ca1, cb1} {
+		if m["fib_pass"] != 0 {
+			t.Errorf("fib_pass = %d, want 0", m["fib_pass"])
+		}
+	}
+
+	// Every pinned flow holds the route its replies are delivered by: the
+	// LAN device and, the client being on its subnet, the client itself
+	// as the next hop (struct flow_val).
+	lanIf := nsRun(ga, "cat", "/sys/class/net/lan/ifindex")
+	var fk, fv []byte
+	it := da.coll.Maps["flows"].Iterate()
+	n := 0
+	for it.Next(&fk, &fv) {
+		n++
+		ifindex, nh := binary.NativeEndian.Uint32(fv[4:]), netip.AddrFrom4([4]byte(fv[8:12]))
+		if fmt.Sprint(ifindex) != strings.TrimSpace(lanIf) || nh != netip.MustParseAddr("10.1.0.2") {
+			t.Errorf("flow %x: route ifindex %d next hop %v, want %s and 10.1.0.2", fk, ifindex, nh, strings.TrimSpace(lanIf))
+		}
+	}
+	must(t, it.Err())
+	if n == 0 {
+		t.Error("no pinned flow after the traffic")
 	}
 
 	// Tunnel packets from an address that is no peer, and malformed ones

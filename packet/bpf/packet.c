@@ -121,6 +121,11 @@ struct flow_key {
 
 struct flow_val {
 	__be32 gw;
+	// The FIB's answer for the client, looked up when the flow was
+	// pinned: replies are delivered without bpf_fib_lookup. 0: none, the
+	// reply path looks the route up itself.
+	__u32 ifindex;
+	__be32 nh; // the next hop toward the client
 	__u32 pad;
 };
 
@@ -633,15 +638,16 @@ static __always_inline int to_next_hop(__u32 ifindex, __be32 nh)
 	return bpf_redirect_neigh(ifindex, &n, sizeof(n), 0);
 }
 
-// route asks the FIB for daddr's interface and next hop; 0 when it has no
-// complete answer.
-static __always_inline __u32 route(struct __sk_buff *skb, __be32 saddr, __be32 daddr, __be32 *nh)
+// route asks the FIB for daddr's interface and next hop, as for a packet
+// arriving on the tunnel device (the one device the gateway forwards from,
+// and the FIB answers only for such); 0 when it has no complete answer.
+static __always_inline __u32 route(struct __sk_buff *skb, struct config *cfg, __be32 saddr, __be32 daddr, __be32 *nh)
 {
 	struct bpf_fib_lookup fib = {};
 	fib.family = 2; // AF_INET
 	fib.ipv4_src = saddr;
 	fib.ipv4_dst = daddr;
-	fib.ifindex = skb->ingress_ifindex;
+	fib.ifindex = cfg->tun_ifindex;
 	int rc = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return 0;
@@ -653,17 +659,18 @@ static __always_inline __u32 route(struct __sk_buff *skb, __be32 saddr, __be32 d
 
 // to_local sends a translated packet toward daddr through the FIB; when the
 // FIB has no complete answer the kernel's own forwarding takes it.
-static __always_inline int to_local(struct __sk_buff *skb, __be32 saddr, __be32 daddr)
+static __always_inline int to_local(struct __sk_buff *skb, struct config *cfg, __be32 saddr, __be32 daddr)
 {
 	__be32 nh;
-	__u32 ifindex = route(skb, saddr, daddr, &nh);
+	__u32 ifindex = route(skb, cfg, saddr, daddr, &nh);
 	if (!ifindex)
 		return to_kernel(skb);
 	return to_next_hop(ifindex, nh);
 }
 
 // pick_gateway returns the gateway for a new or pinned import flow, or 0.
-static __always_inline __be32 pick_gateway(struct pkt *p, struct import_val *imp)
+static __always_inline __be32 pick_gateway(struct __sk_buff *skb, struct config *cfg, struct pkt *p,
+					    struct import_val *imp)
 {
 	struct flow_key fk = {
 		.saddr = p->saddr, .daddr = p->daddr, .sport = p->sport, .dport = p->dport, .proto = p->proto};
@@ -688,6 +695,7 @@ static __always_inline __be32 pick_gateway(struct pkt *p, struct import_val *imp
 	if (!gw || !*gw)
 		return 0;
 	struct flow_val nv = {.gw = *gw};
+	nv.ifindex = route(skb, cfg, p->daddr, p->saddr, &nv.nh);
 	bpf_map_update_elem(&flows, &fk, &nv, BPF_ANY);
 	count(repin ? C_IMPORT_REPINNED_FLOWS : C_IMPORT_FLOWS);
 	return nv.gw;
@@ -795,7 +803,7 @@ static __always_inline int lan(struct __sk_buff *skb, const __u32 l2)
 	struct import_val *imp = bpf_map_lookup_elem(&imports, &ik);
 	if (imp) {
 		struct import_val iv = *imp;
-		__be32 gw = pick_gateway(&p, &iv);
+		__be32 gw = pick_gateway(skb, cfg, &p, &iv);
 		if (!gw) {
 			count(C_IMPORT_NO_GATEWAY_DROPS);
 			return TC_ACT_SHOT;
@@ -878,7 +886,7 @@ static __always_inline int export_flow(struct __sk_buff *skb, const __u32 l2, st
 		__u64 t = now();
 		nv.seen = t;
 		nv.nh = 0;
-		nv.ifindex = route(skb, cfg->snat_addr, nv.taddr, &nv.nh);
+		nv.ifindex = route(skb, cfg, cfg->snat_addr, nv.taddr, &nv.nh);
 		struct rnat_val rv = {.flow = nk, .seen = t};
 		for (__u32 i = 0; i < NAT_TRIES; i++) {
 			nv.sport = nat_port(cfg, &nk, i);
@@ -942,10 +950,19 @@ int tun_ingress(struct __sk_buff *skb)
 				clamp_mss(skb, cfg->mss, l2);
 			return export_flow(skb, l2, cfg, &p, &e, &pvc, peer);
 		}
+		// A reply to a pinned import flow, from the gateway it is
+		// pinned to, goes by the route cached in the flow entry.
+		struct flow_key fk = {
+			.saddr = p.daddr, .daddr = p.saddr, .sport = p.dport, .dport = p.sport, .proto = p.proto};
+		struct flow_val *fv = bpf_map_lookup_elem(&flows, &fk);
+		if (fv && fv->gw == peer && fv->ifindex) {
+			count(C_REPLY_RX_PACKETS);
+			return to_next_hop(fv->ifindex, fv->nh);
+		}
 		struct svc_key ik = {.addr = p.saddr, .port = p.sport, .proto = p.proto};
 		if (bpf_map_lookup_elem(&imports, &ik)) {
 			count(C_REPLY_RX_PACKETS);
-			return to_local(skb, p.saddr, p.daddr);
+			return to_local(skb, cfg, p.saddr, p.daddr);
 		}
 	} else if (p.proto == IPPROTO_ICMP &&
 		   (p.icmp_type == ICMP_DEST_UNREACH || p.icmp_type == ICMP_TIME_EXCEEDED)) {
@@ -961,7 +978,7 @@ int tun_ingress(struct __sk_buff *skb)
 		struct svc_key ik = {.addr = in.daddr, .port = ports[1], .proto = in.protocol};
 		if (in.saddr == p.daddr && bpf_map_lookup_elem(&imports, &ik)) {
 			count(C_REPLY_RX_PACKETS);
-			return to_local(skb, p.saddr, p.daddr);
+			return to_local(skb, cfg, p.saddr, p.daddr);
 		}
 	}
 	count(C_UNKNOWN_SERVICE_DROPS);
