@@ -253,12 +253,21 @@ func addRNAT(t testing.TB, f *importFixture, target netip.AddrPort, sport uint16
 }
 
 // TestNATReply: a target's reply to the SNAT address leaves restored to
-// clusterset IP:port → client:port, with IP and TCP checksums that verify.
+// clusterset IP:port → client:port, with IP and TCP checksums that verify
+// — from a target on another port than the clusterset one, and from one on
+// the same port (no port changes: the program skips the ports' checksum
+// update then).
 func TestNATReply(t *testing.T) {
 	f := newImportFixture(t, 1)
 	client := netip.MustParseAddrPort("10.1.0.2:40000")
-	snat, target := addNATEntry(t, f, client)
-	for _, payload := range []int{0, 1, 1400} {
+	snat, other := addNATEntry(t, f, client)
+	same := netip.AddrPortFrom(other.Addr(), f.vip.Port())
+	addRNAT(t, f, same, client.Port(), client, f.vip)
+	for _, c := range []struct {
+		target  netip.AddrPort
+		payload int
+	}{{other, 0}, {other, 1}, {other, 1400}, {same, 0}, {same, 1}, {same, 1400}} {
+		target, payload := c.target, c.payload
 		pkt := frame(TCP, target, netip.AddrPortFrom(snat, 40000), false, payload)
 		for i := range payload {
 			pkt[54+i] = byte(i * 7)

@@ -438,9 +438,9 @@ static __always_inline __u16 csum_fold(__u32 c)
 // translate rewrites a TCP or UDP packet's addresses and ports. The L4
 // checksum goes through bpf_l4_csum_replace, which alone knows whether the
 // skb's checksum is partial (then only the pseudo-header part changes);
-// one call for the addresses (pseudo-header) and one for the ports. The IP
-// header's checksum and the fields are written directly: two helper calls
-// per packet where a call per field took twelve.
+// one call for the addresses (pseudo-header) and one for the ports when they
+// change. The IP header's checksum and the fields are written directly: one
+// or two helper calls per packet where a call per field took twelve.
 static __always_inline int translate(struct __sk_buff *skb, const __u32 l2, __u8 proto, __be32 osaddr, __be32 nsaddr,
 				     __be16 osport, __be16 nsport, __be32 odaddr, __be32 ndaddr, __be16 odport,
 				     __be16 ndport)
@@ -452,8 +452,11 @@ static __always_inline int translate(struct __sk_buff *skb, const __u32 l2, __u8
 	__u32 ad = csum_add(csum_add(csum_add(~osaddr, ~odaddr), nsaddr), ndaddr);
 	__u32 op = (__u32)osport | (__u32)odport << 16, np = (__u32)nsport | (__u32)ndport << 16;
 	__u32 pd = csum_add(~op, np);
-	if (bpf_l4_csum_replace(skb, csum, 0, ad, flags | BPF_F_PSEUDO_HDR) ||
-	    bpf_l4_csum_replace(skb, csum, 0, pd, flags))
+	if (bpf_l4_csum_replace(skb, csum, 0, ad, flags | BPF_F_PSEUDO_HDR))
+		return -1;
+	// Ports often stay (a target on the clusterset port, the client's own
+	// port as SNAT port): then there is nothing to add.
+	if (op != np && bpf_l4_csum_replace(skb, csum, 0, pd, flags))
 		return -1;
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
