@@ -1,6 +1,7 @@
 package packet
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"runtime"
@@ -141,23 +142,42 @@ func (s *stopwatch) close() {
 }
 
 // inNetns runs f on an OS thread switched into the named network namespace
-// (an `ip netns` name); the thread is discarded afterwards rather than
-// switched back.
+// (an `ip netns` name) and switches the thread back before unlocking it.
+// A thread left in the namespace would make the test process one of the
+// namespace's processes, which testenv's cleanup kills.
 func inNetns(ns string, f func() error) error {
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		fd, err := os.Open("/var/run/netns/" + ns)
+		runtime.LockOSThread()
+		orig, err := os.Open("/proc/thread-self/ns/net")
 		if err != nil {
+			runtime.UnlockOSThread()
 			errc <- err
 			return
 		}
-		defer fd.Close()
-		if err := unix.Setns(int(fd.Fd()), unix.CLONE_NEWNET); err != nil {
+		defer orig.Close()
+		target, err := os.Open("/var/run/netns/" + ns)
+		if err != nil {
+			runtime.UnlockOSThread()
 			errc <- err
 			return
 		}
-		errc <- f()
+		defer target.Close()
+		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		ferr := f()
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+			// Stay locked: the runtime ends the thread with the goroutine
+			// (or, if it is the main thread, never runs anything on it
+			// again).
+			errc <- fmt.Errorf("back to the test's network namespace: %w", err)
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
 	}()
 	return <-errc
 }
