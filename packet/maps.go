@@ -229,7 +229,10 @@ func (f *Flow) UnmarshalBinary(b []byte) error {
 // Maglev bucket's owner; the zero address means none).
 type addrValue struct{ Addr netip.Addr }
 
-const addrValueLen = 4
+const (
+	addrValueLen = 4
+	flowValueLen = 16 // struct flow_val
+)
 
 func (v addrValue) MarshalBinary() ([]byte, error) {
 	b := make([]byte, addrValueLen)
@@ -243,9 +246,10 @@ func (v addrValue) MarshalBinary() ([]byte, error) {
 }
 
 func (v *addrValue) UnmarshalBinary(b []byte) error {
-	// The flows map's value has 4 bytes of padding after the address.
-	if len(b) != addrValueLen && len(b) != 8 {
-		return fmt.Errorf("address value: %d bytes, want 4 or 8", len(b))
+	// The flows map's value has the route toward the client (and
+	// padding) after the address.
+	if len(b) != addrValueLen && len(b) != flowValueLen {
+		return fmt.Errorf("address value: %d bytes, want %d or %d", len(b), addrValueLen, flowValueLen)
 	}
 	v.Addr = getAddr(b)
 	if v.Addr.IsUnspecified() {

@@ -3,8 +3,10 @@ package packet
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -66,6 +68,9 @@ elif cmd == "vxlan":
 //	vxlan:  a kernel VXLAN device on each gateway node pointing at the
 //	        other (the lab's vxlan peer), routes through it
 //	direct: plain routing over the WAN link
+//	nft:    the vxlan path, with gb translating as the packet path does
+//	        but with nftables: clients use 10.96.0.10, which gb DNATs to
+//	        the server and SNATs to its SNAT address 10.2.0.254
 type clusters struct {
 	id, ca, ga, gb, sb string
 	bin, pins          string
@@ -99,11 +104,13 @@ func newClusters(t testing.TB, mode string) *clusters {
 	ip("-n", ca, "route", "add", "default", "via", "10.1.0.1")
 	c.target = "10.2.0.2"
 	switch mode {
-	case "direct", "vxlan":
+	case "direct", "vxlan", "nft":
 		for _, ns := range []string{ga, gb} {
 			testenv.Run(t, "ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
 		}
-		ip("-n", sb, "route", "add", "10.1.0.0/24", "via", "10.2.0.1")
+		if mode != "nft" { // there, the server sees only gb's SNAT address
+			ip("-n", sb, "route", "add", "10.1.0.0/24", "via", "10.2.0.1")
+		}
 		if mode == "direct" {
 			ip("-n", ga, "route", "add", "10.2.0.0/24", "via", "192.0.2.2")
 			ip("-n", gb, "route", "add", "10.1.0.0/24", "via", "192.0.2.1")
@@ -118,6 +125,13 @@ func newClusters(t testing.TB, mode string) *clusters {
 			ip("-n", e.ns, "addr", "add", e.overlay, "dev", "vx")
 			ip("-n", e.ns, "link", "set", "vx", "up")
 			ip("-n", e.ns, "route", "add", e.behind, "via", e.peer, "dev", "vx")
+		}
+		if mode == "nft" {
+			c.target = "10.96.0.10"
+			ip("-n", ga, "route", "add", "10.96.0.10/32", "via", "240.0.0.2", "dev", "vx")
+			rules := filepath.Join(t.TempDir(), "nat.nft")
+			must(t, os.WriteFile(rules, []byte(nftNAT), 0o600))
+			testenv.Run(t, "ip", "netns", "exec", gb, "nft", "-f", rules)
 		}
 		return c
 	case "packet":
@@ -163,6 +177,20 @@ func newClusters(t testing.TB, mode string) *clusters {
 	c.db = loadTest(t, Config{Name: gb, PinRoot: c.pins})
 	return c
 }
+
+// nftNAT is the packet path's export translation in nftables: DNAT from the
+// clusterset IP to the target, SNAT to the gateway's SNAT address.
+const nftNAT = `table ip strait_bench {
+	chain pre {
+		type nat hook prerouting priority dstnat;
+		ip daddr 10.96.0.10 dnat to 10.2.0.2
+	}
+	chain post {
+		type nat hook postrouting priority srcnat;
+		ct status dnat oifname "lan" snat to 10.2.0.254
+	}
+}
+`
 
 // attach runs `strait packet attach` on both gateway nodes, as a starting
 // gateway process would.
@@ -257,6 +285,33 @@ func TestNamespaces(t *testing.T) {
 		if c.m[c.name] == 0 {
 			t.Errorf("counter %s is 0", c.name)
 		}
+	}
+
+	// Translated packets went by the programs' own routes (the ones cached
+	// in flow and NAT entries), none by the kernel's forwarding.
+	for _, m := range []map[string]uint64{ca1, cb1} {
+		if m["fib_pass"] != 0 {
+			t.Errorf("fib_pass = %d, want 0", m["fib_pass"])
+		}
+	}
+
+	// Every pinned flow holds the route its replies are delivered by: the
+	// LAN device and, the client being on its subnet, the client itself
+	// as the next hop (struct flow_val).
+	lanIf := nsRun(ga, "cat", "/sys/class/net/lan/ifindex")
+	var fk, fv []byte
+	it := da.coll.Maps["flows"].Iterate()
+	n := 0
+	for it.Next(&fk, &fv) {
+		n++
+		ifindex, nh := binary.NativeEndian.Uint32(fv[4:]), netip.AddrFrom4([4]byte(fv[8:12]))
+		if fmt.Sprint(ifindex) != strings.TrimSpace(lanIf) || nh != netip.MustParseAddr("10.1.0.2") {
+			t.Errorf("flow %x: route ifindex %d next hop %v, want %s and 10.1.0.2", fk, ifindex, nh, strings.TrimSpace(lanIf))
+		}
+	}
+	must(t, it.Err())
+	if n == 0 {
+		t.Error("no pinned flow after the traffic")
 	}
 
 	// Tunnel packets from an address that is no peer, and malformed ones

@@ -3,8 +3,11 @@ package packet
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,24 +19,34 @@ import (
 )
 
 // BenchmarkThroughput compares, in one run, single-stream TCP and UDP
-// through the packet path with the kernel VXLAN peer and direct routing
-// over the same namespaces (iperf3, 5 s each), and reads the attached
-// programs' run-time statistics during the packet path's TCP run. Run it
-// with -benchtime 1x; it prints a table and reports the ratios.
+// through the packet path with the kernel VXLAN peer, the VXLAN peer with
+// nftables doing the packet path's translation (DNAT and SNAT on the
+// exporting gateway) and direct routing over the same namespaces (iperf3,
+// 5 s each). It reads the attached programs' run-time statistics during
+// the packet path's TCP run (a run of an import or export program is then
+// mostly a GSO super-packet, of a reply program an ACK) and during a UDP
+// run at a fixed 300 Mbit/s of 1400-byte datagrams (one packet a run), and
+// the host's busy CPU time per datagram of that UDP run in every mode
+// (/proc/stat, which counts the whole host: other work on it adds to every
+// mode alike only on a quiet machine). Run it with -benchtime 1x; it prints
+// a table and reports the ratios.
 //
 //	go test -run '^$' -bench Throughput -benchtime 1x ./packet
 func BenchmarkThroughput(b *testing.B) {
 	if _, err := exec.LookPath("iperf3"); err != nil {
 		b.Skip("needs iperf3")
 	}
-	modes := []string{"direct", "vxlan", "packet"}
+	modes := []string{"direct", "vxlan", "nft", "packet"}
 	tcp := map[string]float64{}
 	udpLoss := map[string]float64{}
-	var stats map[string]progStats
+	cpuPerPacket := map[string]float64{}
+	gapTCP, gapUDP := map[string]float64{}, map[string]float64{}
+	var stats, udpStats map[string]progStats
 	for b.Loop() {
 		for _, mode := range modes {
 			c := newClusters(b, mode)
 			testenv.Start(b, "ip", "netns", "exec", c.sb, "iperf3", "-s", "-B", "10.2.0.2")
+			watches := c.stopwatches(b, mode)
 			var stop func() map[string]progStats
 			if mode == "packet" {
 				stop = c.runStats(b)
@@ -41,17 +54,44 @@ func BenchmarkThroughput(b *testing.B) {
 			tcp[mode] = iperf(b, c, "-t", "5")
 			if stop != nil {
 				stats = stop()
+				stop = c.runStats(b)
 			}
-			udp := iperfJSON(b, c, "-t", "5", "-u", "-b", "900M", "-l", "1400")
+			for _, w := range watchPaths {
+				gapTCP[w+" "+mode], _ = watches[w].read(b)
+			}
+			before := busyCPU(b)
+			udp := iperfJSON(b, c, "-t", "5", "-u", "-b", "300M", "-l", "1400")
+			if n := udp.End.Sum.Packets; n > 0 {
+				cpuPerPacket[mode] = float64(busyCPU(b)-before) / float64(n)
+			}
+			if stop != nil {
+				udpStats = stop()
+			}
+			for _, w := range watchPaths {
+				gapUDP[w+" "+mode], _ = watches[w].read(b)
+			}
+			udp = iperfJSON(b, c, "-t", "5", "-u", "-b", "900M", "-l", "1400")
 			udpLoss[mode] = udp.End.Sum.LostPercent
 		}
 	}
 	b.Logf("load average at the end: %s", loadavg())
 	for _, m := range modes {
-		b.Logf("%-7s TCP %6.2f Gbit/s   UDP 900 Mbit/s offered: %.3f %% lost", m, tcp[m]/1e9, udpLoss[m])
+		b.Logf("%-7s TCP %6.2f Gbit/s   UDP 900 Mbit/s offered: %.3f %% lost   UDP 300 Mbit/s: %6.0f ns host CPU per datagram",
+			m, tcp[m]/1e9, udpLoss[m], cpuPerPacket[m])
+	}
+	b.Logf("ns between a gateway node's hooks per packet (stopwatch), TCP run / UDP 300 Mbit/s run:")
+	for _, w := range watchPaths {
+		line := ""
+		for _, m := range modes {
+			line += fmt.Sprintf("   %s %5.0f / %5.0f", m, gapTCP[w+" "+m], gapUDP[w+" "+m])
+		}
+		b.Logf("%-30s%s", w, line)
 	}
 	for name, s := range stats {
-		b.Logf("%-16s %9d runs  %6.0f ns/run", name, s.runs, s.nsPerRun())
+		b.Logf("TCP %-16s %9d runs  %6.0f ns/run", name, s.runs, s.nsPerRun())
+	}
+	for name, s := range udpStats {
+		b.Logf("UDP %-16s %9d runs  %6.0f ns/run", name, s.runs, s.nsPerRun())
 	}
 	b.ReportMetric(tcp["packet"]/tcp["vxlan"], "packet/vxlan-tcp")
 	b.ReportMetric(tcp["packet"]/tcp["direct"], "packet/direct-tcp")
@@ -62,6 +102,75 @@ func BenchmarkThroughput(b *testing.B) {
 	if s, ok := stats["gb/tun_ingress"]; ok {
 		b.ReportMetric(s.nsPerRun(), "ns/export-run")
 	}
+	if s, ok := stats["gb/lan_ingress"]; ok {
+		b.ReportMetric(s.nsPerRun(), "ns/nat-reply-run")
+	}
+	if s, ok := udpStats["gb/tun_ingress"]; ok {
+		b.ReportMetric(s.nsPerRun(), "ns/export-udp-packet")
+	}
+	if s, ok := udpStats["ga/lan_ingress"]; ok {
+		b.ReportMetric(s.nsPerRun(), "ns/import-udp-packet")
+	}
+	for _, m := range modes {
+		b.ReportMetric(cpuPerPacket[m], "ns-cpu/udp-packet-"+m)
+		b.ReportMetric(gapUDP[watchExport+" "+m], "ns/gb-export-udp-packet-"+m)
+		b.ReportMetric(gapTCP[watchReply+" "+m], "ns/gb-reply-tcp-ack-"+m)
+	}
+}
+
+// The paths the benchmark times on the gateway nodes with stopwatches.
+const (
+	watchImport   = "ga: lan in → wan out (import)"
+	watchExport   = "gb: tunnel in → lan out (export)"
+	watchReply    = "gb: lan in → wan out (reply)"
+	watchDelivery = "ga: tunnel in → lan out (delivery)"
+)
+
+var watchPaths = []string{watchImport, watchExport, watchReply, watchDelivery}
+
+// stopwatches times the four paths through the gateway nodes. The tunnel
+// device is the one packets leave the underlay by: the packet mode's
+// collect_md VXLAN device, the vxlan peer's, or (direct) the WAN link.
+func (c *clusters) stopwatches(b *testing.B, mode string) map[string]*stopwatch {
+	tunA, tunB := "vx", "vx"
+	switch mode {
+	case "direct":
+		tunA, tunB = "wan", "wan"
+	case "packet":
+		tunA, tunB = c.da.cfg.Tunnel, c.db.cfg.Tunnel
+	}
+	w := map[string]*stopwatch{}
+	for _, p := range []struct{ name, ns, from, to string }{
+		{watchImport, c.ga, "lan", "wan"},
+		{watchExport, c.gb, tunB, "lan"},
+		{watchReply, c.gb, "lan", "wan"},
+		{watchDelivery, c.ga, tunA, "lan"},
+	} {
+		w[p.name] = newStopwatch(b)
+		w[p.name].attach(b, p.ns, p.from, p.to)
+	}
+	return w
+}
+
+// busyCPU is the host's busy CPU time so far (user, nice, system, irq and
+// softirq in /proc/stat's first line), in nanoseconds.
+func busyCPU(b *testing.B) int64 {
+	b.Helper()
+	data, err := os.ReadFile("/proc/stat")
+	must(b, err)
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		b.Fatalf("/proc/stat: unexpected first line %q", line)
+	}
+	var busy int64
+	for _, i := range []int{1, 2, 3, 6, 7} { // user nice system irq softirq
+		v, err := strconv.ParseInt(f[i], 10, 64)
+		must(b, err)
+		busy += v
+	}
+	// /proc/stat counts in USER_HZ, 100 a second on Linux.
+	return busy * int64(time.Second/100)
 }
 
 type iperfResult struct {
@@ -73,6 +182,7 @@ type iperfResult struct {
 		Sum struct {
 			BitsPerSecond float64 `json:"bits_per_second"`
 			LostPercent   float64 `json:"lost_percent"`
+			Packets       int64   `json:"packets"`
 		} `json:"sum"`
 	} `json:"end"`
 }

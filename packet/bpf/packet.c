@@ -121,6 +121,11 @@ struct flow_key {
 
 struct flow_val {
 	__be32 gw;
+	// The FIB's answer for the client, looked up when the flow was
+	// pinned: replies are delivered without bpf_fib_lookup. 0: none, the
+	// reply path looks the route up itself.
+	__u32 ifindex;
+	__be32 nh; // the next hop toward the client
 	__u32 pad;
 };
 
@@ -166,13 +171,19 @@ struct nat_val {
 	__be32 taddr;
 	__be16 tport;
 	__be16 sport; // the SNAT port
-	__u64 seen;   // bpf_ktime_get_ns of the last packet from the client
+	__u64 seen;   // now() at the last packet from the client
+	// The FIB's answer for the target, looked up when the entry was made:
+	// established flows skip bpf_fib_lookup (and the route lookup
+	// bpf_redirect_neigh makes without a next hop). 0: the FIB had no
+	// complete answer, the kernel's forwarding takes each packet.
+	__u32 ifindex;
+	__be32 nh; // the next hop (the target itself on its own subnet)
 };
 
 struct rnat_val {
 	struct nat_key flow;
 	__u32 pad;
-	__u64 seen; // bpf_ktime_get_ns of the last packet from the target
+	__u64 seen; // now() at the last packet from the target
 };
 
 struct rnat_key {
@@ -310,6 +321,24 @@ static __always_inline struct config *get_config(void)
 	return bpf_map_lookup_elem(&config, &zero);
 }
 
+// now is the clock of NAT entries' idle times. The coarse clock (a tick's
+// resolution) is cheaper than bpf_ktime_get_ns and ample for idle times of
+// minutes.
+static __always_inline __u64 now(void)
+{
+	return bpf_ktime_get_coarse_ns();
+}
+
+// touch records a packet in an entry's seen time. It writes only when the
+// coarse clock has moved, at most once a tick: a write per packet would
+// dirty the entry's cache line for every CPU that reads it.
+static __always_inline void touch(__u64 *seen)
+{
+	__u64 t = now();
+	if (*seen != t)
+		*seen = t;
+}
+
 // ---- Maglev: the same arithmetic as package ring (hash.go, ring.go). ----
 
 #define GOLDEN 0x9e3779b97f4a7c15ULL
@@ -409,9 +438,9 @@ static __always_inline __u16 csum_fold(__u32 c)
 // translate rewrites a TCP or UDP packet's addresses and ports. The L4
 // checksum goes through bpf_l4_csum_replace, which alone knows whether the
 // skb's checksum is partial (then only the pseudo-header part changes);
-// one call for the addresses (pseudo-header) and one for the ports. The IP
-// header's checksum and the fields are written directly: two helper calls
-// per packet where a call per field took twelve.
+// one call for the addresses (pseudo-header) and one for the ports when they
+// change. The IP header's checksum and the fields are written directly: one
+// or two helper calls per packet where a call per field took twelve.
 static __always_inline int translate(struct __sk_buff *skb, const __u32 l2, __u8 proto, __be32 osaddr, __be32 nsaddr,
 				     __be16 osport, __be16 nsport, __be32 odaddr, __be32 ndaddr, __be16 odport,
 				     __be16 ndport)
@@ -423,8 +452,11 @@ static __always_inline int translate(struct __sk_buff *skb, const __u32 l2, __u8
 	__u32 ad = csum_add(csum_add(csum_add(~osaddr, ~odaddr), nsaddr), ndaddr);
 	__u32 op = (__u32)osport | (__u32)odport << 16, np = (__u32)nsport | (__u32)ndport << 16;
 	__u32 pd = csum_add(~op, np);
-	if (bpf_l4_csum_replace(skb, csum, 0, ad, flags | BPF_F_PSEUDO_HDR) ||
-	    bpf_l4_csum_replace(skb, csum, 0, pd, flags))
+	if (bpf_l4_csum_replace(skb, csum, 0, ad, flags | BPF_F_PSEUDO_HDR))
+		return -1;
+	// Ports often stay (a target on the clusterset port, the client's own
+	// port as SNAT port): then there is nothing to add.
+	if (op != np && bpf_l4_csum_replace(skb, csum, 0, pd, flags))
 		return -1;
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
@@ -591,28 +623,57 @@ static __always_inline int to_tunnel(struct __sk_buff *skb, const __u32 l2, stru
 	return bpf_redirect(cfg->tun_ifindex, 0);
 }
 
-// to_local sends a translated packet toward daddr through the FIB; when the
-// FIB has no complete answer the kernel's own forwarding takes it.
-static __always_inline int to_local(struct __sk_buff *skb, __be32 saddr, __be32 daddr)
+// to_kernel leaves a translated packet to the kernel's own forwarding.
+static __always_inline int to_kernel(struct __sk_buff *skb)
+{
+	count(C_FIB_PASS);
+	// The inner frame's MAC was the sending node's next hop, not this
+	// device: as "other host" the kernel would drop it.
+	bpf_skb_change_type(skb, 0); // PACKET_HOST
+	return TC_ACT_OK;
+}
+
+// to_next_hop sends a packet out of ifindex to the next hop nh; the kernel
+// resolves nh's link-layer address (its neighbour table) after the program.
+static __always_inline int to_next_hop(__u32 ifindex, __be32 nh)
+{
+	struct bpf_redir_neigh n = {.nh_family = 2, .ipv4_nh = nh}; // AF_INET
+	return bpf_redirect_neigh(ifindex, &n, sizeof(n), 0);
+}
+
+// route asks the FIB for daddr's interface and next hop, as for a packet
+// arriving on the tunnel device (the one device the gateway forwards from,
+// and the FIB answers only for such); 0 when it has no complete answer.
+static __always_inline __u32 route(struct __sk_buff *skb, struct config *cfg, __be32 saddr, __be32 daddr, __be32 *nh)
 {
 	struct bpf_fib_lookup fib = {};
 	fib.family = 2; // AF_INET
 	fib.ipv4_src = saddr;
 	fib.ipv4_dst = daddr;
-	fib.ifindex = skb->ingress_ifindex;
+	fib.ifindex = cfg->tun_ifindex;
 	int rc = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) {
-		count(C_FIB_PASS);
-		// The inner frame's MAC was the sending node's next hop, not
-		// this device: as "other host" the kernel would drop it.
-		bpf_skb_change_type(skb, 0); // PACKET_HOST
-		return TC_ACT_OK;
-	}
-	return bpf_redirect_neigh(fib.ifindex, 0, 0, 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return 0;
+	// With SKIP_NEIGH, ipv4_dst holds the next hop: the gateway of the
+	// route, or daddr itself on a directly connected subnet.
+	*nh = fib.ipv4_dst;
+	return fib.ifindex;
+}
+
+// to_local sends a translated packet toward daddr through the FIB; when the
+// FIB has no complete answer the kernel's own forwarding takes it.
+static __always_inline int to_local(struct __sk_buff *skb, struct config *cfg, __be32 saddr, __be32 daddr)
+{
+	__be32 nh;
+	__u32 ifindex = route(skb, cfg, saddr, daddr, &nh);
+	if (!ifindex)
+		return to_kernel(skb);
+	return to_next_hop(ifindex, nh);
 }
 
 // pick_gateway returns the gateway for a new or pinned import flow, or 0.
-static __always_inline __be32 pick_gateway(struct pkt *p, struct import_val *imp)
+static __always_inline __be32 pick_gateway(struct __sk_buff *skb, struct config *cfg, struct pkt *p,
+					    struct import_val *imp)
 {
 	struct flow_key fk = {
 		.saddr = p->saddr, .daddr = p->daddr, .sport = p->sport, .dport = p->dport, .proto = p->proto};
@@ -637,6 +698,7 @@ static __always_inline __be32 pick_gateway(struct pkt *p, struct import_val *imp
 	if (!gw || !*gw)
 		return 0;
 	struct flow_val nv = {.gw = *gw};
+	nv.ifindex = route(skb, cfg, p->daddr, p->saddr, &nv.nh);
 	bpf_map_update_elem(&flows, &fk, &nv, BPF_ANY);
 	count(repin ? C_IMPORT_REPINNED_FLOWS : C_IMPORT_FLOWS);
 	return nv.gw;
@@ -691,6 +753,25 @@ static __always_inline int icmp_reply(struct __sk_buff *skb, const __u32 l2, str
 	return to_tunnel(skb, l2, cfg, ck.peer);
 }
 
+// nat_reply restores a target's reply to the SNAT address to clusterset
+// IP:port → client:port and sends it back to the importing gateway.
+static __always_inline int nat_reply(struct __sk_buff *skb, const __u32 l2, struct config *cfg, struct pkt *p)
+{
+	struct rnat_key rk = {.taddr = p->saddr, .tport = p->sport, .sport = p->dport, .proto = p->proto};
+	struct rnat_val *c = bpf_map_lookup_elem(&rnat, &rk);
+	if (!c)
+		return TC_ACT_OK;
+	touch(&c->seen);
+	struct nat_key ck = c->flow;
+	if (translate(skb, l2, p->proto, p->saddr, ck.vaddr, p->sport, ck.vport, p->daddr, ck.caddr, p->dport,
+		      ck.cport))
+		return TC_ACT_SHOT;
+	if (p->proto == IPPROTO_TCP)
+		clamp_mss(skb, cfg->mss, l2);
+	count(C_REPLY_TX_PACKETS);
+	return to_tunnel(skb, l2, cfg, ck.peer);
+}
+
 static __always_inline int lan(struct __sk_buff *skb, const __u32 l2)
 {
 	struct config *cfg = get_config();
@@ -716,11 +797,16 @@ static __always_inline int lan(struct __sk_buff *skb, const __u32 l2)
 		return TC_ACT_OK;
 	}
 
+	// The SNAT address is never a clusterset IP: a target's reply needs
+	// no lookup in imports.
+	if (p.daddr == cfg->snat_addr)
+		return nat_reply(skb, l2, cfg, &p);
+
 	struct svc_key ik = {.addr = p.daddr, .port = p.dport, .proto = p.proto};
 	struct import_val *imp = bpf_map_lookup_elem(&imports, &ik);
 	if (imp) {
 		struct import_val iv = *imp;
-		__be32 gw = pick_gateway(&p, &iv);
+		__be32 gw = pick_gateway(skb, cfg, &p, &iv);
 		if (!gw) {
 			count(C_IMPORT_NO_GATEWAY_DROPS);
 			return TC_ACT_SHOT;
@@ -730,21 +816,7 @@ static __always_inline int lan(struct __sk_buff *skb, const __u32 l2)
 		count(C_IMPORT_TX_PACKETS);
 		return to_tunnel(skb, l2, cfg, gw);
 	}
-
-	if (p.daddr != cfg->snat_addr)
-		return TC_ACT_OK;
-	struct rnat_key rk = {.taddr = p.saddr, .tport = p.sport, .sport = p.dport, .proto = p.proto};
-	struct rnat_val *c = bpf_map_lookup_elem(&rnat, &rk);
-	if (!c)
-		return TC_ACT_OK;
-	c->seen = bpf_ktime_get_ns();
-	struct nat_key ck = c->flow;
-	if (translate(skb, l2, p.proto, p.saddr, ck.vaddr, p.sport, ck.vport, p.daddr, ck.caddr, p.dport, ck.cport))
-		return TC_ACT_SHOT;
-	if (p.proto == IPPROTO_TCP)
-		clamp_mss(skb, cfg->mss, l2);
-	count(C_REPLY_TX_PACKETS);
-	return to_tunnel(skb, l2, cfg, ck.peer);
+	return TC_ACT_OK;
 }
 
 SEC("tc")
@@ -779,14 +851,14 @@ static __always_inline __be16 nat_port(struct config *cfg, struct nat_key *k, __
 // reclaim frees the SNAT port of rk if its flow has been idle in both
 // directions for cfg->idle_ns: LRU maps evict only when full, and a port
 // held by a finished flow would otherwise stay taken.
-static __always_inline int reclaim(struct config *cfg, struct rnat_key *rk, __u64 now)
+static __always_inline int reclaim(struct config *cfg, struct rnat_key *rk, __u64 t)
 {
 	struct rnat_val *old = bpf_map_lookup_elem(&rnat, rk);
-	if (!old || !cfg->idle_ns || now - old->seen < cfg->idle_ns)
+	if (!old || !cfg->idle_ns || t - old->seen < cfg->idle_ns)
 		return 0;
 	struct nat_key ok = old->flow;
 	struct nat_val *fwd = bpf_map_lookup_elem(&nat, &ok);
-	if (fwd && now - fwd->seen < cfg->idle_ns)
+	if (fwd && t - fwd->seen < cfg->idle_ns)
 		return 0;
 	bpf_map_delete_elem(&nat, &ok);
 	return 1;
@@ -804,7 +876,7 @@ static __always_inline int export_flow(struct __sk_buff *skb, const __u32 l2, st
 	struct nat_val nv;
 	struct nat_val *cur = bpf_map_lookup_elem(&nat, &nk);
 	if (cur) {
-		cur->seen = bpf_ktime_get_ns();
+		touch(&cur->seen);
 		nv = *cur;
 	} else {
 		if (!policy_allows(pv->cluster, ev->id, p->saddr)) {
@@ -814,9 +886,11 @@ static __always_inline int export_flow(struct __sk_buff *skb, const __u32 l2, st
 		nv.taddr = ev->addr;
 		nv.tport = ev->port;
 		int ok = 0;
-		__u64 now = bpf_ktime_get_ns();
-		nv.seen = now;
-		struct rnat_val rv = {.flow = nk, .seen = now};
+		__u64 t = now();
+		nv.seen = t;
+		nv.nh = 0;
+		nv.ifindex = route(skb, cfg, cfg->snat_addr, nv.taddr, &nv.nh);
+		struct rnat_val rv = {.flow = nk, .seen = t};
 		for (__u32 i = 0; i < NAT_TRIES; i++) {
 			nv.sport = nat_port(cfg, &nk, i);
 			struct rnat_key rk = {.taddr = nv.taddr, .tport = nv.tport, .sport = nv.sport, .proto = p->proto};
@@ -824,7 +898,7 @@ static __always_inline int export_flow(struct __sk_buff *skb, const __u32 l2, st
 				ok = 1;
 				break;
 			}
-			if (reclaim(cfg, &rk, now) && bpf_map_update_elem(&rnat, &rk, &rv, BPF_ANY) == 0) {
+			if (reclaim(cfg, &rk, t) && bpf_map_update_elem(&rnat, &rk, &rv, BPF_ANY) == 0) {
 				ok = 1;
 				break;
 			}
@@ -840,7 +914,9 @@ static __always_inline int export_flow(struct __sk_buff *skb, const __u32 l2, st
 		      nv.tport))
 		return TC_ACT_SHOT;
 	count(C_EXPORT_RX_PACKETS);
-	return to_local(skb, cfg->snat_addr, nv.taddr);
+	if (!nv.ifindex)
+		return to_kernel(skb);
+	return to_next_hop(nv.ifindex, nv.nh);
 }
 
 SEC("tc")
@@ -877,10 +953,19 @@ int tun_ingress(struct __sk_buff *skb)
 				clamp_mss(skb, cfg->mss, l2);
 			return export_flow(skb, l2, cfg, &p, &e, &pvc, peer);
 		}
+		// A reply to a pinned import flow, from the gateway it is
+		// pinned to, goes by the route cached in the flow entry.
+		struct flow_key fk = {
+			.saddr = p.daddr, .daddr = p.saddr, .sport = p.dport, .dport = p.sport, .proto = p.proto};
+		struct flow_val *fv = bpf_map_lookup_elem(&flows, &fk);
+		if (fv && fv->gw == peer && fv->ifindex) {
+			count(C_REPLY_RX_PACKETS);
+			return to_next_hop(fv->ifindex, fv->nh);
+		}
 		struct svc_key ik = {.addr = p.saddr, .port = p.sport, .proto = p.proto};
 		if (bpf_map_lookup_elem(&imports, &ik)) {
 			count(C_REPLY_RX_PACKETS);
-			return to_local(skb, p.saddr, p.daddr);
+			return to_local(skb, cfg, p.saddr, p.daddr);
 		}
 	} else if (p.proto == IPPROTO_ICMP &&
 		   (p.icmp_type == ICMP_DEST_UNREACH || p.icmp_type == ICMP_TIME_EXCEEDED)) {
@@ -896,7 +981,7 @@ int tun_ingress(struct __sk_buff *skb)
 		struct svc_key ik = {.addr = in.daddr, .port = ports[1], .proto = in.protocol};
 		if (in.saddr == p.daddr && bpf_map_lookup_elem(&imports, &ik)) {
 			count(C_REPLY_RX_PACKETS);
-			return to_local(skb, p.saddr, p.daddr);
+			return to_local(skb, cfg, p.saddr, p.daddr);
 		}
 	}
 	count(C_UNKNOWN_SERVICE_DROPS);
