@@ -49,6 +49,9 @@ type session struct {
 	sendWake  chan struct{} // closed and replaced when sendLimit grows
 	recv      recvWindow
 	received  uint64
+	// Early credit of stalled streams (stream.go, stallAllowance): at most
+	// stallBudget bytes unread in streams are not counted by recv.
+	stallBudget, stallUsed uint64
 
 	wmu     sync.Mutex // writer queue
 	ctrlQ   []*writeReq
@@ -91,25 +94,26 @@ type writeReq struct {
 func newSession(conn net.Conn, batch *recordBatcher, client bool, peer, congestion, upgrade string, cfg *Config) *session {
 	now := time.Now()
 	s := &session{
-		conn:      conn,
-		batch:     batch,
-		rd:        conn,
-		bw:        bufio.NewWriterSize(conn, 64<<10),
-		client:    client,
-		peer:      peer,
-		ccUpgrade: upgrade,
-		cfg:       cfg,
-		log:       cfg.logger(),
-		start:     now,
-		streams:   make(map[uint32]*stream),
-		nextID:    2,
-		acceptQ:   make(chan *stream, cfg.AcceptBacklog),
-		sendLimit: initialSessionWindow,
-		sendWake:  make(chan struct{}),
-		recv:      newRecvWindow(initialSessionWindow, uint64(cfg.MaxSessionWindow), now),
-		learned:   initialStreamWindow,
-		wsig:      make(chan struct{}, 1),
-		closed:    make(chan struct{}),
+		conn:        conn,
+		batch:       batch,
+		rd:          conn,
+		bw:          bufio.NewWriterSize(conn, 64<<10),
+		client:      client,
+		peer:        peer,
+		ccUpgrade:   upgrade,
+		cfg:         cfg,
+		log:         cfg.logger(),
+		start:       now,
+		streams:     make(map[uint32]*stream),
+		nextID:      2,
+		acceptQ:     make(chan *stream, cfg.AcceptBacklog),
+		sendLimit:   initialSessionWindow,
+		sendWake:    make(chan struct{}),
+		recv:        newRecvWindow(initialSessionWindow, uint64(cfg.MaxSessionWindow), now),
+		learned:     initialStreamWindow,
+		stallBudget: uint64(cfg.MaxSessionWindow),
+		wsig:        make(chan struct{}, 1),
+		closed:      make(chan struct{}),
 	}
 	s.congestion.Store(&congestion)
 	if client {
