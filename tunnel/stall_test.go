@@ -16,7 +16,7 @@ import (
 // fill their windows (256 KiB each) and stay full; an echo stream on the
 // same session keeps answering about as fast as one on a session without
 // them. The stalled streams together hold more than the session window, so
-// counting their unread data against it (as before stallAllowance) blocks
+// counting their unread data against it (as before sessionCredit) blocks
 // the echo for good. The reference is a second session of the same
 // transport, measured in turns with the first, so load slows both alike.
 func TestStalledReadersDoNotBlockTheSession(t *testing.T) {
@@ -78,8 +78,8 @@ func TestStalledReadersDoNotBlockTheSession(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Every stalled stream fills its whole window: the session window no
-	// longer holds them back once 16 of them filled it.
+	// Every stalled stream fills its whole window; the session window,
+	// full after 16 of them when unread data counted, holds none back.
 	waitFor(t, func() bool { return written.Load() >= stalled*streamWindow })
 
 	echo, err := client.OpenStream(ctx, []byte("echo"))

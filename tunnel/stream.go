@@ -23,9 +23,8 @@ type stream struct {
 	chunks   [][]byte // chunks[0][off:] is the next unread data
 	off      int
 	buffered int
-	held     int // received bytes not yet credited to the session: buffered plus those WriteTo is writing
-	free     int // of held, credited to the session early (stallAllowance)
 	recv     recvWindow
+	granted  uint64 // of recv.size, what came from the session's growth budget
 	received uint64
 	finRecv  bool
 	readDL   time.Time
@@ -58,7 +57,10 @@ func newStream(s *session, id uint32, header []byte, window uint64) *stream {
 		writeNotify: make(chan struct{}, 1),
 		wdone:       make(chan error, 1),
 	}
-	st.recv.grow(window)
+	if window > initialStreamWindow {
+		st.granted = s.takeGrowth(window - initialStreamWindow)
+		st.recv.grow(initialStreamWindow + st.granted)
+	}
 	return st
 }
 
@@ -218,11 +220,16 @@ func (st *stream) creditLocked(n int) {
 	var update bool
 	oldSize := st.recv.size
 	if !st.finRecv && st.rst == nil {
+		// The window may double only as far as the growth budget allows.
+		s.fmu.Lock()
+		st.recv.max = min(uint64(s.cfg.MaxStreamWindow), st.recv.size+s.growBudget-s.growUsed)
 		limit, update = st.recv.consume(uint64(n), time.Now(), s.tuneRTT())
+		s.growUsed += st.recv.size - oldSize
+		s.fmu.Unlock()
+		st.granted += st.recv.size - oldSize
 	}
 	grew := st.recv.size > oldSize
 	size := st.recv.size
-	credit := st.settleLocked(n)
 	st.mu.Unlock()
 	if grew {
 		s.streamWindowGrew(size)
@@ -230,48 +237,6 @@ func (st *stream) creditLocked(n int) {
 	if update {
 		s.queueWindow(st.id, limit)
 	}
-	s.consumed(credit)
-}
-
-// stallAllowance is how much of a stream's unread data the session window
-// does not count. The session window bounds what all streams together hold
-// unread; counting every byte there let ~150 streams whose readers stalled
-// with full 256 KiB windows pin a 64 MiB session window, and every other
-// stream on the session waited behind them (README, "Stalled readers").
-// So the first stallAllowance bytes a stream holds are credited to the
-// session as they arrive, and only what it holds beyond them (possible
-// only for a stream whose window grew, that is whose reader kept up until
-// then) counts until read. A stalled stream thus holds at most its window,
-// of which at most its window − stallAllowance counts against the session.
-// The allowances of one session come from a budget of MaxSessionWindow
-// (session.stallBudget): a session holds at most twice MaxSessionWindow
-// unread, and only past 256 stalled streams per session (with the session
-// window itself, about twice that) do stalled streams block the others
-// again.
-const stallAllowance = initialStreamWindow
-
-// settleLocked takes n bytes out of held (consumed, discarded or given to
-// WriteTo's writer and written), moves the stream's early credit toward
-// min(held, stallAllowance) as the session's budget allows, and returns
-// the bytes to credit to the session window now. st.mu is held.
-func (st *stream) settleLocked(n int) uint64 {
-	s := st.s
-	st.held -= n
-	target := min(st.held, stallAllowance)
-	if target != st.free {
-		s.fmu.Lock()
-		if target < st.free {
-			s.stallUsed -= uint64(st.free - target)
-		} else {
-			target = st.free + int(min(uint64(target-st.free), s.stallBudget-s.stallUsed))
-			s.stallUsed += uint64(target - st.free)
-		}
-		s.fmu.Unlock()
-	}
-	// The session counted held−free before and counts held−target now.
-	credit := n + target - st.free
-	st.free = target
-	return uint64(credit)
 }
 
 // onData receives one DATA frame (reader goroutine).
@@ -344,12 +309,12 @@ func (st *stream) onData(h frameHeader, scratch *[]byte) error {
 			st.chunks = append(st.chunks, append(c, data...))
 		}
 		st.buffered += n
-		st.held += n
 	}
-	credit := st.settleLocked(0)
 	done := st.finRecv && st.writeClosed
 	st.mu.Unlock()
-	s.consumed(credit)
+	// Credited to the session as it enters the stream's buffer: the stream
+	// window bounds what the stream holds (sessionCredit in session.go).
+	s.consumed(uint64(n))
 	notify(st.readNotify)
 	if done {
 		st.remove()
@@ -364,7 +329,10 @@ func (st *stream) remove() {
 		return
 	}
 	st.removed = true
+	granted := st.granted
+	st.granted = 0
 	st.mu.Unlock()
+	st.s.releaseGrowth(granted)
 	st.s.removeStream(st.id)
 }
 
@@ -484,7 +452,6 @@ func (st *stream) Close() error {
 	}
 	st.readClosed = true
 	unread := st.releaseLocked()
-	credit := st.settleLocked(unread)
 	reset := unread > 0 && st.rst == nil && !st.finRecv
 	if reset {
 		st.rst = &ResetError{Reason: "stream closed"}
@@ -492,7 +459,6 @@ func (st *stream) Close() error {
 	done := st.finRecv || st.rst != nil
 	st.mu.Unlock()
 	notify(st.readNotify)
-	st.s.consumed(credit)
 	if reset {
 		st.s.queueReset(st.id, "stream closed by the receiver with unread data")
 	}
@@ -522,12 +488,10 @@ func (st *stream) Reset(reason string) error {
 		return nil
 	}
 	st.rst = &ResetError{Reason: reason}
-	unread := st.releaseLocked()
-	credit := st.settleLocked(unread)
+	st.releaseLocked()
 	st.mu.Unlock()
 	notify(st.readNotify)
 	notify(st.writeNotify)
-	st.s.consumed(credit)
 	st.s.queueReset(st.id, reason)
 	st.remove()
 	return nil
