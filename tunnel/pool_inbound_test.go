@@ -13,7 +13,7 @@ import (
 // TestPoolCountsAcceptedSessionsAsLife: a gateway that only sends us
 // requests, on a session it dialed, needs no probes on the pool's idle
 // sessions to it: the pool counts the accepted session's frames (Attach)
-// and stays quiet while the gateway stays live. When the requests stop,
+// and stays quiet while the gateway stays live. When that session ends,
 // the probes come back. An idle session outside the pool counts the
 // probe intervals.
 func TestPoolCountsAcceptedSessionsAsLife(t *testing.T) {
@@ -68,8 +68,11 @@ func TestPoolCountsAcceptedSessionsAsLife(t *testing.T) {
 	}
 	t.Logf("%d pings in %d probe intervals beside a busy accepted session", pings, ticks)
 
-	// Without the requests, the pool probes again and the gateway stays live.
+	// When the gateway's session ends, the pool probes again and the
+	// gateway stays live. (Merely idle, the session would still bring the
+	// gateway's own pings, which prove it alive as well.)
 	stopRequests()
+	dialed.Close()
 	pings1, ticks1 := pool.Stats().PingsSent, clock.Stats().PingsSent
 	waitFor(t, func() bool { return pool.Stats().PingsSent-pings1 >= intervals/2 })
 	if d := clock.Stats().PingsSent - ticks1; d > 4*intervals {
