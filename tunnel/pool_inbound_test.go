@@ -81,6 +81,9 @@ func TestPoolCountsAcceptedSessionsAsLife(t *testing.T) {
 	if !pool.Gateways()[0].Live {
 		t.Error("the gateway is not live on the resumed probes")
 	}
+	if n := tunnel.PoolInbound(pool); n != 0 {
+		t.Errorf("the pool still holds %d accepted sessions after they ended", n)
+	}
 }
 
 // TestPoolAttachNeedsOneGatewayPerIP: an accepted session names its

@@ -136,8 +136,10 @@ func (p *Pool) checkHealthLocked(now time.Time) {
 	// none left the table would route nowhere, so keep them all.
 	// Frames on sessions the gateway dialed to us prove it alive as well
 	// (Attach); a gateway still needs a session of ours to be routed to.
+	// inboundAlive also forgets ended sessions, so it runs for every
+	// gateway.
 	for i, r := range p.gws {
-		if hasSession[i] && !alive[i] && p.inboundAlive(r, now, window, late) {
+		if p.inboundAlive(r, now, window, late) && hasSession[i] {
 			alive[i] = true
 		}
 	}
