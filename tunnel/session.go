@@ -193,7 +193,8 @@ func (s *session) Stats() Stats {
 // startWindow is the receive window of a new stream (s.mu held): the
 // largest one auto-tuning reached, so a short transfer on a warm session
 // needs no ramp-up, but at most a sixteenth of the session window, so a few
-// new streams whose readers stall cannot pin the whole session window.
+// new streams whose readers stall cannot take the whole growth budget
+// (sessionCredit); what the budget lacks, they start without.
 func (s *session) startWindow() uint64 {
 	return max(initialStreamWindow, min(s.learned, uint64(s.cfg.MaxSessionWindow)/16))
 }
