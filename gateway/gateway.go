@@ -709,6 +709,20 @@ func (g *Gateway) transport(client, server *tls.Config, onRTT func(time.Duration
 		MaxIncomingStreams: int(g.limit.max)})
 }
 
+// attachInbound lets the pool to the session's peer count the requests it
+// carries as signs of life of the peer gateway that dialed it, so the pool
+// does not probe that gateway over its own idle sessions
+// (docs/failover.md, "What the probes cost"). A session the pool cannot
+// map to one of the peer's gateways, or of a peer configured later, is
+// left out: the pool then probes as before.
+func (g *Gateway) attachInbound(s tunnel.Session) {
+	p := g.peer(s.Peer())
+	if p == nil || p.Attach(s) {
+		return
+	}
+	g.log.Debug("accepted session not mapped to a peer gateway: its pool keeps probing", "peer", s.Peer())
+}
+
 func (g *Gateway) peer(id string) *tunnel.Pool {
 	g.mu.Lock()
 	defer g.mu.Unlock()

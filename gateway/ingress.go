@@ -19,6 +19,7 @@ func (g *Gateway) acceptSessions(ctx context.Context) error {
 			return err
 		}
 		g.metrics.sessionsAccepted.Add(1)
+		g.attachInbound(s)
 		// Close the session at shutdown, or forget it when it ended on
 		// its own: waiting for ctx alone would keep every ended session
 		// (and a goroutine) until the gateway stops.

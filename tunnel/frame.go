@@ -44,7 +44,9 @@ import (
 // Sending more than the limit is a protocol violation. DATA for a stream
 // that is already gone still counts against the session window; the
 // receiver discards it and credits it back. Frames for a stream that was
-// never opened are a protocol violation.
+// never opened are a protocol violation. When a receiver credits is its
+// own choice: ours credits the session as data enters a stream's buffer
+// (session.go, sessionCredit).
 //
 // Datagram streams (datagram.go). A stream whose opener's header says so
 // (the gateway's stream header version 3, protocol UDP) carries datagrams

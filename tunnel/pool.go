@@ -146,6 +146,18 @@ type remote struct {
 	// nextProbe picks the session the next probe goes to, round robin,
 	// under the pool's healthMu.
 	nextProbe int
+	// inbound are sessions this gateway dialed to us (Pool.Attach), under
+	// the pool's healthMu.
+	inbound []*inbound
+}
+
+// inbound is an accepted session of a peer gateway and what the health
+// loop last saw of it.
+type inbound struct {
+	s        Session
+	frames   uint64    // FramesReceived at lastRecv
+	lastRecv time.Time // zero until a frame arrived after Attach
+	unasked  uint64    // frames other than pongs at the last probe round
 }
 
 func (sl *slot) get() (Session, error) {

@@ -2,6 +2,8 @@ package tunnel
 
 import (
 	"context"
+	"net"
+	"net/netip"
 	"slices"
 	"time"
 )
@@ -132,6 +134,15 @@ func (p *Pool) checkHealthLocked(now time.Time) {
 	// Silence from every gateway at once is more likely this side's own
 	// stall (or the path they share) than all of them dying together; with
 	// none left the table would route nowhere, so keep them all.
+	// Frames on sessions the gateway dialed to us prove it alive as well
+	// (Attach); a gateway still needs a session of ours to be routed to.
+	// inboundAlive also forgets ended sessions, so it runs for every
+	// gateway.
+	for i, r := range p.gws {
+		if p.inboundAlive(r, now, window, late) && hasSession[i] {
+			alive[i] = true
+		}
+	}
 	if !slices.Contains(alive, true) {
 		copy(alive, hasSession)
 	}
@@ -216,6 +227,12 @@ func (p *Pool) probe() {
 		cands[gi] = append(cands[gi], pb)
 	}
 	for i, r := range p.gws {
+		// Traffic on the sessions it dialed to us stands in for a pong,
+		// except for a gateway suspected after a failed open, which must
+		// answer on our own sessions.
+		if r.suspect == trusted && inboundHeard(r) {
+			heard[i] = true
+		}
 		if heard[i] || len(cands[i]) == 0 {
 			continue
 		}
@@ -242,4 +259,97 @@ func (p *Pool) setView() {
 		}
 	}
 	p.view.Store(p.base.WithDown(down))
+}
+
+// Attach counts the frames of s, a session that one of the peer's
+// gateways dialed to this one (accepted by a Listener, authenticated as
+// the peer), as signs of life of that gateway: while it carries requests
+// toward us, the pool sends no probes on its own idle sessions to the
+// gateway, and the silence check counts its frames (docs/failover.md,
+// "What the probes cost"). The session's certificate names the cluster,
+// not the gateway, so the gateway is the member whose address has the
+// session's remote IP: when no member or more than one has it, or a member
+// is given by name (it might resolve to that IP), the mapping is ambiguous
+// and Attach leaves s out and reports false (as for a session that does
+// not tell its remote address). The pool forgets s when it ends.
+func (p *Pool) Attach(s Session) bool {
+	ra, ok := s.(interface{ RemoteAddr() net.Addr })
+	if !ok {
+		return false
+	}
+	r := p.memberOf(ra.RemoteAddr())
+	if r == nil {
+		return false
+	}
+	p.healthMu.Lock()
+	defer p.healthMu.Unlock()
+	in := &inbound{s: s, frames: s.Stats().FramesReceived}
+	if pb, ok := s.(prober); ok {
+		in.unasked = pb.unasked()
+	}
+	r.inbound = append(r.inbound, in)
+	return true
+}
+
+// memberOf returns the one gateway whose address has addr's IP, or nil.
+func (p *Pool) memberOf(addr net.Addr) *remote {
+	ap, err := netip.ParseAddrPort(addr.String())
+	if err != nil {
+		return nil
+	}
+	ip := ap.Addr().Unmap()
+	var found *remote
+	for _, r := range p.gws {
+		host, _, err := net.SplitHostPort(r.addr)
+		if err != nil {
+			return nil
+		}
+		rip, err := netip.ParseAddr(host)
+		if err != nil {
+			return nil // a name: it might be this IP too
+		}
+		if rip.Unmap() == ip {
+			if found != nil {
+				return nil
+			}
+			found = r
+		}
+	}
+	return found
+}
+
+// inboundAlive reports whether one of r's inbound sessions received a
+// frame within window, dropping the ended ones (healthMu held).
+func (p *Pool) inboundAlive(r *remote, now time.Time, window time.Duration, late bool) bool {
+	alive := false
+	r.inbound = slices.DeleteFunc(r.inbound, func(in *inbound) bool {
+		if in.s.Err() != nil {
+			return true
+		}
+		if f := in.s.Stats().FramesReceived; f != in.frames {
+			in.frames, in.lastRecv = f, now
+		}
+		if !in.lastRecv.IsZero() && (p.cfg.ProbeInterval == 0 || late || now.Sub(in.lastRecv) < window) {
+			alive = true
+		}
+		return false
+	})
+	return alive
+}
+
+// inboundHeard reports whether one of r's inbound sessions received a
+// frame it did not ask for since the last probe round (healthMu held).
+func inboundHeard(r *remote) bool {
+	heard := false
+	for _, in := range r.inbound {
+		pb, ok := in.s.(prober)
+		if !ok || in.s.Err() != nil {
+			continue
+		}
+		if u := pb.unasked(); u != in.unasked {
+			in.unasked = u
+			heard = true
+		}
+	}
+	return heard
 }

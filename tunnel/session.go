@@ -49,6 +49,9 @@ type session struct {
 	sendWake  chan struct{} // closed and replaced when sendLimit grows
 	recv      recvWindow
 	received  uint64
+	// Receive windows above initialStreamWindow, summed over the streams,
+	// come from growBudget (sessionCredit).
+	growBudget, growUsed uint64
 
 	wmu     sync.Mutex // writer queue
 	ctrlQ   []*writeReq
@@ -111,6 +114,7 @@ func newSession(conn net.Conn, batch *recordBatcher, client bool, peer, congesti
 		wsig:      make(chan struct{}, 1),
 		closed:    make(chan struct{}),
 	}
+	s.growBudget = uint64(cfg.MaxSessionWindow)
 	s.congestion.Store(&congestion)
 	if client {
 		s.nextID = 1
@@ -189,7 +193,8 @@ func (s *session) Stats() Stats {
 // startWindow is the receive window of a new stream (s.mu held): the
 // largest one auto-tuning reached, so a short transfer on a warm session
 // needs no ramp-up, but at most a sixteenth of the session window, so a few
-// new streams whose readers stall cannot pin the whole session window.
+// new streams whose readers stall cannot take the whole growth budget
+// (sessionCredit); what the budget lacks, they start without.
 func (s *session) startWindow() uint64 {
 	return max(initialStreamWindow, min(s.learned, uint64(s.cfg.MaxSessionWindow)/16))
 }
@@ -849,7 +854,46 @@ func (s *session) unreserve(n uint64) {
 	s.fmu.Unlock()
 }
 
-// consumed credits n bytes read (or discarded) back to the session window.
+// sessionCredit: how the session window is credited, and what bounds the
+// memory of a session.
+//
+// Data is credited back to the session window as soon as it is in a
+// stream's buffer (or discarded), not when the stream's reader takes it.
+// Crediting on read let streams whose readers stall pin the session
+// window with their unread data: ~150 stalled streams with 256 KiB each,
+// or a few whose windows had grown, blocked every other stream of the
+// session (README, "Concurrency limits"). A stream's own window bounds
+// what it holds unread, so the memory bound moves to the stream windows:
+// every stream holds at most its window, 256 KiB unless it grew, and the
+// growth of all the session's streams together (a window doubles only
+// while its reader keeps up, recvWindow.autotune, and a stream on a warm
+// session starts above 256 KiB, startWindow) comes from a budget of
+// MaxSessionWindow, returned when the stream ends. A session's receive
+// side thus holds at most 256 KiB × its streams + MaxSessionWindow. With
+// the budget spent, windows stop growing (a fast stream beside stalled
+// ones runs at a smaller window) and nothing waits.
+
+// takeGrowth takes up to n bytes of window growth from the budget.
+func (s *session) takeGrowth(n uint64) uint64 {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	n = min(n, s.growBudget-s.growUsed)
+	s.growUsed += n
+	return n
+}
+
+// releaseGrowth returns a removed stream's growth to the budget.
+func (s *session) releaseGrowth(n uint64) {
+	if n == 0 {
+		return
+	}
+	s.fmu.Lock()
+	s.growUsed -= n
+	s.fmu.Unlock()
+}
+
+// consumed credits n bytes buffered (or discarded) back to the session
+// window (sessionCredit).
 func (s *session) consumed(n uint64) {
 	if n == 0 {
 		return
@@ -1047,6 +1091,7 @@ func (s *session) handleOpen(h frameHeader) error {
 	}
 	s.mu.Unlock()
 	if refuse != "" {
+		s.releaseGrowth(st.granted)
 		s.st.streamsRefused.Add(1)
 		s.queueReset(id, refuse)
 		return nil

@@ -24,6 +24,7 @@ type stream struct {
 	off      int
 	buffered int
 	recv     recvWindow
+	granted  uint64 // of recv.size, what came from the session's growth budget
 	received uint64
 	finRecv  bool
 	readDL   time.Time
@@ -56,7 +57,10 @@ func newStream(s *session, id uint32, header []byte, window uint64) *stream {
 		writeNotify: make(chan struct{}, 1),
 		wdone:       make(chan error, 1),
 	}
-	st.recv.grow(window)
+	if window > initialStreamWindow {
+		st.granted = s.takeGrowth(window - initialStreamWindow)
+		st.recv.grow(initialStreamWindow + st.granted)
+	}
 	return st
 }
 
@@ -216,7 +220,13 @@ func (st *stream) creditLocked(n int) {
 	var update bool
 	oldSize := st.recv.size
 	if !st.finRecv && st.rst == nil {
+		// The window may double only as far as the growth budget allows.
+		s.fmu.Lock()
+		st.recv.max = min(uint64(s.cfg.MaxStreamWindow), st.recv.size+s.growBudget-s.growUsed)
 		limit, update = st.recv.consume(uint64(n), time.Now(), s.tuneRTT())
+		s.growUsed += st.recv.size - oldSize
+		s.fmu.Unlock()
+		st.granted += st.recv.size - oldSize
 	}
 	grew := st.recv.size > oldSize
 	size := st.recv.size
@@ -227,7 +237,6 @@ func (st *stream) creditLocked(n int) {
 	if update {
 		s.queueWindow(st.id, limit)
 	}
-	s.consumed(uint64(n))
 }
 
 // onData receives one DATA frame (reader goroutine).
@@ -303,6 +312,9 @@ func (st *stream) onData(h frameHeader, scratch *[]byte) error {
 	}
 	done := st.finRecv && st.writeClosed
 	st.mu.Unlock()
+	// Credited to the session as it enters the stream's buffer: the stream
+	// window bounds what the stream holds (sessionCredit in session.go).
+	s.consumed(uint64(n))
 	notify(st.readNotify)
 	if done {
 		st.remove()
@@ -317,7 +329,10 @@ func (st *stream) remove() {
 		return
 	}
 	st.removed = true
+	granted := st.granted
+	st.granted = 0
 	st.mu.Unlock()
+	st.s.releaseGrowth(granted)
 	st.s.removeStream(st.id)
 }
 
@@ -444,7 +459,6 @@ func (st *stream) Close() error {
 	done := st.finRecv || st.rst != nil
 	st.mu.Unlock()
 	notify(st.readNotify)
-	st.s.consumed(uint64(unread))
 	if reset {
 		st.s.queueReset(st.id, "stream closed by the receiver with unread data")
 	}
@@ -474,11 +488,10 @@ func (st *stream) Reset(reason string) error {
 		return nil
 	}
 	st.rst = &ResetError{Reason: reason}
-	unread := st.releaseLocked()
+	st.releaseLocked()
 	st.mu.Unlock()
 	notify(st.readNotify)
 	notify(st.writeNotify)
-	st.s.consumed(uint64(unread))
 	st.s.queueReset(st.id, reason)
 	st.remove()
 	return nil

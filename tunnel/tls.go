@@ -72,9 +72,11 @@ type Config struct {
 	// MaxStreamWindow caps the auto-tuned receive window of one stream.
 	// Default 16 MiB: one stream fills 1 Gbit/s up to ~130 ms RTT.
 	MaxStreamWindow int
-	// MaxSessionWindow caps the receive window of a whole session: the most
-	// memory a peer can make us buffer, and what streams whose readers
-	// stall may pin before the others wait. Default 4 × MaxStreamWindow.
+	// MaxSessionWindow caps the receive window of a whole session and the
+	// growth of its streams' windows above 256 KiB, summed: a session holds
+	// at most 256 KiB × streams + MaxSessionWindow unread, and streams whose
+	// readers stall make no others wait (session.go, sessionCredit).
+	// Default 4 × MaxStreamWindow.
 	MaxSessionWindow int
 	// InitialSessionWindow is the session window announced at start; it
 	// grows to at least twice the largest stream window. Default
