@@ -555,6 +555,8 @@ func writeSoakTable(w io.Writer, soaks []html.SoakResult) {
 			switch {
 			case !x.Judged:
 				v = "not judged"
+			case !x.Pass && x.Criterion == html.Drift:
+				v = "drifted"
 			case !x.Pass:
 				v = "outside band"
 			}

@@ -204,7 +204,7 @@ func soakPlotOf(series []SoakSeries, unit string, warmup float64) ([]byte, error
 		p.Add(l)
 		name := s.Name
 		if s.Judged && !s.Pass {
-			name += " (outside band)"
+			name += " (failed)"
 		}
 		p.Legend.Add(name, l)
 	}
