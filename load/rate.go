@@ -73,6 +73,26 @@ type RateConfig struct {
 	// VerifyEcho compares each response body with the request body; a
 	// difference makes the request an error.
 	VerifyEcho bool
+	// Interval, with OnInterval, also reports the measured window in
+	// slices of this length (the last one may be shorter), as HdrHistogram
+	// interval logs do: a long run's latency over time, which one summary
+	// of the whole window hides (the lab's soak experiment plots it).
+	// Requests count in the slice in which they complete.
+	Interval   time.Duration
+	OnInterval func(RateInterval)
+}
+
+// RateInterval is one slice of the measured window (RateConfig.Interval).
+type RateInterval struct {
+	// StartSec and EndSec are offsets from the start of the measured
+	// window.
+	StartSec float64 `json:"start_s"`
+	EndSec   float64 `json:"end_s"`
+	Count    int64   `json:"count"`
+	Errors   int64   `json:"errors"`
+	// Latency is corrected for coordinated omission, as
+	// RateResult.Latency.
+	Latency Percentiles `json:"latency"`
 }
 
 // Validate reports the first invalid field.
@@ -94,6 +114,9 @@ func (c RateConfig) Validate() error {
 	}
 	if c.Drain < 0 {
 		return fmt.Errorf("drain %v: must not be negative", c.Drain)
+	}
+	if c.Interval < 0 || c.Interval > 0 && c.Interval < 10*time.Millisecond {
+		return fmt.Errorf("interval %v: must be 0 (none) or at least 10ms", c.Interval)
 	}
 	return nil
 }
@@ -293,6 +316,19 @@ type recorder struct {
 	firstErr              string
 	firstErrAt            time.Time
 	lastDone              time.Time
+	// The current interval's slice (RateConfig.Interval); nil without.
+	slice                   *hdrhistogram.Histogram
+	sliceCount, sliceErrors int64
+}
+
+// cut ends the current interval slice and starts the next.
+func (r *recorder) cut(start, end float64) RateInterval {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	iv := RateInterval{StartSec: start, EndSec: end, Count: r.sliceCount, Errors: r.sliceErrors, Latency: percentilesOf(r.slice)}
+	r.slice.Reset()
+	r.sliceCount, r.sliceErrors = 0, 0
+	return iv
 }
 
 func (r *recorder) ok(intended, sent, done time.Time, service time.Duration) {
@@ -302,6 +338,10 @@ func (r *recorder) ok(intended, sent, done time.Time, service time.Duration) {
 	_ = r.latency.RecordValue(min(done.Sub(intended).Microseconds(), histMax))
 	_ = r.service.RecordValue(min(service.Microseconds(), histMax))
 	_ = r.lag.RecordValue(min(sent.Sub(intended).Microseconds(), histMax))
+	if r.slice != nil {
+		r.sliceCount++
+		_ = r.slice.RecordValue(min(done.Sub(intended).Microseconds(), histMax))
+	}
 	if done.After(r.lastDone) {
 		r.lastDone = done
 	}
@@ -311,6 +351,7 @@ func (r *recorder) fail(intended, done time.Time, msg string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.errors++
+	r.sliceErrors++
 	r.classes[errorClass(msg)]++
 	if r.firstErr == "" || intended.Before(r.firstErrAt) {
 		r.firstErr, r.firstErrAt = msg, intended
@@ -397,7 +438,38 @@ func RunRate(ctx context.Context, cfg RateConfig) (*RateResult, error) {
 	rctx, cancel := context.WithDeadline(ctx, lastIntended.Add(cfg.Drain))
 	defer cancel()
 
+	if cfg.Interval > 0 && cfg.OnInterval != nil {
+		rec.slice = newHist()
+	}
 	var wg sync.WaitGroup
+	stopSlices := make(chan struct{})
+	var sliceWG sync.WaitGroup
+	if rec.slice != nil {
+		// Slices are cut on a schedule from the window's start, not by
+		// a ticker, so they do not drift over a long run.
+		sliceWG.Go(func() {
+			timer := time.NewTimer(time.Until(windowStart))
+			defer timer.Stop()
+			select {
+			case <-timer.C:
+			case <-stopSlices:
+				return
+			}
+			for k := 1; ; k++ {
+				end := windowStart.Add(time.Duration(k) * cfg.Interval)
+				timer.Reset(time.Until(end))
+				select {
+				case <-timer.C:
+					cfg.OnInterval(rec.cut((time.Duration(k-1) * cfg.Interval).Seconds(), (time.Duration(k) * cfg.Interval).Seconds()))
+				case <-stopSlices:
+					if now := time.Since(windowStart); now > time.Duration(k-1)*cfg.Interval {
+						cfg.OnInterval(rec.cut((time.Duration(k-1) * cfg.Interval).Seconds(), now.Seconds()))
+					}
+					return
+				}
+			}
+		})
+	}
 	for ci, c := range conns {
 		wg.Go(func() {
 			defer c.close()
@@ -445,6 +517,8 @@ func RunRate(ctx context.Context, cfg RateConfig) (*RateResult, error) {
 		})
 	}
 	wg.Wait()
+	close(stopSlices)
+	sliceWG.Wait()
 
 	r := &RateResult{
 		URL: cfg.URL, Method: cfg.Method, Payload: cfg.Payload, Connections: cfg.Connections,

@@ -39,6 +39,7 @@ func TestRateConfigValidate(t *testing.T) {
 		{"negative drain", RateConfig{Drain: -time.Second}, "drain -1s"},
 		{"negative payload", RateConfig{Payload: -1}, "payload -1"},
 		{"bad method", RateConfig{Method: "GE T"}, "method"},
+		{"interval too short", RateConfig{Interval: time.Millisecond}, "interval 1ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -126,6 +127,42 @@ func TestRunRateAchievesTarget(t *testing.T) {
 		t.Errorf("achieved %.2f requests/s, want %d in %.6f s = %.2f", r.AchievedRate, r.Count+r.Errors, r.ElapsedSec, want)
 	}
 	assertOrdered(t, r)
+}
+
+// TestRunRateIntervals checks the interval slices: contiguous from the
+// window's start, together holding every measured request once.
+func TestRunRateIntervals(t *testing.T) {
+	url := startApp(t, apps.Config{Kind: apps.Echo})
+	var ivs []RateInterval
+	r, err := RunRate(t.Context(), RateConfig{
+		URL: url, Rate: 1000, Connections: 2, Payload: 100, VerifyEcho: true,
+		Duration: time.Second, Warmup: 100 * time.Millisecond,
+		Interval: 250 * time.Millisecond, OnInterval: func(iv RateInterval) { ivs = append(ivs, iv) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ivs) < 4 {
+		t.Fatalf("%d slices of a 1 s window at 250 ms, want at least 4: %+v", len(ivs), ivs)
+	}
+	var count, errs int64
+	for i, iv := range ivs {
+		count, errs = count+iv.Count, errs+iv.Errors
+		if want := 0.25 * float64(i); math.Abs(iv.StartSec-want) > 1e-9 || iv.EndSec <= iv.StartSec {
+			t.Errorf("slice %d: %v–%v s, want from %v s", i, iv.StartSec, iv.EndSec, want)
+		}
+		// Only the last may be shorter: the run ends with its last
+		// answer, not on a slice's boundary.
+		if i < len(ivs)-1 && math.Abs(iv.EndSec-iv.StartSec-0.25) > 1e-9 {
+			t.Errorf("slice %d: %v–%v s, want 250 ms long", i, iv.StartSec, iv.EndSec)
+		}
+		if iv.Count > 0 && (iv.Latency.P50 <= 0 || iv.Latency.P100 < iv.Latency.P99) {
+			t.Errorf("slice %d: percentiles %+v", i, iv.Latency)
+		}
+	}
+	if count != r.Count || errs != r.Errors {
+		t.Errorf("slices hold %d requests and %d errors, the window %d and %d", count, errs, r.Count, r.Errors)
+	}
 }
 
 // stallingHandler echoes, except that the k-th request starts a global

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ func init() {
 		cfg      load.RateConfig
 		jsonPath string
 		histPath string
+		ivPath   string
 	)
 	rate := &cobra.Command{
 		Use:   "rate",
@@ -41,7 +43,27 @@ HdrHistogram's text format (milliseconds, as wrk2 --latency prints it).`,
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
+			var ivErr error
+			if ivPath != "" {
+				if cfg.Interval == 0 {
+					return errors.New("--intervals needs --interval")
+				}
+				f, err := os.Create(ivPath)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				enc := json.NewEncoder(f)
+				// One JSON line per slice, written as it ends, so a
+				// reader sees a long run's progress.
+				cfg.OnInterval = func(iv load.RateInterval) {
+					if err := enc.Encode(iv); err != nil && ivErr == nil {
+						ivErr = fmt.Errorf("%s: %w", ivPath, err)
+					}
+				}
+			}
 			res, runErr := load.RunRate(cmd.Context(), cfg)
+			runErr = errors.Join(runErr, ivErr)
 			if res == nil {
 				return runErr
 			}
@@ -72,6 +94,8 @@ HdrHistogram's text format (milliseconds, as wrk2 --latency prints it).`,
 	f.DurationVar(&cfg.ResponseTimeout, "response-timeout", load.DefaultResponseTimeout, "limit for one exchange after connecting")
 	f.BoolVar(&cfg.VerifyEcho, "verify-echo", false, "require the response body to equal the request body byte for byte")
 	f.StringVar(&jsonPath, "json", "", `write the summary as JSON to this file ("-": stdout)`)
+	f.DurationVar(&cfg.Interval, "interval", 0, "with --intervals: slice the measured window into intervals of this length")
+	f.StringVar(&ivPath, "intervals", "", "write each --interval's count, errors and corrected percentiles as a JSON line to this file")
 	f.StringVar(&histPath, "hist", "", `write the corrected latency's HdrHistogram percentile distribution to this file ("-": stdout)`)
 	loadCmd.AddCommand(rate)
 }

@@ -36,7 +36,7 @@ func init() {
 			if multigw.IsBuiltin(args[0]) || multigw.IsFile(args[0]) {
 				// Its labs are generated and it has no cells, so these
 				// flags would be ignored without a word.
-				for _, flag := range []string{"resume", "parallel", "scenarios", "tools", "workloads", "payloads", "repetitions", "requests"} {
+				for _, flag := range []string{"resume", "parallel", "scenarios", "tools", "workloads", "payloads", "repetitions", "requests", "duration"} {
 					if cmd.Flags().Changed(flag) {
 						return fmt.Errorf("--%s: does not apply to %s, a multi-gateway experiment (only --out and --emulator do)", flag, args[0])
 					}
@@ -67,6 +67,7 @@ func init() {
 	runCmd.Flags().StringSliceVar(&over.Payloads, "payloads", nil, "payload sizes for the workloads that take a body (e.g. 60,1MB)")
 	runCmd.Flags().IntVar(&over.Repetitions, "repetitions", 0, "repetitions instead of the experiment's")
 	runCmd.Flags().IntVar(&over.Requests, "requests", 0, "requests per cell and repetition instead of the experiment's")
+	runCmd.Flags().StringVar(&over.Duration, "duration", "", "length of the experiment's soak instead of its own (e.g. 60m)")
 
 	scenarios := &cobra.Command{
 		Use:   "scenarios",

@@ -70,6 +70,9 @@ type Experiment struct {
 	// Reference holds another testbed's published figures (a seed's),
 	// shown in the report beside this run's and labelled as theirs.
 	Reference *Reference `yaml:"reference"`
+	// Soak, when set, runs a long mixed load through every tool and
+	// samples the tool's processes over time (soak.go, README "Soak").
+	Soak *Soak `yaml:"soak"`
 
 	// Resolved by Parse.
 	dir       string // where a relative topology path is resolved
@@ -295,8 +298,13 @@ func (e *Experiment) resolve(dir string) error {
 	if e.Repetitions < 0 || e.Repetitions > 1000 {
 		return fmt.Errorf("repetitions %d: must be between 1 and 1000", e.Repetitions)
 	}
-	if len(e.Workloads) == 0 && e.Throughput == nil && e.Rate == nil && e.Iperf3 == nil {
-		return errors.New("workloads: name at least one (echo, recv, static, hello), or set throughput, rate or iperf3")
+	if len(e.Workloads) == 0 && e.Throughput == nil && e.Rate == nil && e.Iperf3 == nil && e.Soak == nil {
+		return errors.New("workloads: name at least one (echo, recv, static, hello), or set throughput, rate, iperf3 or soak")
+	}
+	if e.Soak != nil {
+		if err := e.Soak.validate(); err != nil {
+			return err
+		}
 	}
 	if e.Iperf3 != nil {
 		if err := e.Iperf3.validate(); err != nil {
@@ -408,6 +416,9 @@ func (e *Experiment) servedWorkloads() []string {
 		for _, w := range e.Rate.Workloads {
 			add(w.Name)
 		}
+	}
+	if e.Soak != nil {
+		add(soakWorkload)
 	}
 	return names
 }

@@ -16,6 +16,9 @@ type Overrides struct {
 	Payloads    []string // replace the payloads of workloads that take a body
 	Repetitions int
 	Requests    int
+	// Duration is the soak's length (e.g. "60m"); only for experiments
+	// with a soak section.
+	Duration string
 }
 
 // Override applies o and validates the result again. The experiment's
@@ -74,6 +77,13 @@ func (e *Experiment) Override(o Overrides) error {
 	if o.Requests != 0 {
 		e.Load.Requests = o.Requests
 		notes = append(notes, fmt.Sprintf("requests=%d", o.Requests))
+	}
+	if o.Duration != "" {
+		if e.Soak == nil {
+			return fmt.Errorf("--duration %s: the experiment has no soak section", o.Duration)
+		}
+		e.Soak.Duration = o.Duration
+		notes = append(notes, "duration="+o.Duration)
 	}
 	if len(notes) == 0 {
 		return nil

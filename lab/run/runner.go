@@ -489,6 +489,18 @@ func (r *runner) measureTool(ctx context.Context, t tool.Tool, env tool.Env, u u
 			r.printf("  %-10s %-9s %s\n", u.id(), t.Name(), line)
 		}
 	}
+	if r.e.Soak != nil {
+		sr, err := r.measureSoak(ctx, t, env, targets[soakWorkload], u.scenario.Name, u.rep)
+		if err != nil {
+			return fmt.Errorf("tool %s: soak: %w", t.Name(), err)
+		}
+		verdict := "pass"
+		if !sr.Pass {
+			verdict = "FAIL"
+		}
+		r.printf("  %-10s %-9s soak %v: %s; requests %d errors %d corrupted %d, rate achieved %.1f/s\n",
+			u.id(), t.Name(), r.e.Soak.duration, verdict, sr.Requests, sr.Errors, sr.Corrupted, sr.AchievedRate)
+	}
 	if tp := r.e.Throughput; tp != nil {
 		for _, c := range tp.cells(u.scenario.Name, t.Name()) {
 			uw, err := openUsage(t, env.Lab.EmulatorPID)
@@ -720,6 +732,8 @@ type Metadata struct {
 	// Reference another testbed's published figures to show beside ours.
 	Iperf3    *Iperf3    `json:"iperf3,omitempty"`
 	Reference *Reference `json:"reference,omitempty"`
+	// Soak are the soak settings with defaults applied.
+	Soak *Soak `json:"soak,omitempty"`
 	// ToolUsage is each tool's CPU time and peak RSS over every cell of
 	// the run (report.UsageSummary: "kernel" tools have no process).
 	ToolUsage map[string]*report.UsageSummary `json:"toolUsage,omitempty"`
@@ -791,6 +805,10 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 	if err != nil {
 		return err
 	}
+	soaks, err := r.aggregateSoak()
+	if err != nil {
+		return err
+	}
 	r.mu.Lock()
 	md := Metadata{
 		Experiment: r.e.Name, Started: started.UTC(), Finished: time.Now().UTC(),
@@ -843,6 +861,12 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 			return err
 		}
 	}
+	if soaks != nil {
+		if err := writeJSON(filepath.Join(r.dir, html.SoakFile), soaks); err != nil {
+			return err
+		}
+		writeSoakTable(table, soaks)
+	}
 	if err := WriteVerdicts(table, res.Cells, tput); err != nil {
 		return err
 	}
@@ -851,7 +875,7 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if len(res.Cells) > 0 || len(rate) > 0 || len(tput) > 0 || len(iperfs) > 0 {
+	if len(res.Cells) > 0 || len(rate) > 0 || len(tput) > 0 || len(iperfs) > 0 || len(soaks) > 0 {
 		if err := writeReport(r.dir); err != nil {
 			return fmt.Errorf("html report: %w", err)
 		}
@@ -859,6 +883,9 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 	extra := extraFiles(rate, tput)
 	if iperfs != nil {
 		extra += ", " + html.IperfFile
+	}
+	if soaks != nil {
+		extra += ", " + html.SoakFile + ", soak/"
 	}
 	r.printf("\nresults: %s (report.html, table.txt, metadata.json, summary.json, requests.csv%s)\n", r.dir, extra)
 	return nil

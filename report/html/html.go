@@ -87,6 +87,9 @@ func Write(w io.Writer, run Run) error {
 	if err := m.extraPlots(); err != nil {
 		return err
 	}
+	if m.Soak, err = m.soakViews(); err != nil {
+		return err
+	}
 	if err := page.Execute(w, m); err != nil {
 		return fmt.Errorf("write report: %w", err)
 	}
@@ -117,6 +120,8 @@ type model struct {
 	Usage      []usageRow
 	ToolUsage  []toolUsageRow
 	Reference  []referenceRow
+	// Soak are the soak sections (README "Soak"), nil without.
+	Soak []*soakView
 }
 
 type cellKey struct {
@@ -211,8 +216,8 @@ func (m *model) KPIList() string {
 }
 
 func newModel(run Run) (*model, error) {
-	if len(run.Cells) == 0 && len(run.Rate) == 0 && len(run.Throughput) == 0 && len(run.Iperf) == 0 {
-		return nil, fmt.Errorf("write report: run has no cells, rate, throughput or iperf3 results")
+	if len(run.Cells) == 0 && len(run.Rate) == 0 && len(run.Throughput) == 0 && len(run.Iperf) == 0 && len(run.Soak) == 0 {
+		return nil, fmt.Errorf("write report: run has no cells, rate, throughput, iperf3 or soak results")
 	}
 	m := &model{Run: run, cells: map[cellKey]*cellStats{}, Generated: time.Now().UTC(),
 		Level: 0.95, Resamples: report.DefaultResamples}

@@ -50,6 +50,8 @@ type Run struct {
 	// closed-loop cells' usage (summary.json's usage fields).
 	Iperf     []report.IperfSummary
 	CellUsage []CellUsage
+	// Soak holds the soak experiments' series and verdicts (soak.json).
+	Soak []SoakResult
 }
 
 // CellUsage is a closed-loop cell's CPU and memory, as summary.json has it.
@@ -152,6 +154,9 @@ func LoadRun(dir string) (Run, error) {
 	if err := readJSON(filepath.Join(dir, IperfFile), &r.Iperf); err != nil {
 		return Run{}, fmt.Errorf("load run %s: %w", dir, err)
 	}
+	if err := readJSON(filepath.Join(dir, SoakFile), &r.Soak); err != nil {
+		return Run{}, fmt.Errorf("load run %s: %w", dir, err)
+	}
 	var summary []CellUsage
 	if err := readJSON(filepath.Join(dir, "summary.json"), &summary); err != nil {
 		return Run{}, fmt.Errorf("load run %s: %w", dir, err)
@@ -164,7 +169,7 @@ func LoadRun(dir string) (Run, error) {
 	csvPath := filepath.Join(dir, "requests.csv")
 	// A run of only rate or throughput measurements has no requests; the
 	// runner leaves requests.csv empty then.
-	if fi, err := os.Stat(csvPath); (len(r.Rate) > 0 || len(r.Throughput) > 0 || len(r.Iperf) > 0) && (errors.Is(err, os.ErrNotExist) || err == nil && fi.Size() == 0) {
+	if fi, err := os.Stat(csvPath); (len(r.Rate) > 0 || len(r.Throughput) > 0 || len(r.Iperf) > 0 || len(r.Soak) > 0) && (errors.Is(err, os.ErrNotExist) || err == nil && fi.Size() == 0) {
 		return r, nil
 	}
 	if r.Cells, err = readRequests(csvPath); err != nil {
