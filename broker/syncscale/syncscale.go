@@ -33,6 +33,7 @@ import (
 	"github.com/strait-net/strait/gateway"
 	"github.com/strait-net/strait/internal/freeport"
 	"github.com/strait-net/strait/internal/usage"
+	"github.com/strait-net/strait/load"
 )
 
 // Config is one run.
@@ -912,32 +913,11 @@ func usable(cfg Config, admins []*gateway.AdminClient, res *Result) error {
 			imp := imps[j*len(imps)/n].(*catalog.ServiceImport)
 			addr := net.JoinHostPort(imp.Spec.IPs[0], strconv.Itoa(int(imp.Spec.Ports[0].Port)))
 			res.Sampled++
-			if err := echoThrough(addr); err != nil {
+			if err := load.EchoOnce(addr, []byte("sync-scale "+addr), 10*time.Second); err != nil {
 				return fmt.Errorf("cluster %d's import %s/%s at %s not usable: %w", i+1, imp.Metadata.Namespace, imp.Metadata.Name, addr, err)
 			}
 			res.Usable++
 		}
-	}
-	return nil
-}
-
-func echoThrough(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	msg := []byte("sync-scale " + addr)
-	if _, err := c.Write(msg); err != nil {
-		return err
-	}
-	got := make([]byte, len(msg))
-	if _, err := io.ReadFull(c, got); err != nil {
-		return err
-	}
-	if string(got) != string(msg) {
-		return errors.New("echo differs")
 	}
 	return nil
 }

@@ -10,7 +10,6 @@
 package importbench
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -29,6 +28,7 @@ import (
 	"github.com/strait-net/strait/fabric"
 	"github.com/strait-net/strait/gateway"
 	"github.com/strait-net/strait/internal/usage"
+	"github.com/strait-net/strait/load"
 )
 
 // Config configures a run.
@@ -315,7 +315,7 @@ func runMode(ctx context.Context, cfg Config, dir, pki, mode, target string) (Re
 	for j := 0; j < n && r.Sampled-r.Echoed < 5 && ctx.Err() == nil; j++ {
 		i := j * r.Imports / n
 		r.Sampled++
-		if err := echoThrough(netip.AddrPortFrom(addrs[i], 8080).String()); err == nil {
+		if addr := netip.AddrPortFrom(addrs[i], 8080).String(); load.EchoOnce(addr, []byte("strait import bench "+addr), 5*time.Second) == nil {
 			r.Echoed++
 		} else if r.Echoed == r.Sampled-1 { // the first failure says why
 			cfg.logger().Warn("import not usable", "import", name(i), "addr", addrs[i], "err", err)
@@ -343,27 +343,6 @@ func nth(base netip.Addr, i int) netip.Addr {
 	a := base.As4()
 	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3]) + uint32(i)
 	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
-}
-
-func echoThrough(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	msg := []byte("strait import bench " + addr)
-	if _, err := c.Write(msg); err != nil {
-		return err
-	}
-	got := make([]byte, len(msg))
-	if _, err := io.ReadFull(c, got); err != nil {
-		return err
-	}
-	if !bytes.Equal(got, msg) {
-		return fmt.Errorf("echo through %s differs", addr)
-	}
-	return nil
 }
 
 // WriteTable prints one line per mode and, with two, the ratios.
