@@ -21,6 +21,7 @@ import (
 	"github.com/strait-net/strait/catalog"
 	"github.com/strait-net/strait/fabric"
 	"github.com/strait-net/strait/gateway"
+	"github.com/strait-net/strait/gateway/gatewaytest"
 	"github.com/strait-net/strait/internal/testenv"
 )
 
@@ -193,23 +194,9 @@ func startAdminGatewayWith(t *testing.T, clusterset, intercept, dnsAddr string) 
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "a.sock")
-	g, err := gateway.New(gateway.Config{Cluster: "a", Identity: gateway.IdentityFiles{Dir: dir}, Listen: "127.0.0.1:0",
+	ad := gatewaytest.Start(t, gateway.Config{Cluster: "a", Identity: gateway.IdentityFiles{Dir: dir}, Listen: "127.0.0.1:0",
 		Admin: sock, State: filepath.Join(dir, "state.json"), Preconnect: -1, Intercept: intercept, DNS: dnsAddr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	ad := gateway.NewAdminClient(sock)
-	for deadline := time.Now().Add(patience); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := ad.Status(); err == nil {
-			return ad, sock
-		} else if time.Now().After(deadline) {
-			t.Fatalf("admin socket not answering after %v: %v", patience, err)
-		}
-	}
+	return ad, sock
 }
 
 // lookupA asks the DNS server at addr for name's A record over UDP: the

@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +12,8 @@ import (
 
 	"github.com/strait-net/strait/fabric"
 	"github.com/strait-net/strait/gateway"
+	"github.com/strait-net/strait/gateway/gatewaytest"
+	"github.com/strait-net/strait/internal/testenv"
 )
 
 // BenchmarkStreamEcho1KB measures what a new client connection costs
@@ -60,33 +61,13 @@ func startPairWith(tb testing.TB, transport string) *pair {
 		}
 	}
 	target := echoServer(tb)
-	p := &pair{importAddr: freeAddr(tb), metrics: map[string]string{"a": freeAddr(tb), "b": freeAddr(tb)}}
-	ctx, cancel := context.WithCancel(context.Background())
+	p := &pair{importAddr: testenv.FreeAddr(tb), metrics: map[string]string{"a": testenv.FreeAddr(tb), "b": testenv.FreeAddr(tb)}}
 	start := func(cluster string) *gateway.AdminClient {
-		g, err := gateway.New(gateway.Config{
+		return gatewaytest.Start(tb, gateway.Config{
 			Cluster: cluster, Identity: gateway.IdentityFiles{Dir: dir}, Listen: "127.0.0.1:0",
 			Admin: filepath.Join(dir, cluster+".sock"), State: filepath.Join(dir, cluster+".json"),
 			Transport: transport, Metrics: p.metrics[cluster],
 		})
-		if err != nil {
-			tb.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- g.Run(ctx) }()
-		tb.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil {
-				tb.Errorf("gateway %s: %v", cluster, err)
-			}
-		})
-		admin := gateway.NewAdminClient(filepath.Join(dir, cluster+".sock"))
-		for deadline := time.Now().Add(patience); ; time.Sleep(10 * time.Millisecond) {
-			if _, err := admin.Status(); err == nil {
-				return admin
-			} else if time.Now().After(deadline) {
-				tb.Fatalf("gateway %s: %v", cluster, err)
-			}
-		}
 	}
 	p.a = start("a")
 	mustApply(tb, p.a, exportYAML("echo", target)+allowAllYAML)
@@ -158,16 +139,6 @@ func echoServer(tb testing.TB) string {
 		defer c.Close()
 		_, _ = io.Copy(c, c)
 	})
-}
-
-// freeAddr returns a loopback address nothing listens on now.
-func freeAddr(tb testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // TestSessionsDoNotLeakGoroutines reconnects b to a again and again (Peer

@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -15,6 +14,7 @@ import (
 	"github.com/strait-net/strait/catalog"
 	"github.com/strait-net/strait/fabric"
 	"github.com/strait-net/strait/gateway"
+	"github.com/strait-net/strait/gateway/gatewaytest"
 	"github.com/strait-net/strait/internal/testenv"
 )
 
@@ -36,24 +36,9 @@ func TestWorkloadSources(t *testing.T) {
 			t.Fatal(err)
 		}
 		sock := filepath.Join(dir, cluster+".sock")
-		g, err := gateway.New(gateway.Config{Cluster: cluster, Identity: gateway.IdentityFiles{Dir: dir}, Listen: wan,
+		return gatewaytest.Start(t, gateway.Config{Cluster: cluster, Identity: gateway.IdentityFiles{Dir: dir}, Listen: wan,
 			Admin: sock, State: filepath.Join(dir, cluster+"-state.json"), Preconnect: -1,
 			Intercept: gateway.InterceptListeners, Sources: sources})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- g.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
-		ad := gateway.NewAdminClient(sock)
-		for deadline := time.Now().Add(patience); ; time.Sleep(10 * time.Millisecond) {
-			if _, err := ad.Status(); err == nil {
-				return ad
-			} else if time.Now().After(deadline) {
-				t.Fatalf("gateway %s: admin socket not answering after %v: %v", cluster, patience, err)
-			}
-		}
 	}
 
 	// The export's target: an echo server.

@@ -18,6 +18,7 @@ import (
 	"github.com/strait-net/strait/catalog"
 	"github.com/strait-net/strait/fabric"
 	"github.com/strait-net/strait/gateway"
+	"github.com/strait-net/strait/gateway/gatewaytest"
 	"github.com/strait-net/strait/internal/testenv"
 )
 
@@ -33,19 +34,8 @@ func startGateway(t *testing.T) string {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(dir, "a.sock")
-	g, err := gateway.New(gateway.Config{Cluster: "a", Identity: gateway.IdentityFiles{Dir: dir}, Listen: testenv.FreeAddr(t),
+	gatewaytest.Start(t, gateway.Config{Cluster: "a", Identity: gateway.IdentityFiles{Dir: dir}, Listen: testenv.FreeAddr(t),
 		Admin: sock, State: filepath.Join(dir, "state.json"), Preconnect: -1, Intercept: gateway.InterceptListeners})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	eventually(t, "gateway admin socket", func() error {
-		_, err := gateway.NewAdminClient(sock).Status()
-		return err
-	})
 	return sock
 }
 
