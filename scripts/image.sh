@@ -56,4 +56,9 @@ else
 fi
 mv -f "$out.tmp" "$out"
 echo "image: $tag ($version) in $out" >&2
+if [[ "$out" == /var/cache/strait/images/* ]]; then
+  # Every commit's binary differs (its version is built in), so the cache
+  # would grow by one archive per build: keep this image's newest four.
+  ls -1t /var/cache/strait/images/"$(echo "$tag" | tr '/:' '__')"-*.tar 2>/dev/null | tail -n +5 | xargs -r rm -f -- || true
+fi
 echo "$out"
