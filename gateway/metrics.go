@@ -60,6 +60,9 @@ type metrics struct {
 	// packetRefusals counts the packet mode refused for a peer (once per
 	// reason; packetmode.go).
 	packetRefusals *prometheus.CounterVec
+	// packetUnsent is the Workload addresses left out of the last hello
+	// to a peer (packetctl.go, helloSources).
+	packetUnsent *prometheus.GaugeVec
 }
 
 // latencyBuckets span 10 µs to about 2.6 s by factors of 2: a stream
@@ -103,6 +106,9 @@ func newMetrics() *metrics {
 		m.denials[p] = denials.WithLabelValues(name)
 	}
 	m.packetRefusals = counterVec("strait_packet_refusals_total", "Times the packet mode was refused for a peer (the stream mode carries it): each reason counted once, see the log and status.", "peer")
+	m.packetUnsent = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "strait_packet_workloads_unsent",
+		Help: "Workload addresses left out of the last packet-mode hello to a peer (past its bounds): the peer's ingress policy sees them as the configured source holding them (docs/packet.md, Workloads)."}, []string{"peer"})
+	m.reg.MustRegister(m.packetUnsent)
 	m.openTime = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "strait_stream_open_seconds",
 		Help: "Time to open a stream on a peer gateway's session, at the importing gateway.", Buckets: latencyBuckets})
 	m.firstByte = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "strait_target_first_byte_seconds",

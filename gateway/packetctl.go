@@ -74,6 +74,10 @@ const (
 	maxPacketAnswer  = 4 << 10
 	maxPacketImports = 100_000
 	maxPacketSources = 1024
+	// maxPacketWorkloadBytes bounds the Workloads' share of a hello, about
+	// their JSON size, so that they leave the imports most of
+	// maxPacketHello.
+	maxPacketWorkloadBytes = 1 << 20
 )
 
 func checkMode(m string) error {
@@ -174,6 +178,38 @@ func parsePacketAnswer(r io.Reader) (*packetAnswer, error) {
 		return nil, errors.New("packet answer: reason: one line of at most 1024 bytes")
 	}
 	return &a, nil
+}
+
+// helloSources is what a hello offers as sources: the Workloads' exact
+// addresses ahead of the configured sources, as the local policy orders
+// them. A hello carries at most maxPacketSources, and the configured
+// sources always go in; Workloads past the remaining room, or whose labels
+// exceed the hello's bounds (the peer would refuse the whole hello), or
+// past maxPacketWorkloadBytes of them, are left out and returned as
+// unsent: the peer's ingress policy then sees those addresses as the
+// configured source holding them (docs/packet.md, "Workloads").
+func helloSources(workloads, configured []packetSourceW) (srcs []packetSourceW, unsent int) {
+	room := maxPacketSources - len(configured)
+	budget := maxPacketWorkloadBytes
+	for _, w := range workloads {
+		if pr, err := netip.ParsePrefix(w.CIDR); err != nil || !pr.Addr().Is4() {
+			continue // the packet mode carries IPv4 only: nothing to tell
+		}
+		size := len(w.CIDR) + len(w.Namespace) + 40
+		fits := len(w.Labels) <= maxLabels
+		for k, v := range w.Labels {
+			size += len(k) + len(v) + 8
+			fits = fits && k != "" && len(k) <= maxLabelKey && len(v) <= maxLabelValue
+		}
+		if !fits || room <= 0 || size > budget {
+			unsent++
+			continue
+		}
+		room--
+		budget -= size
+		srcs = append(srcs, w)
+	}
+	return append(srcs, configured...), unsent
 }
 
 // sourcesOf puts a gateway's sources on the wire, in their order.

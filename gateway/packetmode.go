@@ -171,6 +171,7 @@ type packetPeer struct {
 	asked  string       // the mode of its last hello, "" if none came
 	active bool         // the mode carries its traffic (for transitions)
 	logged string       // the refusal last logged and counted
+	unsent int          // Workload addresses left out of the last hello
 }
 
 // PeerDataPlane is a peer's data-plane mode in Status.
@@ -378,10 +379,12 @@ func offer(ctx context.Context, pool *tunnel.Pool, hello *packetHello) (*packetA
 	return parsePacketAnswer(st)
 }
 
-// helloFor is this gateway's offer to peer: the mode, its sources and the
-// imports of the peer's exports.
+// helloFor is this gateway's offer to peer: the mode, its sources (the
+// Workloads' addresses first) and the imports of the peer's exports.
 func (p *packetPlane) helloFor(peer string) *packetHello {
-	h := &packetHello{Mode: DataPlanePacket, Sources: sourcesOf(p.g.cfg.Sources)}
+	srcs, unsent := helloSources(p.g.workloadSources(), sourcesOf(p.g.cfg.Sources))
+	p.setUnsent(peer, unsent)
+	h := &packetHello{Mode: DataPlanePacket, Sources: srcs}
 	for _, r := range p.g.store.Set().List(catalog.KindServiceImport) {
 		imp := r.(*catalog.ServiceImport)
 		for _, s := range packetServices(imp, peer) {
@@ -417,6 +420,20 @@ func packetServices(imp *catalog.ServiceImport, peer string) []packet.Service {
 		}
 	}
 	return out
+}
+
+// setUnsent records, counts and logs (once per change) the Workload
+// addresses a hello to peer left out.
+func (p *packetPlane) setUnsent(peer string, n int) {
+	p.g.metrics.packetUnsent.WithLabelValues(peer).Set(float64(n))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pp := p.peer(peer)
+	if n != pp.unsent && n > 0 {
+		p.log.Warn("packet mode: Workload addresses left out of the hello to a peer; its ingress policy sees them as the configured source holding them",
+			"peer", peer, "unsent", n, "max-sources", maxPacketSources)
+	}
+	pp.unsent = n
 }
 
 func (p *packetPlane) setAnswer(peer, mode, reason string) {
@@ -526,6 +543,7 @@ func (p *packetPlane) sync() {
 	for _, r := range set.List(catalog.KindServiceImport) {
 		imports = append(imports, r.(*catalog.ServiceImport))
 	}
+	workloads := p.g.workloadSources()
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -536,7 +554,10 @@ func (p *packetPlane) sync() {
 		imports: map[packet.Service]packet.Import{}, exports: map[packet.Service]packet.Export{},
 		peers: map[netip.Addr]packet.Peer{},
 	}
-	clusters := []packet.ClusterSources{{ID: 0, Name: p.g.cfg.Cluster, Sources: packetSources(sourcesOf(p.g.cfg.Sources)), DefaultNamespace: DefaultNS}}
+	// Egress: the Workloads' addresses ahead of the configured sources, as
+	// the stream mode's source() decides (docs/packet.md, "Workloads").
+	local := append(packetSources(workloads), packetSources(sourcesOf(p.g.cfg.Sources))...)
+	clusters := []packet.ClusterSources{{ID: 0, Name: p.g.cfg.Cluster, Sources: local, DefaultNamespace: DefaultNS}}
 	var services []packet.ServiceRef
 	nextID := uint32(1)
 	exportIDs := map[nsName]uint32{}

@@ -181,3 +181,40 @@ func TestPacketHeard(t *testing.T) {
 		t.Errorf("status %+v, want c's refused offer", st)
 	}
 }
+
+// TestHelloSources: Workloads go ahead of the configured sources, the
+// hello stays within the bounds its parser enforces (the peer would
+// refuse it whole), and what is left out is counted, not lost silently.
+func TestHelloSources(t *testing.T) {
+	configured := []packetSourceW{{CIDR: "10.1.0.0/24", Namespace: "web"}}
+	big := map[string]string{}
+	for i := range maxLabels + 1 {
+		big[strings.Repeat("k", i+1)] = "v"
+	}
+	var workloads []packetSourceW
+	for i := range maxPacketSources + 10 {
+		a := netip.AddrFrom4([4]byte{10, 2, byte(i >> 8), byte(i)})
+		workloads = append(workloads, packetSourceW{CIDR: netip.PrefixFrom(a, 32).String(), Namespace: "web", Labels: map[string]string{"role": "x"}})
+	}
+	workloads = append([]packetSourceW{
+		{CIDR: "10.9.0.1/32", Namespace: "web", Labels: big}, // too many labels
+		{CIDR: "fd00::1/128", Namespace: "web"},              // IPv6: not carried, not counted
+	}, workloads...)
+	srcs, unsent := helloSources(workloads, configured)
+	if len(srcs) != maxPacketSources {
+		t.Errorf("%d sources, want %d", len(srcs), maxPacketSources)
+	}
+	if want := 1 + 10 + 1; unsent != want { // the big one, past the room, and one for the configured source's place
+		t.Errorf("unsent %d, want %d", unsent, want)
+	}
+	if srcs[0].CIDR != "10.2.0.0/32" || srcs[len(srcs)-1].CIDR != "10.1.0.0/24" {
+		t.Errorf("order: first %s, last %s; want the Workloads first and the configured source last", srcs[0].CIDR, srcs[len(srcs)-1].CIDR)
+	}
+	b, err := json.Marshal(&packetHello{Mode: DataPlanePacket, Sources: srcs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parsePacketHello(bytes.NewReader(b)); err != nil {
+		t.Errorf("the peer would refuse the hello: %v", err)
+	}
+}

@@ -113,3 +113,21 @@ func addrsOf(w *catalog.Workload) []netip.Addr {
 	}
 	return out
 }
+
+// workloadSources is every Workload address as an exact source (a /32 or
+// /128) with the namespace and labels of its Workload, in address order:
+// the packet mode lists them ahead of the configured sources, the
+// precedence source gives them (docs/packet.md, "Workloads").
+func (g *Gateway) workloadSources() []packetSourceW {
+	m := g.byAddr.Load()
+	if m == nil {
+		return nil
+	}
+	addrs := slices.SortedFunc(maps.Keys(*m), func(x, y netip.Addr) int { return x.Compare(y) })
+	out := make([]packetSourceW, 0, len(addrs))
+	for _, a := range addrs {
+		id := (*m)[a]
+		out = append(out, packetSourceW{CIDR: netip.PrefixFrom(a, a.BitLen()).String(), Namespace: id.ns, Labels: id.labels})
+	}
+	return out
+}
