@@ -451,3 +451,86 @@ func TestPacketModeHealth(t *testing.T) {
 		e.curl(t, fmt.Sprintf("b2 back, flow %d", i))
 	}
 }
+
+// TestPacketModeWorkloads: two clients of cluster a (two addresses of the
+// client node) named by Workloads labelled role blocked and neighbour; an
+// AccessPolicy denying role blocked drops the blocked client's new flows
+// in the packet mode's programs — at a's egress (a's Workloads in a's
+// policy map), then at b's ingress (a's hello offers them to b) — and
+// counts them per policy, while the neighbour passes; swapping the labels
+// takes effect without a restart (docs/packet.md, "Workloads").
+func TestPacketModeWorkloads(t *testing.T) {
+	e := setupPacket(t, gateway.DataPlanePacket, gateway.DataPlanePacket, false)
+	active := func(d gateway.PeerDataPlane) bool { return d.Active }
+	dataPlane(t, e.a, "b", active, "packet mode on a")
+	dataPlane(t, e.b, "a", func(d gateway.PeerDataPlane) bool { return d.Active && d.Exports }, "a's offer heard on b")
+	const one, two = "10.1.0.2", "10.1.0.3"
+	testenv.Run(t, "ip", "-n", e.ca, "addr", "add", two+"/24", "dev", "eth0")
+	workloads := func(roleOne, roleTwo string) string {
+		w := func(name, addr, role string) string {
+			return fmt.Sprintf("apiVersion: strait.dev/v1alpha1\nkind: Workload\nmetadata: {name: %s, namespace: web, labels: {role: %s}}\nspec: {addresses: [%s]}\n---\n", name, role, addr)
+		}
+		return w("client-one", one, roleOne) + w("client-two", two, roleTwo)
+	}
+	// try sends one request from src; the deadline bounds a dropped flow.
+	try := func(src, body, max string) bool {
+		f := writeTemp(t, "body-*", body)
+		out, err := exec.Command("ip", "netns", "exec", e.ca, "curl", "-sS", "--fail", "--max-time", max, "-H", "Expect:",
+			"--interface", src, "--data-binary", "@"+f, "http://"+packetVIP+":80/").CombinedOutput()
+		return err == nil && string(out) == body
+	}
+	passes := func(src, what string) {
+		t.Helper()
+		for deadline := time.Now().Add(patience); !try(src, what, curlMax); {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no answer from %s after %v", what, src, patience)
+			}
+		}
+	}
+	const denied = "strait_packet_policy_drops_total{policy=\"deny-blocked\"}"
+	// dropped polls until g's programs drop src's flows by deny-blocked.
+	dropped := func(g *gw, src, what string) {
+		t.Helper()
+		before := g.metric(t, denied)
+		for deadline := time.Now().Add(patience); g.metric(t, denied) == before; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no flow from %s denied by deny-blocked on %s after %v", what, src, g.cluster, patience)
+			}
+			if try(src, "denied", "1") {
+				t.Logf("%s: %s answered before the change reached the map", what, src)
+			}
+		}
+	}
+	deny := policyYAML("deny-blocked", 10, "deny", "  from: {workloadSelector: {matchLabels: {role: blocked}}}\n  to: {exports: [echo]}\n")
+
+	// Egress: a's own Workloads in a's policy map.
+	e.a.apply(t, workloads("blocked", "neighbour"))
+	e.a.apply(t, deny)
+	dropped(e.a, one, "egress")
+	passes(two, "egress, the neighbour")
+	if n := e.a.metric(t, "strait_packet_drops_total{reason=\"egress_policy\"}"); n < 1 {
+		t.Errorf("egress policy drops on a: %v, want at least 1", n)
+	}
+	e.a.apply(t, workloads("neighbour", "blocked")) // relabel, no restart
+	dropped(e.a, two, "egress after the relabel")
+	passes(one, "egress after the relabel, the neighbour")
+
+	// Ingress: b knows a's clients only from a's hello.
+	e.a.delete(t, deny)
+	passes(two, "the policy gone from a")
+	e.b.apply(t, deny)
+	dropped(e.b, two, "ingress")
+	passes(one, "ingress, the neighbour")
+	if n := e.b.metric(t, "strait_packet_drops_total{reason=\"ingress_policy\"}"); n < 1 {
+		t.Errorf("ingress policy drops on b: %v, want at least 1", n)
+	}
+	e.a.apply(t, workloads("blocked", "neighbour"))
+	dropped(e.b, one, "ingress after the relabel")
+	passes(two, "ingress after the relabel, the neighbour")
+	if n := e.a.metric(t, "strait_client_connections_total"); n != 0 {
+		t.Errorf("a's stream mode accepted %v connections; the programs should have carried them", n)
+	}
+	if n := e.a.metric(t, "strait_packet_workloads_unsent{peer=\"b\"}"); n != 0 {
+		t.Errorf("a left %v Workload addresses out of its hello, want none", n)
+	}
+}
