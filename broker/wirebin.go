@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"unicode/utf8"
 
 	"github.com/strait-net/strait/catalog"
 )
@@ -101,7 +102,7 @@ type binReader struct {
 }
 
 func (r *binReader) istr(what string) string {
-	b := r.bytes(what)
+	b := r.text(what)
 	if len(b) == 0 {
 		return ""
 	}
@@ -200,7 +201,19 @@ func (r *binReader) bytes(what string) []byte {
 	return v
 }
 
-func (r *binReader) str(what string) string { return string(r.bytes(what)) }
+func (r *binReader) str(what string) string { return string(r.text(what)) }
+
+// text is a string field's bytes, which must be UTF-8: the JSON encoding
+// of the same message would otherwise turn invalid bytes into U+FFFD, and
+// a frame would not say the same thing in both wires.
+func (r *binReader) text(what string) []byte {
+	b := r.bytes(what)
+	if r.err == nil && !utf8.Valid(b) {
+		r.fail("%s: not valid UTF-8", what)
+		return nil
+	}
+	return b
+}
 
 // decodeExport decodes an export's binary value, all of data.
 func decodeExport(data []byte) (Export, error) {
@@ -220,7 +233,7 @@ func (r *binReader) export(key string) Export {
 		r.fail("export: starts with %#x, not %#x", m, exportMarker)
 	}
 	e.Namespace = r.istr("export namespace")
-	if name := r.bytes("export name"); len(key) > len(name) && key[len(key)-len(name)-1] == '/' && key[len(key)-len(name):] == string(name) {
+	if name := r.text("export name"); len(key) > len(name) && key[len(key)-len(name)-1] == '/' && key[len(key)-len(name):] == string(name) {
 		e.Name = key[len(key)-len(name):]
 	} else {
 		e.Name = string(name)
@@ -234,7 +247,7 @@ func (r *binReader) export(key string) Export {
 		for i := range e.Ports {
 			p := &e.Ports[i]
 			p.Name = r.istr("port name")
-			p.Protocol = internProtocol(r.bytes("port protocol"))
+			p.Protocol = internProtocol(r.text("port protocol"))
 			p.AppProtocol = r.istr("port appProtocol")
 			v := r.varint("port")
 			if r.err == nil && (v < math.MinInt32 || v > math.MaxInt32) {
