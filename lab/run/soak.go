@@ -391,7 +391,15 @@ func (r *runner) scrapeGoroutines(ctx context.Context, env tool.Env, node string
 }
 
 // metricValue reads a gauge from a Prometheus text exposition.
-func metricValue(text, name string) (float64, error) {
+func metricValue(text, name string) (v float64, err error) {
+	// expfmt's parser panics on some malformed pages (one that starts with
+	// "{}", FuzzMetricValue found): a bad page is an error here, not a
+	// crashed run.
+	defer func() {
+		if r := recover(); r != nil {
+			v, err = 0, fmt.Errorf("parse metrics: malformed exposition (%v)", r)
+		}
+	}()
 	var p expfmt.TextParser
 	fams, err := p.TextToMetricFamilies(strings.NewReader(text))
 	if err != nil {
