@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 
@@ -79,16 +80,8 @@ func copyConn(dst io.Writer, c *net.TCPConn, firstByte func()) (int64, error) {
 		return 0, err
 	}
 	var n int64
-	drained := true // the last read left the socket empty: wait before taking a buffer
 	for {
-		if drained {
-			if err := waitReadable(rc); err != nil {
-				return n, err
-			}
-		}
-		bp := bufPool.Get().(*[]byte)
-		buf := *bp
-		nr, rerr := c.Read(buf)
+		bp, nr, rerr := readPooled(rc)
 		if nr > 0 && firstByte != nil {
 			firstByte()
 			firstByte = nil
@@ -96,11 +89,12 @@ func copyConn(dst io.Writer, c *net.TCPConn, firstByte func()) (int64, error) {
 		var werr error
 		if nr > 0 {
 			var nw int
-			nw, werr = dst.Write(buf[:nr])
+			nw, werr = dst.Write((*bp)[:nr])
 			n += int64(nw)
 		}
-		bufPool.Put(bp)
-		drained = nr < len(buf)
+		if bp != nil {
+			bufPool.Put(bp)
+		}
 		switch {
 		case werr != nil:
 			return n, werr
@@ -112,19 +106,43 @@ func copyConn(dst io.Writer, c *net.TCPConn, firstByte func()) (int64, error) {
 	}
 }
 
-// waitReadable returns once c's socket has data, an end of stream or an
-// error to read, without a buffer: it peeks a byte without waiting and,
-// while there is none, lets the runtime's poller wait. Closing c or its
-// read deadline ends the wait with the error a read would return.
-func waitReadable(rc syscall.RawConn) error {
-	var b [1]byte
-	return rc.Read(func(fd uintptr) bool {
+// readPooled reads once from rc into a buffer from the pool, waiting in the
+// runtime's poller, without a buffer, while the socket is empty: a read that
+// finds nothing gives its buffer back before the wait. One read(2) per
+// arrival, where peeking for data first and then reading took two. It
+// returns the buffer (nil when nothing was read), the bytes read, and io.EOF
+// at the end of stream; closing c or its read deadline ends the wait with
+// the error a read would return.
+func readPooled(rc syscall.RawConn) (*[]byte, int, error) {
+	var bp *[]byte
+	var nr int
+	var rerr error
+	err := rc.Read(func(fd uintptr) bool {
+		bp = bufPool.Get().(*[]byte)
 		for {
-			_, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-			if err == unix.EINTR {
-				continue
+			nr, rerr = unix.Read(int(fd), *bp)
+			if rerr != unix.EINTR {
+				break
 			}
-			return err != unix.EAGAIN
 		}
+		if rerr == unix.EAGAIN {
+			bufPool.Put(bp)
+			bp = nil
+			return false
+		}
+		return true
 	})
+	switch {
+	case err != nil:
+		rerr = err
+	case rerr != nil:
+		rerr = os.NewSyscallError("read", rerr)
+	case nr == 0:
+		rerr = io.EOF
+	}
+	if nr <= 0 && bp != nil {
+		bufPool.Put(bp)
+		bp, nr = nil, 0
+	}
+	return bp, nr, rerr
 }
