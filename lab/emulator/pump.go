@@ -80,6 +80,10 @@ type pump struct {
 	// sleepLate is how much later than asked the writer's nanosleep
 	// returns (writer goroutine only; see sleep).
 	sleepLate runningMedian
+
+	// unstamped counts the packets the reader stamped when it got to them
+	// because the device gave no arrival times (see readWaiter).
+	unstamped atomic.Uint64
 }
 
 // runningMedian follows the typical value of a stream of latencies: it
@@ -172,7 +176,8 @@ func (p *pump) readLoop() {
 	// The reader timestamps arrivals and empties the device's queue, so it
 	// gets a raised-priority thread of its own too.
 	lockThread()
-	wait := readWaiter(p.src)
+	wait, done := p.readWaiter()
+	defer done()
 	bs := p.src.BatchSize()
 	bufs := make([][]byte, bs)
 	sizes := make([]int, bs)
@@ -181,12 +186,13 @@ func (p *pump) readLoop() {
 	}
 	failures := 0
 	for {
-		if !wait() {
+		arrived, ok := wait()
+		if !ok {
 			return
 		}
 		n, err := p.src.Read(bufs, sizes, Headroom)
 		if n > 0 {
-			p.enqueue(p.now(), bufs[:n], sizes[:n])
+			p.enqueue(arrived, bufs[:n], sizes[:n])
 		}
 		if err == nil {
 			failures = 0
@@ -206,42 +212,82 @@ func (p *pump) readLoop() {
 }
 
 // readWaiter returns a function that blocks until src has a packet to
-// read, on the calling thread, and reports false once src is closed. For a
-// device with a file descriptor (a TUN device) it waits in poll(2):
+// read, on the calling thread, and returns when the packet Read returns
+// next arrived, by the engine's clock; it reports false once src is closed.
+// For a device with a file descriptor (a TUN device) it waits in poll(2):
 // readiness reported through Go's netpoller reaches the reader only after
 // some thread of normal priority has noticed it, and on a busy machine that
 // lag overflowed the device's queue (500 packets) and lost packets the
-// emulator never saw. Other devices block in Read as usual.
-func readWaiter(src Device) func() bool {
-	f, ok := src.(interface{ File() *os.File })
+// emulator never saw. Other devices block in Read as usual, and their
+// packets arrive when Read returns. done releases what wait holds.
+//
+// The arrival is the kernel's stamp (see arrivals). Without one (the
+// filter could not be attached) it is when poll returned, which is late
+// by the reader's wake-up.
+func (p *pump) readWaiter() (wait func() (int64, bool), done func()) {
+	plain := func() (int64, bool) { return p.now(), true }
+	f, ok := p.src.(interface{ File() *os.File })
 	if !ok {
-		return func() bool { return true }
+		return plain, func() {}
 	}
 	rc, err := f.File().SyscallConn()
 	if err != nil {
-		return func() bool { return true }
+		return plain, func() {}
 	}
 	var fd int
 	if rc.Control(func(v uintptr) { fd = int(v) }) != nil {
-		return func() bool { return true }
+		return plain, func() {}
 	}
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	return func() bool {
-		for {
-			// The timeout bounds how long a closed device goes unnoticed.
-			n, err := unix.Poll(fds, 100)
-			if err == nil && n > 0 {
-				// Readable, or POLLNVAL/POLLHUP after close: Read tells.
-				return true
-			}
-			if err != nil && err != unix.EINTR {
-				return true
-			}
-			if rc.Control(func(uintptr) {}) != nil {
-				return false // closed
-			}
+	arr, err := attachArrivals(fd, p.now)
+	if err != nil {
+		arr = nil
+	}
+	done = func() {
+		if arr != nil {
+			arr.close()
 		}
 	}
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	var last int64 // the previous packet's arrival
+	return func() (int64, bool) {
+		for {
+			// A packet read right after the previous one arrived after
+			// it (the queue is FIFO); one read after the queue was found
+			// empty arrived after that.
+			lo := last
+			n, err := unix.Poll(fds, 0)
+			if err == nil && n == 0 {
+				var count uint64
+				if arr != nil {
+					count = arr.count()
+				}
+				lo = p.now()
+				// The timeout bounds how long a closed device goes
+				// unnoticed.
+				n, err = unix.Poll(fds, 100)
+				if arr != nil {
+					arr.resync(count)
+				}
+			}
+			if err == nil && n > 0 {
+				// Readable, or POLLNVAL/POLLHUP after close: Read tells.
+				now := p.now()
+				if arr == nil {
+					p.unstamped.Add(1)
+					last = now
+				} else {
+					last = arr.take(lo, now)
+				}
+				return last, true
+			}
+			if err != nil && err != unix.EINTR {
+				return p.now(), true
+			}
+			if rc.Control(func(uintptr) {}) != nil {
+				return 0, false // closed
+			}
+		}
+	}, done
 }
 
 // enqueue decides the fate of a batch read at now and takes ownership of

@@ -1,0 +1,154 @@
+package emulator
+
+import (
+	"fmt"
+	"os"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"golang.org/x/sys/unix"
+)
+
+// arrivals tells when the kernel queued each packet on a TUN device, so
+// that a packet's delay runs from the moment it entered the link rather
+// than from the moment the reader got to it. A packet that finds the
+// reader asleep waits in the device until the reader's thread wakes up:
+// tens of µs on a virtual machine whose idle CPU halts, as long as the rest
+// of the way through a veth pair (see docs/topology.md, "Accuracy").
+//
+// The stamps come from an eBPF filter attached to the device
+// (TUNSETFILTEREBPF), which the kernel runs in tun_net_xmit, in the sender's
+// context, just before it queues the packet: it numbers the packets and
+// writes each one's CLOCK_MONOTONIC time into a ring in an array map that
+// the reader has mapped into memory. The device's queue is FIFO and the
+// reader the only one to take from it, so the i-th packet read is the i-th
+// stamped, except after the kernel drops a stamped packet because the
+// queue is full; the reader resynchronizes whenever it finds the queue
+// empty, and clamps every stamp to what it knows for sure (see take).
+type arrivals struct {
+	prog *ebpf.Program
+	m    *ebpf.Map
+	mem  []byte
+	next uint64 // number of the next packet Read returns
+	off  int64  // the engine's clock minus CLOCK_MONOTONIC
+}
+
+// arrivalRing is the number of stamps kept: more than the device's queue
+// (txQueueLen) holds, so a stamp is not overwritten before its packet is
+// read.
+const arrivalRing = 8192
+
+// bpfFMmapable is the kernel's BPF_F_MMAPABLE map flag.
+const bpfFMmapable = 1 << 10
+
+// attachArrivals attaches the stamping filter to the TUN device fd. now is
+// the engine's clock.
+func attachArrivals(fd int, now clock) (*arrivals, error) {
+	m, err := ebpf.NewMap(&ebpf.MapSpec{
+		Name:       "strait_arrivals",
+		Type:       ebpf.Array,
+		KeySize:    4,
+		ValueSize:  8 * (1 + arrivalRing), // count, then the ring
+		MaxEntries: 1,
+		Flags:      bpfFMmapable,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("arrival map: %w", err)
+	}
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name:         "strait_arrival",
+		Type:         ebpf.SocketFilter,
+		License:      "GPL",
+		Instructions: arrivalProgram(m.FD()),
+	})
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("arrival filter: %w", err)
+	}
+	size := (8*(1+arrivalRing) + os.Getpagesize() - 1) / os.Getpagesize() * os.Getpagesize()
+	mem, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		prog.Close()
+		m.Close()
+		return nil, fmt.Errorf("mmap arrival map: %w", err)
+	}
+	a := &arrivals{prog: prog, m: m, mem: mem}
+	pfd := int32(prog.FD())
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TUNSETFILTEREBPF, uintptr(unsafe.Pointer(&pfd))); errno != 0 {
+		a.close()
+		return nil, fmt.Errorf("TUNSETFILTEREBPF: %w", errno)
+	}
+	// The engine's clock and CLOCK_MONOTONIC, read back to back; Go's
+	// monotonic time is CLOCK_MONOTONIC too, so the offset stays put.
+	var ts unix.Timespec
+	e0 := now()
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	e1 := now()
+	a.off = (e0+e1)/2 - ts.Nano()
+	return a, nil
+}
+
+// arrivalProgram is the filter: it takes the next number, stores the time
+// at that number in the ring, and keeps the whole packet. The number is
+// taken without an atomic add: should two CPUs send through the device at
+// the same moment, both packets take one number, the second stamp
+// overwrites the first, and every packet up to the next resynchronization
+// is read with the stamp of the one behind it: later than its own, never
+// earlier.
+func arrivalProgram(mapFD int) asm.Instructions {
+	return asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1), // the packet's __sk_buff
+		asm.FnKtimeGetNs.Call(),
+		asm.Mov.Reg(asm.R7, asm.R0),
+		asm.StoreImm(asm.RFP, -4, 0, asm.Word), // key 0
+		asm.LoadMapPtr(asm.R1, mapFD),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -4),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "keep"),
+		asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord), // R1 = count
+		asm.Mov.Reg(asm.R2, asm.R1),
+		asm.Add.Imm(asm.R2, 1),
+		asm.StoreMem(asm.R0, 0, asm.R2, asm.DWord), // count++
+		asm.And.Imm(asm.R1, arrivalRing-1),
+		asm.LSh.Imm(asm.R1, 3),
+		asm.Add.Reg(asm.R0, asm.R1),
+		asm.StoreMem(asm.R0, 8, asm.R7, asm.DWord),
+		asm.LoadMem(asm.R0, asm.R6, 0, asm.Word).WithSymbol("keep"), // __sk_buff.len: keep it all
+		asm.Return(),
+	}
+}
+
+func (a *arrivals) word(i int) uint64 {
+	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&a.mem[8*i])))
+}
+
+// count is the number of packets stamped so far.
+func (a *arrivals) count() uint64 { return a.word(0) }
+
+// resync says that the device's queue was found empty after count
+// returned n: every packet numbered below n was read or dropped.
+func (a *arrivals) resync(n uint64) { a.next = n }
+
+// take returns the arrival of the next packet Read returns, by the
+// engine's clock, clamped to [lo, now]: no packet arrives after the reader
+// has it, and the caller knows a time before which it cannot have arrived
+// (see pump.readWaiter). A stamp outside that range means the numbering
+// slipped (a drop, or the reader ran ahead of a filter still writing).
+func (a *arrivals) take(lo, now int64) int64 {
+	i := a.next
+	a.next++
+	if i >= a.count() {
+		return now
+	}
+	t := int64(a.word(1+int(i%arrivalRing))) + a.off
+	return min(max(t, lo), now)
+}
+
+func (a *arrivals) close() {
+	_ = unix.Munmap(a.mem)
+	a.prog.Close()
+	a.m.Close()
+}

@@ -1,0 +1,630 @@
+package emulator
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/strait-net/strait/internal/testenv"
+	"github.com/strait-net/strait/lab/emulation"
+)
+
+// The delay probe: a UDP ping-pong between two processes in two network
+// namespaces that are joined by a plain veth pair and by emulated links,
+// one per delay setting. The client sends one probe every interval, to each
+// path in turn, so every path sees the same host; each probe carries four
+// CLOCK_MONOTONIC stamps (client send, server receive, server send, client
+// receive), which all namespaces share, so the two one-way delays are
+// measured apart. A path's excess per direction is its one-way delay minus
+// the veth's (same direction, same statistic) minus its delay setting.
+//
+// The processes are this test binary started with `ip netns exec` (see
+// probeRole); the emulator runs in the test process on the package's own
+// devices, so that a probeTap can also see when the emulator read and wrote
+// each probe.
+
+const (
+	probeRoleEnv = "STRAIT_EMU_PROBE_ROLE"
+	probePort    = 7171
+	probeMagic   = 0x73747270 // "strp"
+	probeLen     = 48         // magic, path, seq, t0, t1, t2, filler
+)
+
+// probeRole runs the server or client process of the delay probe when the
+// test binary was started as one, and reports whether it was.
+func probeRole() bool {
+	switch os.Getenv(probeRoleEnv) {
+	case "":
+		return false
+	case "server":
+		if err := probeServe(); err != nil {
+			fmt.Fprintln(os.Stderr, "probe server:", err)
+			os.Exit(1)
+		}
+	case "sink":
+		if err := bulkSink(); err != nil {
+			fmt.Fprintln(os.Stderr, "bulk sink:", err)
+			os.Exit(1)
+		}
+	case "source":
+		if err := bulkSource(); err != nil {
+			fmt.Fprintln(os.Stderr, "bulk source:", err)
+			os.Exit(1)
+		}
+	case "client":
+		if err := probeClient(); err != nil {
+			fmt.Fprintln(os.Stderr, "probe client:", err)
+			os.Exit(1)
+		}
+	default:
+		fmt.Fprintf(os.Stderr, "%s: want server or client\n", probeRoleEnv)
+		os.Exit(2)
+	}
+	os.Exit(0)
+	return true
+}
+
+func monoNow() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
+}
+
+// probeServe echoes probes with its receive and send stamps filled in. It
+// uses blocking system calls on one thread: no netpoller between the
+// kernel and the stamps.
+func probeServe() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: probePort}); err != nil {
+		return fmt.Errorf("bind: %w", err)
+	}
+	buf := make([]byte, 2048)
+	for {
+		n, from, err := unix.Recvfrom(fd, buf, 0)
+		t1 := monoNow()
+		if err != nil {
+			if err == unix.EINTR {
+				continue
+			}
+			return err
+		}
+		if n < probeLen || binary.BigEndian.Uint32(buf) != probeMagic {
+			continue
+		}
+		binary.BigEndian.PutUint64(buf[24:], uint64(t1))
+		binary.BigEndian.PutUint64(buf[32:], uint64(monoNow()))
+		_ = unix.Sendto(fd, buf[:n], 0, from)
+	}
+}
+
+// probeClient sends STRAIT_EMU_PROBE_COUNT probes, one every
+// STRAIT_EMU_PROBE_INTERVAL, to the servers listed in
+// STRAIT_EMU_PROBE_TARGETS in turn, and prints one line per probe that came
+// back: path seq t0 t1 t2 t3.
+func probeClient() error {
+	var targets []netip.Addr
+	for _, s := range strings.Split(os.Getenv("STRAIT_EMU_PROBE_TARGETS"), ",") {
+		a, err := netip.ParseAddr(s)
+		if err != nil || !a.Is4() {
+			return fmt.Errorf("STRAIT_EMU_PROBE_TARGETS: %q is not an IPv4 address", s)
+		}
+		targets = append(targets, a)
+	}
+	count, err := strconv.Atoi(os.Getenv("STRAIT_EMU_PROBE_COUNT"))
+	if err != nil || count < 1 {
+		return fmt.Errorf("STRAIT_EMU_PROBE_COUNT: %q is not a positive number", os.Getenv("STRAIT_EMU_PROBE_COUNT"))
+	}
+	interval, err := time.ParseDuration(os.Getenv("STRAIT_EMU_PROBE_INTERVAL"))
+	if err != nil || interval <= 0 {
+		return fmt.Errorf("STRAIT_EMU_PROBE_INTERVAL: %q is not a positive duration", os.Getenv("STRAIT_EMU_PROBE_INTERVAL"))
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	// The receiver ends after a second without replies once all are sent.
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 1}); err != nil {
+		return err
+	}
+	out := bufio.NewWriter(os.Stdout)
+	var wg sync.WaitGroup
+	var sent sync.WaitGroup
+	sent.Add(1)
+	done := make(chan struct{})
+	wg.Go(func() {
+		buf := make([]byte, 2048)
+		got := 0
+		for got < count {
+			n, _, err := unix.Recvfrom(fd, buf, 0)
+			t3 := monoNow()
+			if err == unix.EAGAIN {
+				select {
+				case <-done:
+					return
+				default:
+					continue
+				}
+			}
+			if err != nil || n < probeLen || binary.BigEndian.Uint32(buf) != probeMagic {
+				continue
+			}
+			got++
+			fmt.Fprintf(out, "%d %d %d %d %d %d\n", binary.BigEndian.Uint32(buf[4:]), binary.BigEndian.Uint64(buf[8:]),
+				binary.BigEndian.Uint64(buf[16:]), binary.BigEndian.Uint64(buf[24:]), binary.BigEndian.Uint64(buf[32:]), t3)
+		}
+	})
+	pkt := make([]byte, probeLen)
+	binary.BigEndian.PutUint32(pkt, probeMagic)
+	sentAt := make([]int64, count)
+	next := time.Now()
+	for i := range count {
+		path := i % len(targets)
+		binary.BigEndian.PutUint32(pkt[4:], uint32(path))
+		binary.BigEndian.PutUint64(pkt[8:], uint64(i))
+		binary.BigEndian.PutUint64(pkt[16:], uint64(monoNow()))
+		to := &unix.SockaddrInet4{Port: probePort, Addr: targets[path].As4()}
+		if err := unix.Sendto(fd, pkt, 0, to); err != nil {
+			return fmt.Errorf("send to %v: %w", targets[path], err)
+		}
+		sentAt[i] = monoNow()
+		next = next.Add(interval)
+		time.Sleep(time.Until(next))
+	}
+	close(done)
+	wg.Wait()
+	for i, t := range sentAt {
+		fmt.Fprintf(out, "sent %d %d\n", i, t)
+	}
+	return out.Flush()
+}
+
+// probeSample is one probe that came back, stamps in ns of CLOCK_MONOTONIC.
+type probeSample struct {
+	path           int
+	seq            uint64
+	t0, t1, t2, t3 int64
+}
+
+func (s probeSample) fwd() int64 { return s.t1 - s.t0 }
+func (s probeSample) rev() int64 { return s.t3 - s.t2 }
+
+// probeLab is two namespaces joined by a veth pair (path 0) and by one
+// emulated link per setting (path i+1 for settings[i]), the same
+// settings both ways.
+type probeLab struct {
+	nsA, nsB string
+	targets  []string // server address per path
+	pumps    []*pump  // per link: a-to-b, b-to-a
+	tap      *probeTap
+	sentAt   map[uint64]int64 // per probe, when the client's sendto returned
+	stop     func()
+}
+
+func newProbeLab(t *testing.T, settings []emulation.Params) *probeLab {
+	t.Helper()
+	testenv.RequireRoot(t)
+	l := &probeLab{
+		nsA: testenv.Netns(t, testenv.UniqueName("stt-emudelay-")),
+		nsB: testenv.Netns(t, testenv.UniqueName("stt-emudelay-")),
+		tap: newProbeTap(),
+	}
+	for _, ns := range []string{l.nsA, l.nsB} {
+		testenv.Run(t, "ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+	}
+	testenv.Run(t, "ip", "-n", l.nsA, "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", l.nsB)
+	testenv.Run(t, "ip", "-n", l.nsA, "addr", "add", "10.9.0.1/24", "dev", "va")
+	testenv.Run(t, "ip", "-n", l.nsB, "addr", "add", "10.9.0.2/24", "dev", "vb")
+	testenv.Run(t, "ip", "-n", l.nsA, "link", "set", "va", "up")
+	testenv.Run(t, "ip", "-n", l.nsB, "link", "set", "vb", "up")
+	l.targets = []string{"10.9.0.2"}
+
+	var drains sync.WaitGroup
+	var devs []Device
+	var links []Link
+	var pairs [][2]Device
+	for i, p := range settings {
+		var pair [2]Device
+		for j, ns := range []string{l.nsA, l.nsB} {
+			name := fmt.Sprintf("e%d%c", i, "ab"[j])
+			d, err := createTUN(ns, name, DefaultMTU, &drains)
+			if err != nil {
+				for _, d := range devs {
+					d.Close()
+				}
+				t.Fatalf("create %s in %s: %v", name, ns, err)
+			}
+			devs = append(devs, d)
+			pair[j] = &tapDevice{Device: d, tap: l.tap, dir: j}
+			testenv.Run(t, "ip", "-n", ns, "addr", "add", fmt.Sprintf("10.7.%d.%d/31", i, j), "dev", name)
+			testenv.Run(t, "ip", "-n", ns, "link", "set", name, "up")
+		}
+		pairs = append(pairs, pair)
+		links = append(links, Link{Name: fmt.Sprint(i), AtoB: p, BtoA: p})
+		l.targets = append(l.targets, fmt.Sprintf("10.7.%d.1", i))
+	}
+	epoch := time.Now()
+	l.tap.setClock(epoch)
+	now := func() int64 { return int64(time.Since(epoch)) }
+	e, err := newEngine(Config{Links: links}, pairs, 42, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.pumps = e.pumps
+	var wg sync.WaitGroup
+	wg.Go(e.run)
+	var once sync.Once
+	l.stop = func() {
+		once.Do(func() {
+			e.stop()
+			for _, d := range devs {
+				d.Close()
+			}
+			wg.Wait()
+			drains.Wait()
+		})
+	}
+	t.Cleanup(l.stop)
+
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := exec.Command("ip", "netns", "exec", l.nsB, self)
+	srv.Env = append(os.Environ(), probeRoleEnv+"=server")
+	srv.Stderr = os.Stderr
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = srv.Process.Kill()
+		_ = srv.Wait()
+	})
+	return l
+}
+
+// run sends count probes, interval apart, round robin over the paths, and
+// returns the ones that came back per path.
+func (l *probeLab) run(t *testing.T, count int, interval time.Duration) [][]probeSample {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := exec.Command("ip", "netns", "exec", l.nsA, self)
+	cl.Env = append(os.Environ(), probeRoleEnv+"=client",
+		"STRAIT_EMU_PROBE_TARGETS="+strings.Join(l.targets, ","),
+		"STRAIT_EMU_PROBE_COUNT="+strconv.Itoa(count),
+		"STRAIT_EMU_PROBE_INTERVAL="+interval.String())
+	var stderr strings.Builder
+	cl.Stderr = &stderr
+	out, err := cl.Output()
+	if err != nil {
+		t.Fatalf("probe client: %v: %s", err, stderr.String())
+	}
+	res := make([][]probeSample, len(l.targets))
+	l.sentAt = map[uint64]int64{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if strings.HasPrefix(line, "sent ") {
+			var seq uint64
+			var at int64
+			fmt.Sscan(line[5:], &seq, &at)
+			l.sentAt[seq] = at
+			continue
+		}
+		var s probeSample
+		if _, err := fmt.Sscan(line, &s.path, &s.seq, &s.t0, &s.t1, &s.t2, &s.t3); err != nil || s.path >= len(res) {
+			t.Fatalf("probe client printed %q", line)
+		}
+		res[s.path] = append(res[s.path], s)
+	}
+	return res
+}
+
+// probeTap records, per probe and direction, when the emulator read it
+// from a device and when it started and finished writing it, in
+// CLOCK_MONOTONIC ns, so the probe's one-way delay can be split into its
+// way into the emulator, the time held, and its way out.
+type probeTap struct {
+	off int64 // CLOCK_MONOTONIC minus the engine's clock
+	mu  sync.Mutex
+	at  map[tapKey]*tapStamps
+}
+
+type tapKey struct {
+	dir int // 0: read from A (a-to-b), 1: read from B
+	seq uint64
+}
+
+type tapStamps struct{ read, write, written int64 }
+
+func newProbeTap() *probeTap { return &probeTap{at: map[tapKey]*tapStamps{}} }
+
+// setClock sets the offset between CLOCK_MONOTONIC and time.Since(epoch),
+// which Go reads from the same clock.
+func (p *probeTap) setClock(epoch time.Time) {
+	m0 := monoNow()
+	e := int64(time.Since(epoch))
+	m1 := monoNow()
+	p.off = (m0+m1)/2 - e
+}
+
+func (p *probeTap) stamps(dir int, seq uint64) *tapStamps {
+	k := tapKey{dir, seq}
+	s := p.at[k]
+	if s == nil {
+		s = &tapStamps{}
+		p.at[k] = s
+	}
+	return s
+}
+
+// probeSeq returns the sequence number of a probe packet (IPv4, UDP, to or
+// from probePort), or false.
+func probeSeq(pkt []byte) (uint64, bool) {
+	if len(pkt) < 20 || pkt[0]>>4 != 4 || pkt[9] != unix.IPPROTO_UDP {
+		return 0, false
+	}
+	ihl := int(pkt[0]&15) * 4
+	u := pkt[ihl:]
+	if len(u) < 8+probeLen || (binary.BigEndian.Uint16(u[0:]) != probePort && binary.BigEndian.Uint16(u[2:]) != probePort) {
+		return 0, false
+	}
+	pl := u[8:]
+	if binary.BigEndian.Uint32(pl) != probeMagic {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(pl[8:]), true
+}
+
+// tapDevice stamps the probes the engine reads from and writes to a
+// device. dir is the direction whose source this device is.
+type tapDevice struct {
+	Device
+	tap *probeTap
+	dir int
+}
+
+// File lets readWaiter wait on the TUN device's descriptor as it does
+// without the tap.
+func (d *tapDevice) File() *os.File { return d.Device.(interface{ File() *os.File }).File() }
+
+func (d *tapDevice) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	t := monoNow() // the reader is awake: poll(2) returned
+	n, err := d.Device.Read(bufs, sizes, offset)
+	for i := range n {
+		if seq, ok := probeSeq(bufs[i][offset : offset+sizes[i]]); ok {
+			d.tap.mu.Lock()
+			d.tap.stamps(d.dir, seq).read = t
+			d.tap.mu.Unlock()
+		}
+	}
+	return n, err
+}
+
+func (d *tapDevice) Write(bufs [][]byte, offset int) (int, error) {
+	t := monoNow()
+	var seqs []uint64
+	for _, b := range bufs {
+		if seq, ok := probeSeq(b[offset:]); ok {
+			seqs = append(seqs, seq)
+		}
+	}
+	n, err := d.Device.Write(bufs, offset)
+	t2 := monoNow()
+	d.tap.mu.Lock()
+	for _, seq := range seqs {
+		s := d.tap.stamps(1-d.dir, seq)
+		s.write, s.written = t, t2
+	}
+	d.tap.mu.Unlock()
+	return n, err
+}
+
+// dist summarizes ns values: mean, median, 99th percentile, as µs.
+type dist struct{ mean, p50, p99 float64 }
+
+func summarize(v []int64) dist {
+	if len(v) == 0 {
+		return dist{math.NaN(), math.NaN(), math.NaN()}
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	var sum float64
+	for _, x := range s {
+		sum += float64(x)
+	}
+	return dist{sum / float64(len(s)) / 1e3, float64(s[len(s)/2]) / 1e3, float64(s[len(s)*99/100]) / 1e3}
+}
+
+func (d dist) String() string { return fmt.Sprintf("%7.1f %7.1f %8.1f", d.mean, d.p50, d.p99) }
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// TestDelayProbeExperiment prints, per emulated link setting, how much
+// later than plain veth plus the setting a probe arrives per direction
+// (mean, median, p99 in µs), and splits the emulated path into: in (client
+// sendto returned to the emulator's reader waking up), held (read to the start of the write,
+// less the setting: the writer's lateness) and out (the write to the server's
+// receive). It is an experiment, not a unit test: it needs root and
+// STRAIT_EMU_PROBE=1; STRAIT_EMU_PROBE_COUNT sets the probes per path
+// (default 2000), one every millisecond across all paths.
+func TestDelayProbeExperiment(t *testing.T) {
+	if os.Getenv("STRAIT_EMU_PROBE") == "" {
+		t.Skip("set STRAIT_EMU_PROBE=1 (needs root): measures the emulator's delay accuracy with a UDP ping-pong")
+	}
+	per := 2000
+	if n, err := strconv.Atoi(os.Getenv("STRAIT_EMU_PROBE_COUNT")); err == nil && n > 0 {
+		per = n
+	}
+	settings := []emulation.Params{{}, {Delay: 500 * time.Microsecond}, {Delay: 5 * time.Millisecond}}
+	if v := os.Getenv("STRAIT_EMU_PROBE_DELAYS"); v != "" {
+		settings = nil
+		for _, f := range strings.Split(v, ",") {
+			d, err := time.ParseDuration(f)
+			if err != nil {
+				t.Fatalf("STRAIT_EMU_PROBE_DELAYS: %v", err)
+			}
+			settings = append(settings, emulation.Params{Delay: d})
+		}
+	}
+	if n, err := strconv.Atoi(os.Getenv("STRAIT_EMU_PROBE_PROCS")); err == nil {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(n))
+	}
+	l := newProbeLab(t, settings)
+	load0 := loadavg()
+	res := l.run(t, per*len(l.targets), time.Millisecond)
+	load1 := loadavg()
+	l.stop()
+	t.Logf("load average before %s, after %s; %d probes per path; µs: mean p50 p99", load0, load1, per)
+	if path := os.Getenv("STRAIT_EMU_PROBE_DUMP"); path != "" {
+		var b strings.Builder
+		b.WriteString("path seq t0 fwd rev in held out\n")
+		for _, r := range res {
+			for _, s := range r {
+				var in, held, out int64
+				if ts := l.tap.at[tapKey{0, s.seq}]; ts != nil && ts.read != 0 && ts.write != 0 {
+					in, held, out = ts.read-s.t0, ts.write-ts.read, s.t1-ts.write
+				}
+				fmt.Fprintf(&b, "%d %d %d %d %d %d %d %d\n", s.path, s.seq, s.t0, s.fwd(), s.rev(), in, held, out)
+			}
+		}
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	veth := res[0]
+	var vf, vr []int64
+	for _, s := range veth {
+		vf = append(vf, s.fwd())
+		vr = append(vr, s.rev())
+	}
+	df, dr := summarize(vf), summarize(vr)
+	t.Logf("%-14s fwd %s   rev %s   (one-way delays, %d probes)", "veth", df, dr, len(veth))
+	for i, p := range settings {
+		got := res[i+1]
+		var f, r, in, held, out, wr []int64
+		d := int64(p.Delay)
+		for _, s := range got {
+			f = append(f, s.fwd()-d)
+			r = append(r, s.rev()-d)
+			ts := l.tap.at[tapKey{0, s.seq}]
+			if ts != nil && ts.read != 0 && ts.write != 0 {
+				in = append(in, ts.read-l.sentAt[s.seq])
+				held = append(held, ts.write-ts.read-d)
+				out = append(out, s.t1-ts.write)
+				wr = append(wr, ts.written-ts.write)
+			}
+		}
+		sf, sr := summarize(f), summarize(r)
+		t.Logf("%-14s fwd %s   rev %s   excess over veth: fwd %+6.1f %+6.1f  rev %+6.1f %+6.1f (mean, p50; %d probes)",
+			fmt.Sprintf("emulated %v", p.Delay), sf, sr, sf.mean-df.mean, sf.p50-df.p50, sr.mean-dr.mean, sr.p50-dr.p50, len(got))
+		t.Logf("%-14s fwd split: in %s   held-late %s   out %s (of which Write %s)", "", summarize(in), summarize(held), summarize(out), summarize(wr))
+	}
+}
+
+// bulkSink accepts one TCP connection on probePort, reads it to the end and
+// prints the bytes it got.
+func bulkSink() error {
+	ln, err := net.Listen("tcp4", fmt.Sprintf(":%d", probePort))
+	if err != nil {
+		return err
+	}
+	c, err := ln.Accept()
+	if err != nil {
+		return err
+	}
+	n, err := io.Copy(io.Discard, c)
+	fmt.Println(n)
+	return err
+}
+
+// bulkSource sends to STRAIT_EMU_PROBE_TARGETS for STRAIT_EMU_PROBE_INTERVAL.
+func bulkSource() error {
+	d, err := time.ParseDuration(os.Getenv("STRAIT_EMU_PROBE_INTERVAL"))
+	if err != nil {
+		return err
+	}
+	c, err := net.Dial("tcp4", net.JoinHostPort(os.Getenv("STRAIT_EMU_PROBE_TARGETS"), strconv.Itoa(probePort)))
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 1<<20)
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		if _, err := c.Write(buf); err != nil {
+			return err
+		}
+	}
+	return c.Close()
+}
+
+// TestThroughputExperiment runs one TCP stream (bbr) for 5 s through an
+// emulated link of 5 ms each way and prints its rate and the CPU the
+// emulator (this process) spent per Gbit/s. Like TestDelayProbeExperiment
+// it needs root and STRAIT_EMU_PROBE=1.
+func TestThroughputExperiment(t *testing.T) {
+	if os.Getenv("STRAIT_EMU_PROBE") == "" {
+		t.Skip("set STRAIT_EMU_PROBE=1 (needs root): measures the emulator's throughput and CPU")
+	}
+	l := newProbeLab(t, []emulation.Params{{Delay: 5 * time.Millisecond}})
+	for _, ns := range []string{l.nsA, l.nsB} {
+		testenv.Run(t, "ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.tcp_congestion_control=bbr", "net.ipv4.tcp_wmem=4096 65536 16777216", "net.ipv4.tcp_rmem=4096 131072 33554432")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := exec.Command("ip", "netns", "exec", l.nsB, self)
+	sink.Env = append(os.Environ(), probeRoleEnv+"=sink")
+	var got strings.Builder
+	sink.Stdout, sink.Stderr = &got, os.Stderr
+	if err := sink.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	const dur = 5 * time.Second
+	var ru0, ru1 unix.Rusage
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru0)
+	load0 := loadavg()
+	start := time.Now()
+	src := exec.Command("ip", "netns", "exec", l.nsA, self)
+	src.Env = append(os.Environ(), probeRoleEnv+"=source", "STRAIT_EMU_PROBE_TARGETS="+l.targets[1], "STRAIT_EMU_PROBE_INTERVAL="+dur.String())
+	src.Stderr = os.Stderr
+	if err := src.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	el := time.Since(start)
+	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru1)
+	var n float64
+	fmt.Sscan(got.String(), &n)
+	cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
+	gbps := n * 8 / el.Seconds() / 1e9
+	t.Logf("load %s → %s: %.2f Gbit/s, emulator CPU %.2f cores, %.2f cores per Gbit/s", load0, loadavg(), gbps, cpu.Seconds()/el.Seconds(), cpu.Seconds()/el.Seconds()/gbps)
+}
