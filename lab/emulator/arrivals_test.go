@@ -88,7 +88,7 @@ func TestArrivalStamps(t *testing.T) {
 		// Let the reader's CPU fall idle, as between sparse packets.
 		time.Sleep(time.Millisecond)
 	}
-	if u := p.unstamped.Load(); u != 0 {
+	if u := p.c.unstamped.Load(); u != 0 {
 		t.Fatalf("%d of %d packets had no kernel stamp: the filter is not attached", u, n)
 	}
 	t.Logf("%d of %d packets stamped within the test's write", inWrite, n)

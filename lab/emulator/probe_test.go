@@ -543,6 +543,8 @@ func TestDelayProbeExperiment(t *testing.T) {
 		sf, sr := summarize(f), summarize(r)
 		t.Logf("%-14s fwd %s   rev %s   excess over veth: fwd %+6.1f %+6.1f  rev %+6.1f %+6.1f (mean, p50; %d probes)",
 			fmt.Sprintf("emulated %v", p.Delay), sf, sr, sf.mean-df.mean, sf.p50-df.p50, sr.mean-dr.mean, sr.p50-dr.p50, len(got))
+		st := l.pumps[2*i].c.snapshot()
+		t.Logf("%-14s writer a-to-b: %d on time (within %v of release), %d late; nanosleep lateness %v", "", st.OnTime, OnTimeSlack, st.Late, time.Duration(l.pumps[2*i].sleepLate.get()))
 		t.Logf("%-14s fwd split: in %s   held-late %s   out %s (of which Write %s)", "", summarize(in), summarize(held), summarize(out), summarize(wr))
 	}
 }

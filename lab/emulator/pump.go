@@ -24,6 +24,11 @@ type Stats struct {
 	// their release time, Late the others: a busy host's stalls show here
 	// (see docs/topology.md, "Accuracy").
 	OnTime, Late uint64
+	// Unstamped counts the reads from a TUN device dated by when the
+	// reader got to them, because the stamping filter could not be
+	// attached (see arrivals): their delay starts up to the reader's
+	// wake-up late.
+	Unstamped uint64
 }
 
 // OnTimeSlack is how late after its release a packet still counts as on
@@ -35,6 +40,7 @@ type counters struct {
 	droppedLoss, droppedLimit                atomic.Uint64
 	readErrors, writeErrors, batches         atomic.Uint64
 	onTime, late                             atomic.Uint64
+	unstamped                                atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -44,6 +50,7 @@ func (c *counters) snapshot() Stats {
 		DroppedLoss: c.droppedLoss.Load(), DroppedLimit: c.droppedLimit.Load(),
 		ReadErrors: c.readErrors.Load(), WriteErrors: c.writeErrors.Load(),
 		Batches: c.batches.Load(), OnTime: c.onTime.Load(), Late: c.late.Load(),
+		Unstamped: c.unstamped.Load(),
 	}
 }
 
@@ -80,10 +87,6 @@ type pump struct {
 	// sleepLate is how much later than asked the writer's nanosleep
 	// returns (writer goroutine only; see sleep).
 	sleepLate runningMedian
-
-	// unstamped counts the packets the reader stamped when it got to them
-	// because the device gave no arrival times (see readWaiter).
-	unstamped atomic.Uint64
 }
 
 // runningMedian follows the typical value of a stream of latencies: it
@@ -273,7 +276,7 @@ func (p *pump) readWaiter() (wait func() (int64, bool), done func()) {
 				// Readable, or POLLNVAL/POLLHUP after close: Read tells.
 				now := p.now()
 				if arr == nil {
-					p.unstamped.Add(1)
+					p.c.unstamped.Add(1)
 					last = now
 				} else {
 					last = arr.take(lo, now)
