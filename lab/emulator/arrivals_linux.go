@@ -1,6 +1,7 @@
 package emulator
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -21,12 +22,16 @@ import (
 // The stamps come from an eBPF filter attached to the device
 // (TUNSETFILTEREBPF), which the kernel runs in tun_net_xmit, in the sender's
 // context, just before it queues the packet: it numbers the packets and
-// writes each one's CLOCK_MONOTONIC time into a ring in an array map that
+// writes each one's CLOCK_MONOTONIC time and a fingerprint (bytes 4-5 of
+// its IP header: IPv4's identification) into a ring in an array map that
 // the reader has mapped into memory. The device's queue is FIFO and the
 // reader the only one to take from it, so the i-th packet read is the i-th
 // stamped, except after the kernel drops a stamped packet because the
-// queue is full; the reader resynchronizes whenever it finds the queue
-// empty, and clamps every stamp to what it knows for sure (see take).
+// queue is full. The reader resynchronizes whenever it finds the queue
+// empty; in between, a packet whose fingerprint differs from its slot's is
+// looked for further on (the ones in between were dropped), and one not
+// found is dated when the reader has it. Every stamp is clamped to what the
+// reader knows for sure (see take).
 type arrivals struct {
 	prog *ebpf.Program
 	m    *ebpf.Map
@@ -40,6 +45,10 @@ type arrivals struct {
 // read.
 const arrivalRing = 8192
 
+// The map's one value: the count (8 bytes), 8 bytes of padding, then per
+// slot the stamp (8 bytes) and the fingerprint (2 bytes, 6 of padding).
+const arrivalValueSize = 16 + 16*arrivalRing
+
 // bpfFMmapable is the kernel's BPF_F_MMAPABLE map flag.
 const bpfFMmapable = 1 << 10
 
@@ -50,7 +59,7 @@ func attachArrivals(fd int, now clock) (*arrivals, error) {
 		Name:       "strait_arrivals",
 		Type:       ebpf.Array,
 		KeySize:    4,
-		ValueSize:  8 * (1 + arrivalRing), // count, then the ring
+		ValueSize:  arrivalValueSize,
 		MaxEntries: 1,
 		Flags:      bpfFMmapable,
 	})
@@ -67,7 +76,7 @@ func attachArrivals(fd int, now clock) (*arrivals, error) {
 		m.Close()
 		return nil, fmt.Errorf("arrival filter: %w", err)
 	}
-	size := (8*(1+arrivalRing) + os.Getpagesize() - 1) / os.Getpagesize() * os.Getpagesize()
+	size := (arrivalValueSize + os.Getpagesize() - 1) / os.Getpagesize() * os.Getpagesize()
 	mem, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
 		prog.Close()
@@ -102,6 +111,17 @@ func arrivalProgram(mapFD int) asm.Instructions {
 		asm.Mov.Reg(asm.R6, asm.R1), // the packet's __sk_buff
 		asm.FnKtimeGetNs.Call(),
 		asm.Mov.Reg(asm.R7, asm.R0),
+		// Bytes 4-5 of the packet to fp-16 (zeroed by the kernel if the
+		// packet is shorter).
+		asm.Mov.Imm(asm.R1, 0),
+		asm.StoreMem(asm.RFP, -16, asm.R1, asm.DWord),
+		asm.Mov.Reg(asm.R1, asm.R6),
+		asm.Mov.Imm(asm.R2, 4),
+		asm.Mov.Reg(asm.R3, asm.RFP),
+		asm.Add.Imm(asm.R3, -16),
+		asm.Mov.Imm(asm.R4, 2),
+		asm.FnSkbLoadBytes.Call(),
+		asm.LoadMem(asm.R8, asm.RFP, -16, asm.DWord),
 		asm.StoreImm(asm.RFP, -4, 0, asm.Word), // key 0
 		asm.LoadMapPtr(asm.R1, mapFD),
 		asm.Mov.Reg(asm.R2, asm.RFP),
@@ -113,16 +133,17 @@ func arrivalProgram(mapFD int) asm.Instructions {
 		asm.Add.Imm(asm.R2, 1),
 		asm.StoreMem(asm.R0, 0, asm.R2, asm.DWord), // count++
 		asm.And.Imm(asm.R1, arrivalRing-1),
-		asm.LSh.Imm(asm.R1, 3),
+		asm.LSh.Imm(asm.R1, 4),
 		asm.Add.Reg(asm.R0, asm.R1),
-		asm.StoreMem(asm.R0, 8, asm.R7, asm.DWord),
+		asm.StoreMem(asm.R0, 16, asm.R7, asm.DWord),
+		asm.StoreMem(asm.R0, 24, asm.R8, asm.DWord),
 		asm.LoadMem(asm.R0, asm.R6, 0, asm.Word).WithSymbol("keep"), // __sk_buff.len: keep it all
 		asm.Return(),
 	}
 }
 
-func (a *arrivals) word(i int) uint64 {
-	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&a.mem[8*i])))
+func (a *arrivals) word(off int) uint64 {
+	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&a.mem[off])))
 }
 
 // count is the number of packets stamped so far.
@@ -132,19 +153,40 @@ func (a *arrivals) count() uint64 { return a.word(0) }
 // returned n: every packet numbered below n was read or dropped.
 func (a *arrivals) resync(n uint64) { a.next = n }
 
-// take returns the arrival of the next packet Read returns, by the
-// engine's clock, clamped to [lo, now]: no packet arrives after the reader
-// has it, and the caller knows a time before which it cannot have arrived
-// (see pump.readWaiter). A stamp outside that range means the numbering
-// slipped (a drop, or the reader ran ahead of a filter still writing).
-func (a *arrivals) take(lo, now int64) int64 {
-	i := a.next
-	a.next++
-	if i >= a.count() {
-		return now
+// fingerprint is what the filter stores of a packet, from the bytes the
+// reader got (the first of the packets a super-packet was split into keeps
+// the IPv4 identification).
+func fingerprint(pkt []byte) uint64 {
+	if len(pkt) < 6 {
+		return 0
 	}
-	t := int64(a.word(1+int(i%arrivalRing))) + a.off
-	return min(max(t, lo), now)
+	var b [8]byte
+	copy(b[:], pkt[4:6])
+	return binary.NativeEndian.Uint64(b[:])
+}
+
+// maxSkip bounds how far take looks for a packet's slot.
+const maxSkip = arrivalRing / 2
+
+// take returns the arrival of the packet just read, with fingerprint fp,
+// by the engine's clock, clamped to [lo, now]: no packet arrives after the
+// reader has it, and the caller knows a time before which it cannot have
+// arrived (see pump.readWaiter). A packet whose slot is not found (a slot
+// overwritten, a fingerprint the first piece of a split packet does not
+// keep, as IPv6's payload length) arrives at now: late, never early.
+func (a *arrivals) take(lo, now int64, fp uint64) int64 {
+	c := a.count()
+	for j := a.next; j < c && j < a.next+maxSkip; j++ {
+		off := 16 + 16*int(j%arrivalRing)
+		if a.word(off+8) != fp {
+			continue
+		}
+		a.next = j + 1
+		t := int64(a.word(off)) + a.off
+		return min(max(t, lo), now)
+	}
+	a.next++
+	return now
 }
 
 func (a *arrivals) close() {

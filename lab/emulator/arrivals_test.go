@@ -3,6 +3,7 @@ package emulator
 import (
 	"encoding/binary"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -21,7 +22,10 @@ import (
 // reader's read. A stamp from when the reader woke up (the emulator before
 // the stamps) comes after the write has returned; a stamp taken in the
 // write's own system call (the kernel forwards the packet there, unless it
-// defers the work to ksoftirqd on a busy host) comes before.
+// defers the work to ksoftirqd on a busy host) comes before. The packets
+// follow a flood that overflows the device's queue: the kernel stamps
+// packets it then drops, and the reader must not date later packets by
+// their stamps.
 func TestArrivalStamps(t *testing.T) {
 	testenv.RequireRoot(t)
 	ns := testenv.Netns(t, testenv.UniqueName("stt-emuarr-"))
@@ -50,24 +54,55 @@ func TestArrivalStamps(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(p.wake)
-	wait, done := p.readWaiter()
+	wait, date, done := p.readWaiter()
 	defer done()
 
-	const n = 50
 	rng := rand.New(rand.NewPCG(3, 3))
 	bufs, sizes := [][]byte{make([]byte, p.bufSize)}, []int{0}
-	inWrite := 0
-	for i := range n {
-		pkt := makePacket(uint64(i), 64, rng)
+	send := func(seq uint64) {
+		t.Helper()
+		pkt := makePacket(seq, 64, rng)
+		// Distinct IPv4 identifications, as a TCP sender's, are what
+		// the reader recognizes packets by after a drop.
+		binary.BigEndian.PutUint16(pkt[4:], uint16(seq))
+		binary.BigEndian.PutUint16(pkt[10:], 0)
+		binary.BigEndian.PutUint16(pkt[10:], ipChecksum(pkt[:20]))
 		b := make([]byte, Headroom+len(pkt))
 		copy(b[Headroom:], pkt)
-		before := now()
 		if _, err := ta.Write([][]byte{b}, Headroom); err != nil {
 			t.Fatal(err)
 		}
+	}
+
+	// First overflow the device's queue, so that the kernel stamps packets
+	// it then drops, and read what it kept: the reader must find its
+	// place again once the queue is empty.
+	const flood = txQueueLen + 1000
+	for i := range flood {
+		send(uint64(1_000_000 + i))
+	}
+	for kept := 0; ; kept++ {
+		var fds = []unix.PollFd{{Fd: int32(ea.(interface{ File() *os.File }).File().Fd()), Events: unix.POLLIN}}
+		if n, _ := unix.Poll(fds, 0); n == 0 {
+			t.Logf("the device kept %d of %d flooded packets", kept, flood)
+			break
+		}
+		if !wait() {
+			t.Fatal("device closed")
+		}
+		if _, err := ea.Read(bufs, sizes, Headroom); err != nil {
+			t.Fatal(err)
+		}
+		date(bufs[0][Headroom : Headroom+sizes[0]])
+	}
+
+	const n = 50
+	inWrite := 0
+	for i := range n {
+		before := now()
+		send(uint64(i))
 		written := now()
-		arrived, ok := wait()
-		if !ok {
+		if !wait() {
 			t.Fatal("device closed")
 		}
 		got, err := ea.Read(bufs, sizes, Headroom)
@@ -75,6 +110,7 @@ func TestArrivalStamps(t *testing.T) {
 		if err != nil || got != 1 {
 			t.Fatalf("read: %d packets, %v", got, err)
 		}
+		arrived := date(bufs[0][Headroom : Headroom+sizes[0]])
 		pl := payload(bufs[0][Headroom : Headroom+sizes[0]])
 		if pl == nil || binary.BigEndian.Uint64(pl) != uint64(i) {
 			t.Fatalf("packet %d: read another packet (% x)", i, bufs[0][Headroom:Headroom+sizes[0]])

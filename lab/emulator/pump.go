@@ -179,7 +179,7 @@ func (p *pump) readLoop() {
 	// The reader timestamps arrivals and empties the device's queue, so it
 	// gets a raised-priority thread of its own too.
 	lockThread()
-	wait, done := p.readWaiter()
+	wait, date, done := p.readWaiter()
 	defer done()
 	bs := p.src.BatchSize()
 	bufs := make([][]byte, bs)
@@ -189,13 +189,12 @@ func (p *pump) readLoop() {
 	}
 	failures := 0
 	for {
-		arrived, ok := wait()
-		if !ok {
+		if !wait() {
 			return
 		}
 		n, err := p.src.Read(bufs, sizes, Headroom)
 		if n > 0 {
-			p.enqueue(arrived, bufs[:n], sizes[:n])
+			p.enqueue(date(bufs[0][Headroom:Headroom+sizes[0]]), bufs[:n], sizes[:n])
 		}
 		if err == nil {
 			failures = 0
@@ -215,31 +214,33 @@ func (p *pump) readLoop() {
 }
 
 // readWaiter returns a function that blocks until src has a packet to
-// read, on the calling thread, and returns when the packet Read returns
-// next arrived, by the engine's clock; it reports false once src is closed.
-// For a device with a file descriptor (a TUN device) it waits in poll(2):
-// readiness reported through Go's netpoller reaches the reader only after
-// some thread of normal priority has noticed it, and on a busy machine that
-// lag overflowed the device's queue (500 packets) and lost packets the
-// emulator never saw. Other devices block in Read as usual, and their
-// packets arrive when Read returns. done releases what wait holds.
+// read, on the calling thread, and reports false once src is closed, and a
+// function that dates the packets Read then returned (first is the first
+// of them) by the engine's clock. For a device with a file descriptor (a TUN
+// device) wait waits in poll(2): readiness reported through Go's netpoller
+// reaches the reader only after some thread of normal priority has noticed
+// it, and on a busy machine that lag overflowed the device's queue (500
+// packets) and lost packets the emulator never saw. Other devices block in
+// Read as usual, and their packets arrive when Read returns. done releases
+// what wait holds.
 //
 // The arrival is the kernel's stamp (see arrivals). Without one (the
 // filter could not be attached) it is when poll returned, which is late
 // by the reader's wake-up.
-func (p *pump) readWaiter() (wait func() (int64, bool), done func()) {
-	plain := func() (int64, bool) { return p.now(), true }
+func (p *pump) readWaiter() (wait func() bool, date func(first []byte) int64, done func()) {
+	plainWait := func() bool { return true }
+	plainDate := func([]byte) int64 { return p.now() }
 	f, ok := p.src.(interface{ File() *os.File })
 	if !ok {
-		return plain, func() {}
+		return plainWait, plainDate, func() {}
 	}
 	rc, err := f.File().SyscallConn()
 	if err != nil {
-		return plain, func() {}
+		return plainWait, plainDate, func() {}
 	}
 	var fd int
 	if rc.Control(func(v uintptr) { fd = int(v) }) != nil {
-		return plain, func() {}
+		return plainWait, plainDate, func() {}
 	}
 	arr, err := attachArrivals(fd, p.now)
 	if err != nil {
@@ -251,13 +252,15 @@ func (p *pump) readWaiter() (wait func() (int64, bool), done func()) {
 		}
 	}
 	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	var last int64 // the previous packet's arrival
-	return func() (int64, bool) {
+	// last is the previous packet's arrival, lo the earliest the next
+	// one can have arrived, woke when poll said it is there.
+	var last, lo, woke int64
+	wait = func() bool {
 		for {
 			// A packet read right after the previous one arrived after
 			// it (the queue is FIFO); one read after the queue was found
 			// empty arrived after that.
-			lo := last
+			lo = last
 			n, err := unix.Poll(fds, 0)
 			if err == nil && n == 0 {
 				var count uint64
@@ -274,23 +277,28 @@ func (p *pump) readWaiter() (wait func() (int64, bool), done func()) {
 			}
 			if err == nil && n > 0 {
 				// Readable, or POLLNVAL/POLLHUP after close: Read tells.
-				now := p.now()
-				if arr == nil {
-					p.c.unstamped.Add(1)
-					last = now
-				} else {
-					last = arr.take(lo, now)
-				}
-				return last, true
+				woke = p.now()
+				return true
 			}
 			if err != nil && err != unix.EINTR {
-				return p.now(), true
+				woke = p.now()
+				return true
 			}
 			if rc.Control(func(uintptr) {}) != nil {
-				return 0, false // closed
+				return false // closed
 			}
 		}
-	}, done
+	}
+	date = func(first []byte) int64 {
+		if arr == nil {
+			p.c.unstamped.Add(1)
+			last = woke
+		} else {
+			last = arr.take(lo, woke, fingerprint(first))
+		}
+		return last
+	}
+	return wait, date, done
 }
 
 // enqueue decides the fate of a batch read at now and takes ownership of
