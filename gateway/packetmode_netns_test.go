@@ -719,3 +719,48 @@ func ssInfo(t *testing.T, netns, dst string) []ssSocket {
 	}
 	return socks
 }
+
+// TestPacketModePeerResource: two gateways configured for streams, each
+// with a packet section, switch to the packet mode when their Peer
+// resources say spec.dataPlane packet (the programs are attached then,
+// not at the start), and back to streams when one of them says stream,
+// without a restart (docs/packet.md, "The gateway").
+func TestPacketModePeerResource(t *testing.T) {
+	e := setupPacket(t, gateway.DataPlaneStream, gateway.DataPlaneStream, false)
+	peer := func(name, addr, dp string) string {
+		return fmt.Sprintf("apiVersion: strait.dev/v1alpha1\nkind: Peer\nmetadata: {name: %s}\nspec: {gateways: [\"%s\"], dataPlane: %s}\n", name, addr, dp)
+	}
+	const conns = "strait_client_connections_total"
+	e.curl(t, "over streams first")
+	before := e.a.metric(t, conns)
+	if before < 1 {
+		t.Fatalf("a's stream mode accepted %v connections, want the client's", before)
+	}
+	if strings.Contains(e.a.proc.out.String(), "packet mode attached") {
+		t.Fatalf("a attached the programs with no peer asking for the packet mode:\n%s", e.a.proc.out.String())
+	}
+
+	e.a.apply(t, peer("b", "192.0.2.2:4443", "packet"))
+	e.b.apply(t, peer("a", "192.0.2.1:4443", "packet"))
+	d := dataPlane(t, e.a, "b", func(d gateway.PeerDataPlane) bool { return d.Active && d.Imports }, "packet mode on a by its Peer resource")
+	if d.Configured != gateway.DataPlanePacket {
+		t.Errorf("a's status says configured %q for b, want packet (the Peer resource's)", d.Configured)
+	}
+	dataPlane(t, e.b, "a", func(d gateway.PeerDataPlane) bool { return d.Active && d.Exports }, "packet mode on b by its Peer resource")
+	tx := e.a.metric(t, packetMetrA)
+	e.curl(t, "over the packet mode")
+	if got := e.a.metric(t, packetMetrA); got <= tx {
+		t.Errorf("a's program sent no import packets into the tunnel: %s %v → %v", packetMetrA, tx, got)
+	}
+	if got := e.a.metric(t, conns); got != before {
+		t.Errorf("a's stream mode accepted %v connections more; the programs should have carried the client", got-before)
+	}
+
+	e.a.apply(t, peer("b", "192.0.2.2:4443", "stream"))
+	dataPlane(t, e.a, "b", func(d gateway.PeerDataPlane) bool { return !d.Active && d.Configured == gateway.DataPlaneStream },
+		"a back to streams by its Peer resource")
+	e.curl(t, "over streams again")
+	if got := e.a.metric(t, conns); got <= before {
+		t.Errorf("a's stream mode accepted no connection after the Peer resource said stream")
+	}
+}
