@@ -20,6 +20,7 @@ metadata:
   labels: {region: eu-west}
 spec:
   gateways: ["10.0.1.10:4443", "gw.west.example:4443", "[fd00::1]:4443"]
+  dataPlane: packet
 ---
 apiVersion: multicluster.x-k8s.io/v1alpha1
 kind: ServiceExport
@@ -196,6 +197,7 @@ func TestParseErrors(t *testing.T) {
 		{"peer namespaced", "apiVersion: strait.dev/v1alpha1\nkind: Peer\nmetadata: {name: w, namespace: x}\nspec: {gateways: [a:1]}\n", []string{"metadata.namespace: must be empty: Peer is cluster-scoped"}},
 		{"peer bad port", peerHead + "spec: {gateways: [\"a:0\", \"b:99999\", \"c:http\", \"a:0\"]}\n", []string{"spec.gateways[0]", "spec.gateways[1]", "spec.gateways[2]", `spec.gateways[3]: duplicate`}},
 		{"peer bad host", peerHead + "spec: {gateways: [\"a_b:1\", \":1\"]}\n", []string{`spec.gateways[0]: "a_b:1": host "a_b"`, `spec.gateways[1]: ":1" is not host:port`}},
+		{"peer bad data plane", peerHead + "spec: {gateways: [a:1], dataPlane: kernel}\n", []string{`spec.dataPlane: "kernel" is not one of stream, packet (or empty: the gateway's configuration decides)`}},
 		{"export name starts with digit", "apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata: {name: 1echo, namespace: Shop}\nspec: {target: a:1}\n",
 			[]string{`document 1 (ServiceExport Shop/1echo): metadata.name: "1echo" is not a service name`, `metadata.namespace: "Shop" is not a DNS label`}},
 		{"export bad labels", "apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata: {name: e, labels: {\"-bad\": x, \"ok/\": y, good: \"bad value\"}}\nspec: {target: a:1}\n",

@@ -160,11 +160,25 @@ type Peer struct {
 	Spec     PeerSpec   `json:"spec" yaml:"spec"`
 }
 
-// PeerSpec lists a peer cluster's gateways.
+// PeerSpec lists a peer cluster's gateways and the data plane toward it.
 type PeerSpec struct {
 	// Gateways are host:port addresses, at least one; all are active.
 	Gateways []string `json:"gateways" yaml:"gateways"`
+	// DataPlane carries this cluster's traffic with the peer: stream (TLS
+	// streams) or packet (the kernel packet mode, docs/packet.md). Empty
+	// leaves it to the gateway's configuration (peers.<cluster>.data-plane),
+	// whose default is stream. Set, it overrides that configuration.
+	DataPlane DataPlane `json:"dataPlane,omitempty" yaml:"dataPlane,omitempty"`
 }
+
+// DataPlane is how a peer's traffic is carried (docs/packet.md).
+type DataPlane string
+
+// Data planes.
+const (
+	DataPlaneStream DataPlane = "stream"
+	DataPlanePacket DataPlane = "packet"
+)
 
 // ServiceExport publishes a local service to the clusterset (MCS API). In
 // Kubernetes the service it names is enough; standalone strait has no

@@ -276,6 +276,11 @@ func (p *Peer) Validate() error {
 		}
 		seen[g] = true
 	}
+	switch p.Spec.DataPlane {
+	case "", DataPlaneStream, DataPlanePacket:
+	default:
+		e.add("spec.dataPlane", "%q is not one of %s, %s (or empty: the gateway's configuration decides)", p.Spec.DataPlane, DataPlaneStream, DataPlanePacket)
+	}
 	return e.err()
 }
 

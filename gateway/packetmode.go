@@ -102,6 +102,44 @@ func (c *Config) dataPlane(peer string) string {
 	return DataPlaneStream
 }
 
+// dataPlane is the data plane toward peer: its Peer resource's
+// spec.dataPlane when set, else the configuration's (docs/packet.md, "The
+// gateway"). A Peer resource asking for the packet mode of a gateway
+// without a packet section gets the stream mode and the reason.
+func (g *Gateway) dataPlane(peer string) (mode, reason string) {
+	if r, ok := g.store.Set().Get(catalog.Key{Kind: catalog.KindPeer, Name: peer}); ok {
+		switch dp := r.(*catalog.Peer).Spec.DataPlane; {
+		case dp == catalog.DataPlanePacket && g.cfg.Packet.LAN == "":
+			return DataPlaneStream, fmt.Sprintf("Peer %s asks for dataPlane packet, but this gateway has no packet section (packet.lan, packet.snat)", peer)
+		case dp != "":
+			return string(dp), ""
+		}
+	}
+	return g.cfg.dataPlane(peer), ""
+}
+
+// packetPeers are the peers whose data plane is the packet mode, by the
+// configuration or their Peer resources, sorted.
+func (g *Gateway) packetPeers() []string {
+	ids := map[string]bool{}
+	for id := range g.cfg.Peers {
+		ids[id] = true
+	}
+	for _, r := range g.store.Set().List(catalog.KindPeer) {
+		if id := r.(*catalog.Peer).Metadata.Name; id != g.cfg.Cluster {
+			ids[id] = true
+		}
+	}
+	var out []string
+	for id := range ids {
+		if mode, _ := g.dataPlane(id); mode == DataPlanePacket {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 func (c *Config) validatePacket() error {
 	for id, p := range c.Peers {
 		if !catalog.IsDNSLabel(id) {
@@ -113,7 +151,7 @@ func (c *Config) validatePacket() error {
 			return fmt.Errorf("peers.%s.data-plane %q: must be %s or %s", id, p.DataPlane, DataPlaneStream, DataPlanePacket)
 		}
 	}
-	if len(c.packetPeers()) == 0 {
+	if len(c.packetPeers()) == 0 && c.Packet == (PacketConfig{}) {
 		return nil
 	}
 	if c.Packet.LAN == "" {
@@ -161,6 +199,9 @@ type packetPlane struct {
 	health  string      // the gateways' liveness the maps were written with
 	written *packetWant // what the maps hold, as this process wrote them
 	syncErr string      // the last sync's error, "" if none
+	// attachErr is why the programs could not be attached when a Peer
+	// resource asked for the mode, "" if they were or nobody asked.
+	attachErr string
 }
 
 // packetPeer is what one peer said about the packet mode.
@@ -209,24 +250,73 @@ func (p *packetPlane) peer(id string) *packetPeer {
 // pinned, when some peer is configured for the packet mode. A kernel or
 // host that cannot run them fails the gateway's start with the reason:
 // the configuration asked for the mode, so nothing falls back silently.
+// A gateway with a packet section and no peer configured for the mode
+// attaches once a Peer resource asks for it (attachWhenAsked).
 func (p *packetPlane) startDatapath(ctx context.Context) error {
 	p.start = time.Now()
 	if len(p.g.cfg.packetPeers()) == 0 {
+		if p.g.cfg.Packet.LAN != "" {
+			p.g.spawn(func() { p.attachWhenAsked(ctx) })
+		}
 		return nil
 	}
+	if err := p.attach(ctx); err != nil {
+		return fmt.Errorf("packet mode: %w", err)
+	}
+	return nil
+}
+
+func (p *packetPlane) attach(ctx context.Context) error {
 	dp, err := packet.Load(p.g.cfg.packetConfig(), p.log)
 	if err != nil {
-		return fmt.Errorf("packet mode: %w", err)
+		return err
 	}
 	if err := dp.Attach(ctx); err != nil {
 		dp.Close()
-		return fmt.Errorf("packet mode: %w", err)
+		return err
 	}
+	p.mu.Lock()
 	p.dp = dp
-	p.log.Info("packet mode attached", "lan", p.g.cfg.Packet.LAN, "pins", p.pinDir(), "peers", p.g.cfg.packetPeers())
+	// The maps wait for the peers' answers from now, not from the
+	// gateway's start (settled), when a Peer resource asked later.
+	p.start = time.Now()
+	p.attachErr = ""
+	p.mu.Unlock()
+	p.log.Info("packet mode attached", "lan", p.g.cfg.Packet.LAN, "pins", p.pinDir(), "peers", p.g.packetPeers())
 	p.g.spawn(func() { p.run(ctx) })
 	p.g.spawn(func() { p.watchHealth(ctx) })
 	return nil
+}
+
+// attachWhenAsked attaches the programs once a Peer resource asks for the
+// packet mode. Failing to then is logged (once per error) and shown as the
+// peers' reason, and retried each packetHelloInterval: the gateway is
+// running already, and its streams carry those peers meanwhile.
+func (p *packetPlane) attachWhenAsked(ctx context.Context) {
+	t := time.NewTicker(packetHelloInterval)
+	defer t.Stop()
+	var logged string
+	for {
+		if len(p.g.packetPeers()) > 0 {
+			err := p.attach(ctx)
+			if err == nil {
+				return
+			}
+			if msg := "packet mode: " + err.Error(); msg != logged {
+				p.log.Warn("packet mode asked for by a Peer resource, not attached", "err", err)
+				logged = msg
+				p.mu.Lock()
+				p.attachErr = msg
+				p.mu.Unlock()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-p.kick:
+		}
+	}
 }
 
 func (p *packetPlane) pinDir() string {
@@ -309,7 +399,7 @@ func (p *packetPlane) watchHealth(ctx context.Context) {
 // string that changes when any of them does.
 func (g *Gateway) packetHealth() string {
 	var b strings.Builder
-	for _, id := range g.cfg.packetPeers() {
+	for _, id := range g.packetPeers() {
 		pool := g.peer(id)
 		if pool == nil {
 			continue
@@ -323,7 +413,7 @@ func (g *Gateway) packetHealth() string {
 
 // offerAll offers the packet mode to every peer configured for it.
 func (p *packetPlane) offerAll(ctx context.Context) {
-	for _, id := range p.g.cfg.packetPeers() {
+	for _, id := range p.g.packetPeers() {
 		if ctx.Err() != nil {
 			return
 		}
@@ -478,7 +568,7 @@ func (g *Gateway) servePacketControl(peer string, st tunnel.Stream) {
 // heard records a peer's offer and returns this gateway's answer, and
 // whether the offer changes what the maps should hold.
 func (p *packetPlane) heard(peer string, h *packetHello) (packetAnswer, bool) {
-	mine := p.g.cfg.dataPlane(peer)
+	mine, _ := p.g.dataPlane(peer)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pp := p.peer(peer)
@@ -507,7 +597,7 @@ func (p *packetPlane) settled() bool {
 	if time.Since(p.start) > packetSettle {
 		return true
 	}
-	for _, id := range p.g.cfg.packetPeers() {
+	for _, id := range p.g.packetPeers() {
 		pp := p.peer(id)
 		if pp.answer == "" || (pp.answer == DataPlanePacket && pp.heard == nil) {
 			return false
@@ -522,7 +612,7 @@ func (p *packetPlane) sync() {
 	rt := p.g.routes.Load()
 	health := p.g.packetHealth()
 	live := map[string]map[string]bool{}
-	for _, id := range p.g.cfg.packetPeers() {
+	for _, id := range p.g.packetPeers() {
 		if pool := p.g.peer(id); pool != nil {
 			live[id] = map[string]bool{}
 			for _, h := range pool.Gateways() {
@@ -563,7 +653,12 @@ func (p *packetPlane) sync() {
 	exportIDs := map[nsName]uint32{}
 	var errs []string
 	for i, id := range names {
-		if p.g.cfg.dataPlane(id) != DataPlanePacket {
+		if mode, _ := p.g.dataPlane(id); mode != DataPlanePacket {
+			if pp, ok := p.peers[id]; ok && pp.active {
+				// Its Peer resource changed the mode: streams carry it.
+				pp.reason = "this gateway's data plane for the peer is now " + mode
+				p.transition(id, pp, false)
+			}
 			continue
 		}
 		pp := p.peer(id)
@@ -822,6 +917,11 @@ func (p *packetPlane) status() []PeerDataPlane {
 	for id := range p.g.cfg.Peers {
 		ids[id] = true
 	}
+	for _, r := range p.g.store.Set().List(catalog.KindPeer) {
+		if pr := r.(*catalog.Peer); pr.Spec.DataPlane != "" && pr.Metadata.Name != p.g.cfg.Cluster {
+			ids[pr.Metadata.Name] = true
+		}
+	}
 	for id, pp := range p.peers {
 		if pp.asked != "" || pp.answer != "" {
 			ids[id] = true
@@ -830,7 +930,14 @@ func (p *packetPlane) status() []PeerDataPlane {
 	var out []PeerDataPlane
 	for id := range ids {
 		pp := p.peer(id)
-		s := PeerDataPlane{Cluster: id, Configured: p.g.cfg.dataPlane(id), Peer: pp.answer, Active: pp.active, Reason: pp.reason}
+		mode, why := p.g.dataPlane(id)
+		s := PeerDataPlane{Cluster: id, Configured: mode, Peer: pp.answer, Active: pp.active, Reason: pp.reason}
+		switch {
+		case why != "":
+			s.Reason = why
+		case mode == DataPlanePacket && p.dp == nil && p.attachErr != "":
+			s.Reason = p.attachErr
+		}
 		if s.Active {
 			s.Imports, s.Exports = pp.answer == DataPlanePacket, pp.heard != nil
 		}

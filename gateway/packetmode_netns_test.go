@@ -534,3 +534,233 @@ func TestPacketModeWorkloads(t *testing.T) {
 		t.Errorf("a left %v Workload addresses out of its hello, want none", n)
 	}
 }
+
+// TestPacketModeKillUnderLoad: an iperf3 TCP stream runs through the
+// packet mode while the importing and then the exporting gateway process
+// is killed -9. The stream carries on (its bytes acknowledged keep growing
+// while each process is dead and after it restarted, and its socket is
+// the same established one at the end: no reset), a new connection is
+// served while each is dead, and each restart adopts the pins. No
+// throughput is asserted: on a loaded host only progress is.
+func TestPacketModeKillUnderLoad(t *testing.T) {
+	if _, err := exec.LookPath("iperf3"); err != nil {
+		t.Skip("needs iperf3")
+	}
+	e := setupPacket(t, gateway.DataPlanePacket, gateway.DataPlanePacket, false)
+	active := func(d gateway.PeerDataPlane) bool { return d.Active }
+	dataPlane(t, e.a, "b", active, "packet mode on a")
+	dataPlane(t, e.b, "a", func(d gateway.PeerDataPlane) bool { return d.Active && d.Exports }, "a's offer heard on b")
+
+	// A second service for the stream, added while the gateways run: the
+	// next offer carries it to b.
+	const streamVIP, streamPort = "10.96.0.11", "5201"
+	e.a.apply(t, `apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceImport
+metadata: {name: stream, namespace: default}
+spec:
+  ips: [`+streamVIP+`]
+  ports: [{name: iperf, protocol: TCP, port: `+streamPort+`}]
+  clusters: [{cluster: b}]
+`)
+	e.b.apply(t, `apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceExport
+metadata: {name: stream, namespace: default}
+spec: {target: "10.2.0.2:`+streamPort+`"}
+`)
+	startIn(t, e.sb, "iperf3", "-s", "-B", "10.2.0.2", "-p", streamPort)
+	// Rate-limited: the stream is there to be carried, not to measure,
+	// and must leave the host's two cores to the gateways.
+	var client *proc
+	var sock string
+	for deadline := time.Now().Add(patience); sock == ""; {
+		if time.Now().After(deadline) {
+			t.Fatalf("iperf3 could not start through %s:%s: %s", streamVIP, streamPort, client.out.String())
+		}
+		client = startIn(t, e.ca, "iperf3", "-c", streamVIP, "-p", streamPort, "-t", "3600", "-b", "50M", "-i", "0")
+		// Until the export reached b's map the connection is refused and
+		// iperf3 ends; once running, its data connection is the one that
+		// has sent more than the control connection ever does.
+		for sock == "" {
+			select {
+			case <-client.done:
+			case <-time.After(100 * time.Millisecond):
+				if s, acked := streamSocket(t, e.ca, streamVIP+":"+streamPort); acked > 1<<20 {
+					sock = s
+				}
+				continue
+			}
+			break
+		}
+	}
+	txA := e.a.metric(t, packetMetrA)
+	last := ackedBytes(t, e.ca, sock)
+	// progress waits until the stream's socket has more bytes acknowledged
+	// than at the last call: the stream carries on.
+	progress := func(what string) {
+		t.Helper()
+		for deadline := time.Now().Add(patience); ; time.Sleep(100 * time.Millisecond) {
+			select {
+			case <-client.done:
+				t.Fatalf("%s: iperf3 ended: %v\n%s", what, client.err, client.out.String())
+			default:
+			}
+			if n := ackedBytes(t, e.ca, sock); n > last {
+				last = n
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the stream's acknowledged bytes stayed at %d for %v", what, last, patience)
+			}
+		}
+	}
+	progress("before the kills")
+	if got := e.a.metric(t, packetMetrA); got <= txA {
+		t.Fatalf("the stream did not take a's program: %s %v → %v", packetMetrA, txA, got)
+	}
+
+	e.a.proc.kill()
+	progress("the importing gateway dead")
+	e.curl(t, "a new connection while the importing gateway is dead")
+	progress("the importing gateway dead, after a new connection")
+	e.a.start(t)
+	e.a.waitLive(t, "b", 1)
+	dataPlane(t, e.a, "b", active, "packet mode after a's restart")
+	progress("after a's restart")
+	if !strings.Contains(e.a.proc.out.String(), "adopted pinned link") {
+		t.Errorf("the restarted importing gateway did not adopt the pinned links:\n%s", e.a.proc.out.String())
+	}
+
+	e.b.proc.kill()
+	e.a.waitMetric(t, "strait_peer_sessions_live{peer=\"b\"}", func(v float64) bool { return v == 0 }, "b's sessions gone")
+	progress("the exporting gateway dead")
+	e.curl(t, "a new connection while the exporting gateway is dead")
+	progress("the exporting gateway dead, after a new connection")
+	e.b.start(t)
+	e.b.waitLive(t, "a", 0)
+	dataPlane(t, e.b, "a", func(d gateway.PeerDataPlane) bool { return d.Active && d.Exports }, "packet mode after b's restart")
+	progress("after b's restart")
+	if !strings.Contains(e.b.proc.out.String(), "adopted pinned link") {
+		t.Errorf("the restarted exporting gateway did not adopt the pinned links:\n%s", e.b.proc.out.String())
+	}
+	if got, _ := streamSocket(t, e.ca, streamVIP+":"+streamPort); got != sock {
+		t.Errorf("the stream's socket changed from %q to %q: the connection was reset and remade", sock, got)
+	}
+	select {
+	case <-client.done:
+		t.Errorf("iperf3 ended: %v\n%s", client.err, client.out.String())
+	default:
+	}
+}
+
+// streamSocket is the local address and bytes acknowledged of the
+// established connection from netns to dst that has sent the most,
+// iperf3's data connection (its control connection goes to the same
+// port), or "" when there is none.
+func streamSocket(t *testing.T, netns, dst string) (string, int64) {
+	t.Helper()
+	best, most := "", int64(-1)
+	for _, s := range ssInfo(t, netns, dst) {
+		if s.acked > most {
+			best, most = s.local, s.acked
+		}
+	}
+	return best, most
+}
+
+// ackedBytes is the bytes acknowledged on the connection from local in
+// netns, 0 when it is gone.
+func ackedBytes(t *testing.T, netns, local string) int64 {
+	t.Helper()
+	for _, s := range ssInfo(t, netns, "") {
+		if s.local == local {
+			return s.acked
+		}
+	}
+	return 0
+}
+
+type ssSocket struct {
+	local string
+	acked int64
+}
+
+// ssInfo lists netns's established TCP connections (to dst, if not "")
+// with their bytes acknowledged (`ss -tin`).
+func ssInfo(t *testing.T, netns, dst string) []ssSocket {
+	t.Helper()
+	argv := []string{"netns", "exec", netns, "ss", "-tinH", "state", "established"}
+	if dst != "" {
+		argv = append(argv, "dst", dst)
+	}
+	out, err := exec.Command("ip", argv...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ss in %s: %v: %s", netns, err, out)
+	}
+	// Each socket is a line "Recv-Q Send-Q Local Peer" followed by an
+	// indented line of its TCP info.
+	var socks []ssSocket
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if !strings.HasPrefix(line, " ") && !strings.HasPrefix(line, "\t") && len(f) >= 4 {
+			socks = append(socks, ssSocket{local: f[2]})
+			continue
+		}
+		if len(socks) == 0 {
+			continue
+		}
+		for _, kv := range f {
+			if v, ok := strings.CutPrefix(kv, "bytes_acked:"); ok {
+				fmt.Sscan(v, &socks[len(socks)-1].acked)
+			}
+		}
+	}
+	return socks
+}
+
+// TestPacketModePeerResource: two gateways configured for streams, each
+// with a packet section, switch to the packet mode when their Peer
+// resources say spec.dataPlane packet (the programs are attached then,
+// not at the start), and back to streams when one of them says stream,
+// without a restart (docs/packet.md, "The gateway").
+func TestPacketModePeerResource(t *testing.T) {
+	e := setupPacket(t, gateway.DataPlaneStream, gateway.DataPlaneStream, false)
+	peer := func(name, addr, dp string) string {
+		return fmt.Sprintf("apiVersion: strait.dev/v1alpha1\nkind: Peer\nmetadata: {name: %s}\nspec: {gateways: [\"%s\"], dataPlane: %s}\n", name, addr, dp)
+	}
+	const conns = "strait_client_connections_total"
+	e.curl(t, "over streams first")
+	before := e.a.metric(t, conns)
+	if before < 1 {
+		t.Fatalf("a's stream mode accepted %v connections, want the client's", before)
+	}
+	if strings.Contains(e.a.proc.out.String(), "packet mode attached") {
+		t.Fatalf("a attached the programs with no peer asking for the packet mode:\n%s", e.a.proc.out.String())
+	}
+
+	e.a.apply(t, peer("b", "192.0.2.2:4443", "packet"))
+	e.b.apply(t, peer("a", "192.0.2.1:4443", "packet"))
+	d := dataPlane(t, e.a, "b", func(d gateway.PeerDataPlane) bool { return d.Active && d.Imports }, "packet mode on a by its Peer resource")
+	if d.Configured != gateway.DataPlanePacket {
+		t.Errorf("a's status says configured %q for b, want packet (the Peer resource's)", d.Configured)
+	}
+	dataPlane(t, e.b, "a", func(d gateway.PeerDataPlane) bool { return d.Active && d.Exports }, "packet mode on b by its Peer resource")
+	tx := e.a.metric(t, packetMetrA)
+	e.curl(t, "over the packet mode")
+	if got := e.a.metric(t, packetMetrA); got <= tx {
+		t.Errorf("a's program sent no import packets into the tunnel: %s %v → %v", packetMetrA, tx, got)
+	}
+	if got := e.a.metric(t, conns); got != before {
+		t.Errorf("a's stream mode accepted %v connections more; the programs should have carried the client", got-before)
+	}
+
+	e.a.apply(t, peer("b", "192.0.2.2:4443", "stream"))
+	dataPlane(t, e.a, "b", func(d gateway.PeerDataPlane) bool { return !d.Active && d.Configured == gateway.DataPlaneStream },
+		"a back to streams by its Peer resource")
+	e.curl(t, "over streams again")
+	if got := e.a.metric(t, conns); got <= before {
+		t.Errorf("a's stream mode accepted no connection after the Peer resource said stream")
+	}
+}

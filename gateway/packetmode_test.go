@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/netip"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,6 +26,9 @@ func TestPacketConfigErrors(t *testing.T) {
 		{"relative pin root", packetPeer + "packet: {lan: eth1, snat: 10.0.0.9, pin-root: bpf}\n", `packet.pin-root "bpf": want an absolute path`},
 		{"small mtu", packetPeer + "packet: {lan: eth1, snat: 10.0.0.9, underlay-mtu: 600}\n", "packet.underlay-mtu 600: allowed 626..65535"},
 		{"bad name", packetPeer + "packet: {lan: eth1, snat: 10.0.0.9, name: GW}\n", `packet.name "GW"`},
+		// A section without packet peers is for Peer resources that ask for
+		// the mode: checked all the same.
+		{"section alone, no snat", goodConfig + "packet: {lan: eth1}\n", `packet.snat "": required`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -159,7 +164,7 @@ func FuzzPacketHello(f *testing.F) {
 // pause), and a gateway configured for streams refuses with its reason.
 func TestPacketHeard(t *testing.T) {
 	g := &Gateway{cfg: Config{Cluster: "a", Peers: map[string]PeerConfig{"b": {DataPlane: DataPlanePacket}}},
-		metrics: newMetrics(), log: slog.New(slog.DiscardHandler)}
+		metrics: newMetrics(), log: slog.New(slog.DiscardHandler), store: openStore(t)}
 	p := newPacketPlane(g)
 	h := func(port uint16) *packetHello {
 		return &packetHello{Mode: DataPlanePacket, Imports: []packetImport{{Namespace: "d", Name: "e", Address: "10.96.0.1", Port: port, Protocol: "TCP"}}}
@@ -179,6 +184,70 @@ func TestPacketHeard(t *testing.T) {
 	}
 	if st := p.status(); len(st) != 2 || st[1].Cluster != "c" || st[1].Peer != DataPlanePacket || st[1].Reason == "" {
 		t.Errorf("status %+v, want c's refused offer", st)
+	}
+}
+
+func openStore(t *testing.T) *catalog.Store {
+	t.Helper()
+	st, err := catalog.OpenStore(filepath.Join(t.TempDir(), "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// TestPeerResourceDataPlane: a Peer resource's spec.dataPlane overrides
+// the configuration's peers.<cluster>.data-plane either way; asking for
+// the packet mode of a gateway without a packet section gets streams and
+// a reason naming what is missing, in the status too.
+func TestPeerResourceDataPlane(t *testing.T) {
+	peer := func(name string, dp catalog.DataPlane) *catalog.Peer {
+		return &catalog.Peer{Metadata: catalog.ObjectMeta{Name: name}, Spec: catalog.PeerSpec{Gateways: []string{name + ":4443"}, DataPlane: dp}}
+	}
+	for _, tc := range []struct {
+		name    string
+		cfg     Config
+		peers   []*catalog.Peer
+		want    map[string]string // peer → mode
+		packet  []string
+		because string // in b's reason
+	}{
+		{"resource asks packet", Config{Cluster: "a", Packet: PacketConfig{LAN: "eth1", SNAT: "10.1.0.254"}},
+			[]*catalog.Peer{peer("b", catalog.DataPlanePacket), peer("c", "")},
+			map[string]string{"b": DataPlanePacket, "c": DataPlaneStream}, []string{"b"}, ""},
+		{"resource says stream over the configuration", Config{Cluster: "a", Packet: PacketConfig{LAN: "eth1", SNAT: "10.1.0.254"},
+			Peers: map[string]PeerConfig{"b": {DataPlane: DataPlanePacket}, "c": {DataPlane: DataPlanePacket}}},
+			[]*catalog.Peer{peer("b", catalog.DataPlaneStream), peer("c", "")},
+			map[string]string{"b": DataPlaneStream, "c": DataPlanePacket}, []string{"c"}, ""},
+		{"no packet section", Config{Cluster: "a"},
+			[]*catalog.Peer{peer("b", catalog.DataPlanePacket)},
+			map[string]string{"b": DataPlaneStream}, nil, "no packet section (packet.lan, packet.snat)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &Gateway{cfg: tc.cfg, metrics: newMetrics(), log: slog.New(slog.DiscardHandler), store: openStore(t)}
+			for _, p := range tc.peers {
+				if _, err := g.store.Apply(p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for id, want := range tc.want {
+				if got, why := g.dataPlane(id); got != want {
+					t.Errorf("data plane for %s: %s (%s), want %s", id, got, why, want)
+				}
+			}
+			if got := g.packetPeers(); !slices.Equal(got, tc.packet) {
+				t.Errorf("packet peers %v, want %v", got, tc.packet)
+			}
+			if tc.because != "" {
+				if _, why := g.dataPlane("b"); !strings.Contains(why, tc.because) {
+					t.Errorf("reason %q, want it to say %q", why, tc.because)
+				}
+				st := newPacketPlane(g).status()
+				if len(st) != 1 || !strings.Contains(st[0].Reason, tc.because) {
+					t.Errorf("status %+v, want b with the reason", st)
+				}
+			}
+		})
 	}
 }
 

@@ -497,6 +497,17 @@ func TestImports(t *testing.T) {
 		t.Errorf("two imports share the clusterset IP %s", ip)
 	}
 
+	// An operator sets c's data plane on its Peer (docs/packet.md, "The
+	// gateway"): the controller's later passes keep it.
+	var pc api.Peer
+	if err := c.Get(context.Background(), types.NamespacedName{Name: "c"}, &pc); err != nil {
+		t.Fatal(err)
+	}
+	pc.Spec.DataPlane = catalog.DataPlanePacket
+	if err := c.Update(context.Background(), &pc); err != nil {
+		t.Fatal(err)
+	}
+
 	// c withdraws: its slice goes, the import stays with b, same IP.
 	remote(t, hub, "c", []string{"192.0.2.3:4443", "192.0.2.4:4443"})
 	si = serviceImport(t, c, ns, "echo", "b")
@@ -504,6 +515,9 @@ func TestImports(t *testing.T) {
 		t.Errorf("after c withdrew: ips %v (want %s), ports %+v (want http only)", si.Spec.IPs, ip, si.Spec.Ports)
 	}
 	checkSlices(t, 1, "b")
+	if err := c.Get(context.Background(), types.NamespacedName{Name: "c"}, &pc); err != nil || pc.Spec.DataPlane != catalog.DataPlanePacket {
+		t.Errorf("peer c after the controller's passes: %v, spec %+v; want its dataPlane packet kept", err, pc.Spec)
+	}
 
 	// b leaves the clusterset: the import, its slices and b's Peer go.
 	hub.Remove("b")

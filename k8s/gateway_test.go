@@ -32,7 +32,12 @@ func TestCRDValidation(t *testing.T) {
 			t.Errorf("create %s: %v, want a rejection naming %s", tt.obj.Name, err, tt.want)
 		}
 	}
-	err := k.Client.Create(context.Background(), &api.Peer{ObjectMeta: metav1.ObjectMeta{Name: "empty"}})
+	err := k.Client.Create(context.Background(), &api.Peer{ObjectMeta: metav1.ObjectMeta{Name: "kernel"},
+		Spec: catalog.PeerSpec{Gateways: []string{"192.0.2.9:4443"}, DataPlane: "kernel"}})
+	if err == nil || !strings.Contains(err.Error(), "spec.dataPlane") {
+		t.Errorf("create a peer with dataPlane kernel: %v, want a rejection naming spec.dataPlane", err)
+	}
+	err = k.Client.Create(context.Background(), &api.Peer{ObjectMeta: metav1.ObjectMeta{Name: "empty"}})
 	if err == nil || !strings.Contains(err.Error(), "spec.gateways") {
 		t.Errorf("create a peer without gateways: %v, want a rejection naming spec.gateways", err)
 	}
@@ -93,7 +98,7 @@ func TestGatewayResources(t *testing.T) {
 			Spec: mcs.ServiceImportSpec{Type: mcs.ClusterSetIP, IPs: []string{"10.77.1.6"}, Ports: []mcs.ServicePort{{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53}}}},
 		&mcs.ServiceImport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "headless"},
 			Spec: mcs.ServiceImportSpec{Type: mcs.Headless, Ports: []mcs.ServicePort{{Port: 80}}}},
-		&api.Peer{ObjectMeta: metav1.ObjectMeta{Name: "p-" + ns}, Spec: catalog.PeerSpec{Gateways: []string{"192.0.2.9:4443"}}},
+		&api.Peer{ObjectMeta: metav1.ObjectMeta{Name: "p-" + ns}, Spec: catalog.PeerSpec{Gateways: []string{"192.0.2.9:4443"}, DataPlane: catalog.DataPlanePacket}},
 		&api.Peer{ObjectMeta: metav1.ObjectMeta{Name: "bad-" + ns}, Spec: catalog.PeerSpec{Gateways: []string{"no-port"}}},
 		&api.AccessPolicy{ObjectMeta: metav1.ObjectMeta{Name: "allow-" + ns}, Spec: catalog.AccessPolicySpec{Priority: 10, Action: catalog.Allow,
 			To: catalog.Target{Namespaces: []string{ns}}}},
@@ -186,6 +191,9 @@ func TestGatewayResources(t *testing.T) {
 	}
 	if got[catalog.Key{Kind: catalog.KindPeer, Name: "p-" + ns}] == nil || got[catalog.Key{Kind: catalog.KindAccessPolicy, Name: "allow-" + ns}] == nil {
 		t.Error("peers and policies must be passed on")
+	}
+	if p, _ := got[catalog.Key{Kind: catalog.KindPeer, Name: "p-" + ns}].(*catalog.Peer); p == nil || p.Spec.DataPlane != catalog.DataPlanePacket {
+		t.Errorf("peer p-%s: %+v, want its spec.dataPlane packet passed on", ns, p)
 	}
 	if got[catalog.Key{Kind: catalog.KindPeer, Name: "bad-" + ns}] != nil {
 		t.Error("a peer the gateway would refuse must be left out")

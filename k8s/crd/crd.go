@@ -98,6 +98,7 @@ var constraints = map[string]func(*apiextensionsv1.JSONSchemaProps){
 		p.Minimum, p.Maximum = ptr(float64(catalog.MinPriority)), ptr(float64(catalog.MaxPriority))
 	},
 	"AccessPolicy.spec.action": enum(catalog.Allow, catalog.Deny),
+	"Peer.spec.dataPlane":      enum(catalog.DataPlaneStream, catalog.DataPlanePacket),
 	"AccessPolicy.spec.from.workloadSelector.matchExpressions[].operator": enum(catalog.OpIn, catalog.OpNotIn, catalog.OpExists, catalog.OpDoesNotExist),
 	"AccessPolicy.spec.to.exportSelector.matchExpressions[].operator":     enum(catalog.OpIn, catalog.OpNotIn, catalog.OpExists, catalog.OpDoesNotExist),
 }

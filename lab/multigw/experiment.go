@@ -33,6 +33,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/strait-net/strait/lab/emulation"
+	"github.com/strait-net/strait/lab/tool"
 	"github.com/strait-net/strait/lab/topology"
 )
 
@@ -50,8 +51,13 @@ const (
 //	probe: {rate: 2000, streams: 8, duration: 8s, kill-at: 2s, restart-at: 5s}
 //	victims: [a/gw2, b/gw2]         # failover: killed one after the other
 //	stream: {parallel: 12, duration: 8s}  # aggregate
+//	tool: strait-packet             # the gateways' tool (default strait)
 type Experiment struct {
-	Kind     string          `yaml:"kind"`
+	Kind string `yaml:"kind"`
+	// Tool is the lab tool whose gateways are measured: one whose gateway
+	// processes an experiment can kill (tool.GatewayController), strait
+	// (the default) or strait-packet.
+	Tool     string          `yaml:"tool,omitempty"`
 	Gateways []int           `yaml:"gateways"`
 	Uplink   *emulation.Spec `yaml:"uplink,omitempty"`
 	Probe    ProbeSettings   `yaml:"probe,omitempty"`
@@ -166,6 +172,11 @@ func (e *Experiment) Validate() error {
 			bad("uplink: %v", err)
 		}
 	}
+	if t, err := tool.New(e.tool()); err != nil {
+		bad("tool %q: %v", e.Tool, err)
+	} else if _, ok := t.(tool.GatewayController); !ok {
+		bad("tool %q: its gateways cannot be killed and restarted; use strait or strait-packet", e.Tool)
+	}
 	if e.Emulator != "" && !slices.Contains(topology.Emulators, e.Emulator) {
 		bad("emulator %q: must be one of %s", e.Emulator, strings.Join(topology.Emulators, ", "))
 	}
@@ -204,6 +215,14 @@ func (e *Experiment) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// tool is the tool to measure: Tool, or strait.
+func (e *Experiment) tool() string {
+	if e.Tool == "" {
+		return "strait"
+	}
+	return e.Tool
 }
 
 // Topology is the generated lab for n gateways per cluster.

@@ -45,6 +45,8 @@ func TestValidateNamesFields(t *testing.T) {
 		{"kind: failover\ngateways: [3]\nprobe: {rate: 10, streams: 1, duration: 3s, kill-at: 1s, restart-at: 2s}\nvictims: [a/gw4]\n", `victims[0] "a/gw4": no such gateway`},
 		{"kind: failover\ngateways: [3]\nprobe: {rate: 10, streams: 1, duration: 3s, kill-at: 1s, restart-at: 2s}\nvictims: [c/x]\n", `victims[0] "c/x": must be a/gwK`},
 		{"kind: aggregate\ngateways: [1]\nbogus: 1\n", "field bogus not found"},
+		{"kind: aggregate\ngateways: [1]\nstream: {parallel: 1, duration: 1s}\ntool: nope\n", `tool "nope":`},
+		{"kind: aggregate\ngateways: [1]\nstream: {parallel: 1, duration: 1s}\ntool: vxlan\n", `tool "vxlan": its gateways cannot be killed and restarted; use strait or strait-packet`},
 	} {
 		_, err := Parse([]byte(tc.yaml))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -146,7 +146,7 @@ func runUnit(ctx context.Context, e *Experiment, n int, dir string, opts Options
 			return nil, fmt.Errorf("direct: %w", err)
 		}
 	}
-	tl, err := tool.New("strait")
+	tl, err := tool.New(e.tool())
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +158,7 @@ func runUnit(ctx context.Context, e *Experiment, n int, dir string, opts Options
 		Dir: toolDir, Binary: opts.Binary, Logger: opts.Logger})
 	defer func() { _ = tl.Teardown(context.WithoutCancel(ctx)) }()
 	if err != nil {
-		return nil, fmt.Errorf("strait setup: %w", err)
+		return nil, fmt.Errorf("%s setup: %w", e.tool(), err)
 	}
 	u := &unit{lab: l, ctl: tl.(tool.GatewayController), target: targets[svc.Name], client: client, server: server, dir: dir, opts: opts}
 	if e.Kind == KindFailover {

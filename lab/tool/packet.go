@@ -166,8 +166,9 @@ func (t *packetTool) strait(ctx context.Context, node *topology.PlanNode, stdin 
 	return nil
 }
 
-func (t *packetTool) counters(ctx context.Context, node *topology.PlanNode) (map[string]uint64, error) {
-	cmd, err := t.env.Lab.Command(ctx, node.ID, t.env.Binary, "packet", "counters", "--name", packetName(node), "--pin-root", t.pins)
+// packetCounters reads the programs' counters pinned on node under pins.
+func packetCounters(ctx context.Context, env Env, node *topology.PlanNode, pins string) (map[string]uint64, error) {
+	cmd, err := env.Lab.Command(ctx, node.ID, env.Binary, "packet", "counters", "--name", packetName(node), "--pin-root", pins)
 	if err != nil {
 		return nil, err
 	}
@@ -191,43 +192,52 @@ func (t *packetTool) healthCheck(ctx context.Context, clientGW, serverGW *topolo
 		return nil
 	}
 	target := targets[t.env.Services[0].Name]
-	beforeC, err := t.counters(ctx, clientGW)
+	beforeC, err := packetCounters(ctx, t.env, clientGW, t.pins)
 	if err != nil {
 		return err
 	}
-	beforeS, err := t.counters(ctx, serverGW)
+	beforeS, err := packetCounters(ctx, t.env, serverGW, t.pins)
 	if err != nil {
 		return err
 	}
+	if err := connectThrough(ctx, t.env, target); err != nil {
+		return err
+	}
+	afterC, err := packetCounters(ctx, t.env, clientGW, t.pins)
+	if err != nil {
+		return err
+	}
+	afterS, err := packetCounters(ctx, t.env, serverGW, t.pins)
+	if err != nil {
+		return err
+	}
+	if afterC["import_tx_packets"] > beforeC["import_tx_packets"] && afterS["export_rx_packets"] > beforeS["export_rx_packets"] &&
+		afterC["reply_rx_packets"] > beforeC["reply_rx_packets"] {
+		return nil
+	}
+	return fmt.Errorf("%s answered, but the programs' counters did not move (client gateway %v, server gateway %v)", target, afterC, afterS)
+}
+
+// connectThrough opens TCP connections from the client node to target
+// until one opens, for at most 15 s.
+func connectThrough(ctx context.Context, env Env, target string) error {
 	var last error
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		cmd, err := t.env.Lab.Command(ctx, t.env.Client.ID, "curl", "-s", "-o", "/dev/null", "--max-time", "2", "http://"+target+"/")
+		cmd, err := env.Lab.Command(ctx, env.Client.ID, "curl", "-s", "-o", "/dev/null", "--max-time", "2", "http://"+target+"/")
 		if err != nil {
 			return err
 		}
 		// The service need not speak HTTP (iperf3's does not): any answer
 		// but curl's "could not connect" (7) and timeout (28) means the
-		// connection opened, and the counters below say along which path.
+		// connection opened; the caller's counters say along which path.
 		if out, err := cmd.CombinedOutput(); err != nil {
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() == 7 || ee.ExitCode() == 28 {
-				last = fmt.Errorf("curl %s from %s: %w: %s", target, t.env.Client.ID, err, strings.TrimSpace(string(out)))
+				last = fmt.Errorf("curl %s from %s: %w: %s", target, env.Client.ID, err, strings.TrimSpace(string(out)))
 				continue
 			}
 		}
-		afterC, err := t.counters(ctx, clientGW)
-		if err != nil {
-			return err
-		}
-		afterS, err := t.counters(ctx, serverGW)
-		if err != nil {
-			return err
-		}
-		if afterC["import_tx_packets"] > beforeC["import_tx_packets"] && afterS["export_rx_packets"] > beforeS["export_rx_packets"] &&
-			afterC["reply_rx_packets"] > beforeC["reply_rx_packets"] {
-			return nil
-		}
-		return fmt.Errorf("%s answered, but the programs' counters did not move (client gateway %v, server gateway %v)", target, afterC, afterS)
+		return nil
 	}
 	return last
 }

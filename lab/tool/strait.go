@@ -28,6 +28,9 @@ func init() {
 	// "Performance").
 	Register("strait-cubic", func() Tool { return &straitTool{congestion: "cubic"} })
 	Register("strait-bbr", func() Tool { return &straitTool{congestion: "bbr"} })
+	// The same gateways with the packet mode agreed between them
+	// (docs/packet.md, "The gateway"; straitpacket.go).
+	Register("strait-packet", func() Tool { return &straitTool{packet: &straitPacket{}} })
 }
 
 const (
@@ -52,8 +55,9 @@ var ImportVIP = netip.MustParseAddr("10.96.0.50")
 // carries no traffic, so the placement rule (data plane on gateway nodes
 // only) holds.
 type straitTool struct {
-	congestion string    // the gateways' congestion setting; "" is their default
-	procs      processes // the watcher
+	congestion string        // the gateways' congestion setting; "" is their default
+	packet     *straitPacket // the packet mode's setup, nil for streams
+	procs      processes     // the watcher
 	mu         sync.Mutex
 	gws        map[string]*gatewayProc // by node ID
 	env        Env
@@ -72,6 +76,9 @@ type gatewayProc struct {
 }
 
 func (t *straitTool) Name() string {
+	if t.packet != nil {
+		return "strait-packet"
+	}
 	if t.congestion == "" {
 		return "strait"
 	}
@@ -106,7 +113,7 @@ func (t *straitTool) Setup(ctx context.Context, env Env) (map[string]string, err
 		return out
 	}
 	importIP := importGWs[0].Addr
-	if len(importGWs) > 1 {
+	if len(importGWs) > 1 || t.packet != nil {
 		importIP = ImportVIP
 	}
 
@@ -144,7 +151,11 @@ spec: {priority: 1000, action: allow}
 	exportRes.WriteString(allowAll)
 	importRes.WriteString(allowAll)
 
-	if len(importGWs) > 1 {
+	if t.packet != nil {
+		if err := t.packet.setup(ctx, env, exportGWs, importGWs); err != nil {
+			return nil, err
+		}
+	} else if len(importGWs) > 1 {
 		for _, g := range importGWs {
 			if err := t.run(ctx, g, "ip", "addr", "add", ImportVIP.String()+"/32", "dev", "lo"); err != nil {
 				return nil, err
@@ -157,7 +168,8 @@ spec: {priority: 1000, action: allow}
 		gws       []*topology.PlanNode
 		resources string
 		importing bool
-	}{{exportGWs, exportRes.String(), false}, {importGWs, importRes.String(), true}} {
+		peer      string
+	}{{exportGWs, exportRes.String(), false, env.Client.Cluster}, {importGWs, importRes.String(), true, env.Server.Cluster}} {
 		for _, node := range side.gws {
 			name := node.Cluster + "-" + node.Name
 			resFile := filepath.Join(env.Dir, name+"-resources.yaml")
@@ -173,6 +185,13 @@ spec: {priority: 1000, action: allow}
 				filepath.Join(env.Dir, name+"-state.json"), resFile, MetricsAddr(node))
 			if t.congestion != "" {
 				cfg += "congestion: " + t.congestion + "\n"
+			}
+			if t.packet != nil {
+				pc, err := t.packet.config(env, node, side.peer)
+				if err != nil {
+					return nil, err
+				}
+				cfg += pc
 			}
 			if side.importing {
 				sockets = append(sockets, socket)
@@ -198,6 +217,19 @@ spec: {priority: 1000, action: allow}
 			return nil, fmt.Errorf("%w (logs in %s)", err, env.Dir)
 		}
 	}
+	if t.packet != nil {
+		for _, side := range []struct {
+			gws       []*topology.PlanNode
+			peer      string
+			importing bool
+		}{{importGWs, env.Server.Cluster, true}, {exportGWs, env.Client.Cluster, false}} {
+			for _, g := range side.gws {
+				if err := waitActive(ctx, t.gws[g.ID].socket, side.peer, side.importing); err != nil {
+					return nil, fmt.Errorf("%s: %w (logs in %s)", g.ID, err, env.Dir)
+				}
+			}
+		}
+	}
 	if len(importGWs) > 1 {
 		members, _, err := nexthop.LabMembers(env.Lab.Plan, env.Client.ID, healthPort)
 		if err != nil {
@@ -212,6 +244,11 @@ spec: {priority: 1000, action: allow}
 		}
 		if err := t.waitRoute(ctx, len(members)); err != nil {
 			return nil, fmt.Errorf("%w (logs in %s)", err, env.Dir)
+		}
+	}
+	if t.packet != nil && len(env.Services) > 0 {
+		if err := t.packet.check(ctx, env, exportGWs, importGWs, targets[env.Services[0].Name]); err != nil {
+			return nil, fmt.Errorf("packet mode check: %w", err)
 		}
 	}
 	return targets, nil
@@ -363,7 +400,7 @@ func waitReady(ctx context.Context, socket, peer string, imports int) error {
 	return fmt.Errorf("gateways not ready after 20s: %w", last)
 }
 
-func (t *straitTool) Teardown(context.Context) error {
+func (t *straitTool) Teardown(ctx context.Context) error {
 	t.mu.Lock()
 	gws := t.gws
 	t.gws = nil
@@ -388,6 +425,9 @@ func (t *straitTool) Teardown(context.Context) error {
 		}
 	}
 	errs = append(errs, t.procs.stop())
+	if t.packet != nil {
+		errs = append(errs, t.packet.teardown(ctx, t.env))
+	}
 	if t.sockDir != "" {
 		errs = append(errs, os.RemoveAll(t.sockDir))
 		t.sockDir = ""

@@ -38,6 +38,7 @@ wan:
 var needs = map[string][]string{
 	"vxlan":            {"nft", "ping"},
 	"packet":           {"curl"},
+	"strait-packet":    {"curl"},
 	"wireguard":        {"wg", "nft", "ping"},
 	"wireguard-debian": {"wireguard-go", "wg", "nft", "ping"},
 	"envoy":            {"envoy", "curl"},
@@ -104,10 +105,10 @@ func TestTools(t *testing.T) {
 				t.Fatalf("setup: %v", err)
 			}
 			echoThrough(t, l, bin, client.ID, targets["echo"])
-			if name == "packet" {
+			if name == "packet" || name == "strait-packet" {
 				udpThrough(t, l, bin, server.ID, client.ID, targets["echo"])
 			}
-			if cc, ok := strings.CutPrefix(name, "strait-"); ok {
+			if cc, ok := strings.CutPrefix(name, "strait-"); ok && cc != "packet" {
 				gw, _ := l.Plan.Node("a/gw")
 				out, err := exec.Command("ip", "netns", "exec", gw.Netns, "ss", "-tin", "state", "established", "( sport = :"+strconv.Itoa(tool.GatewayPort)+" )").CombinedOutput()
 				if err != nil || !strings.Contains(string(out), cc) || strings.Contains(string(out), map[string]string{"bbr": "cubic", "cubic": "bbr"}[cc]) {
