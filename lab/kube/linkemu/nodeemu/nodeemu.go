@@ -131,6 +131,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if cfg.Params.IsZero() {
 		return errors.New("emulation: none given (a zero emulation needs no agent)")
 	}
+	if err := checkCaps(); err != nil {
+		return err
+	}
 	if removed, err := Clean(cfg.Run); err != nil {
 		return fmt.Errorf("remove stale state: %w", err)
 	} else if len(removed) > 0 {
@@ -173,21 +176,24 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	emuDone := make(chan error, 1)
 	emuCtx, stopEmu := context.WithCancel(context.Background())
+	started := false
 	defer func() {
 		stopEmu()
-		if len(emuLinks) > 0 {
+		if started {
 			if e := <-emuDone; e != nil && err == nil {
 				err = fmt.Errorf("userspace emulator: %w", e)
 			}
 		}
 	}()
 	if len(emuLinks) > 0 {
-		dir, err := os.MkdirTemp("", "strait-node-emulate-")
-		if err != nil {
-			return err
+		// Beside Ready: the image has no /tmp.
+		dir := os.TempDir()
+		if cfg.Ready != "" {
+			dir = filepath.Dir(cfg.Ready)
 		}
-		defer os.RemoveAll(dir)
-		ready := filepath.Join(dir, "ready")
+		ready := filepath.Join(dir, "emulator-"+prefix+".ready")
+		_ = os.Remove(ready)
+		started = true
 		go func() {
 			emuDone <- emulator.Run(emuCtx, emulator.Config{Links: emuLinks, Seed: cfg.Seed, ReadyFile: ready, Logger: log.With("component", "emulator")})
 		}()
@@ -476,4 +482,36 @@ func writeFile(path, content string) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// checkCaps fails clearly where the container lacks the capabilities the
+// emulation needs (a pod that is not privileged), instead of at the first
+// netlink or bpf call.
+func checkCaps() error {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return nil // not Linux-like; the calls themselves will say
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		hex, ok := strings.CutPrefix(line, "CapEff:")
+		if !ok {
+			continue
+		}
+		var caps uint64
+		if _, err := fmt.Sscanf(strings.TrimSpace(hex), "%x", &caps); err != nil {
+			return nil
+		}
+		const netAdmin, sysAdmin, bpf = 12, 21, 39
+		var missing []string
+		if caps&(1<<netAdmin) == 0 {
+			missing = append(missing, "CAP_NET_ADMIN")
+		}
+		if caps&(1<<sysAdmin) == 0 && caps&(1<<bpf) == 0 {
+			missing = append(missing, "CAP_BPF (or CAP_SYS_ADMIN)")
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("no privileges for link emulation: the process lacks %s (CapEff %s); it needs a privileged pod", strings.Join(missing, " and "), strings.TrimSpace(hex))
+		}
+	}
+	return nil
 }
