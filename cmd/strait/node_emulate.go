@@ -49,10 +49,13 @@ func init() {
 				if err != nil {
 					return err
 				}
-				if ready != "" {
-					if err := os.WriteFile(ready, []byte("clean\n"), 0o644); err != nil {
-						return err
-					}
+				if ready == "" {
+					return nil
+				}
+				// In a pod: report, then wait to be deleted (a
+				// DaemonSet restarts containers that exit).
+				if err := os.WriteFile(ready, []byte("clean\n"), 0o644); err != nil {
+					return err
 				}
 				<-cmd.Context().Done()
 				return nil
@@ -76,7 +79,13 @@ func init() {
 			// The userspace emulator's locked sleeping threads need
 			// spare Ps (see `strait lab emulate`).
 			runtime.GOMAXPROCS(runtime.NumCPU() + 4)
-			return nodeemu.Run(cmd.Context(), nodeemu.Config{Run: run, Remote: prefixes, Params: p, Seed: seed, Ready: ready, Logger: log})
+			err = nodeemu.Run(cmd.Context(), nodeemu.Config{Run: run, Remote: prefixes, Params: p, Seed: seed, Ready: ready, Logger: log})
+			if err != nil {
+				// Kubernetes shows this file as the container's
+				// termination message (linkemu's errors quote it).
+				_ = os.WriteFile("/dev/termination-log", []byte(err.Error()), 0o644)
+			}
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&run, "run", "", "the lab run; names the devices (with --clean, \"\" = every run)")
@@ -84,7 +93,7 @@ func init() {
 	cmd.Flags().StringVar(&spec, "emulation", "", `the impairment as JSON, e.g. {"delay":"5ms","rate":"100mbit"}`)
 	cmd.Flags().StringVar(&ready, "ready", "", "file written once the emulation is in place")
 	cmd.Flags().StringVar(&probe, "probe", "", "only check that this ready file exists (a readiness probe)")
-	cmd.Flags().BoolVar(&clean, "clean", false, "remove the devices crashed agents of --run left, then wait")
+	cmd.Flags().BoolVar(&clean, "clean", false, "remove the devices crashed agents of --run left (with --ready: then report and wait)")
 	cmd.Flags().Uint64Var(&seed, "seed", 0, "userspace emulator seed (0 = random)")
 	labCmd.AddCommand(cmd)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/strait-net/strait/internal/testenv"
@@ -90,6 +92,72 @@ func TestEmulationOnNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		p.checkClean(t, baseMin, before)
+	})
+
+	t.Run("Faults", func(t *testing.T) {
+		delay := emulation.Params{Delay: time.Millisecond}
+		expect := func(t *testing.T, err error, want ...string) {
+			t.Helper()
+			if err == nil {
+				t.Fatalf("Apply succeeded, want an error naming %q", want)
+			}
+			t.Logf("error: %v", err)
+			for _, w := range want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %q", err, w)
+				}
+			}
+		}
+		t.Run("UnreachableCluster", func(t *testing.T) {
+			cfg := *p.config["a"]
+			cfg.Dial = nil
+			cfg.Host = "https://192.0.2.1:6443" // TEST-NET-1: nothing answers
+			cfg.Timeout = 3 * time.Second
+			_, err := linkemu.Apply(ctx, run, []linkemu.Target{{Cluster: "x", Config: &cfg, Remote: p.remote("a")}}, delay)
+			expect(t, err, "cluster x", "list nodes")
+		})
+		t.Run("NoSuchNode", func(t *testing.T) {
+			ts := p.targets("a")
+			ts[0].Nodes = []string{"a-n9"}
+			_, err := linkemu.Apply(ctx, run, ts, delay)
+			expect(t, err, "cluster a", "node a-n9", "not found")
+		})
+		t.Run("NoRoute", func(t *testing.T) {
+			// The agent starts and fails: its message comes back.
+			ts := p.targets("a")
+			ts[0].Remote = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}
+			_, err := linkemu.Apply(ctx, run, ts, delay)
+			expect(t, err, "cluster a", "node a-n1", "no route from this node")
+		})
+		t.Run("ImageMissing", func(t *testing.T) {
+			defer func(img string) { linkemu.Image = img }(linkemu.Image)
+			linkemu.Image = "ghcr.io/strait-net/strait:no-such-tag"
+			_, err := linkemu.Apply(ctx, run, p.targets("a"), delay)
+			expect(t, err, "cluster a", "node a-n1", "no-such-tag")
+		})
+		t.Run("PodSecurity", func(t *testing.T) {
+			c := kubernetes.NewForConfigOrDie(p.config["a"])
+			label := func(v string) {
+				t.Helper()
+				patch := `{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":null}}}`
+				if v != "" {
+					patch = `{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"` + v + `"}}}`
+				}
+				if _, err := c.CoreV1().Namespaces().Patch(ctx, linkemu.Namespace, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			label("baseline")
+			defer label("")
+			_, err := linkemu.Apply(ctx, run, p.targets("a"), delay)
+			expect(t, err, "cluster a", "PodSecurity", "baseline")
+		})
+		// Each failed Apply removed what it had created.
+		c := kubernetes.NewForConfigOrDie(p.config["a"])
+		ds, err := c.AppsV1().DaemonSets(linkemu.Namespace).List(ctx, metav1.ListOptions{LabelSelector: linkemu.LabelManagedBy + "=strait-lab"})
+		if err != nil || len(ds.Items) != 0 {
+			t.Errorf("after failed Applies: %d DaemonSets (err %v)", len(ds.Items), err)
+		}
 	})
 
 	t.Run("KilledAgent", func(t *testing.T) {
