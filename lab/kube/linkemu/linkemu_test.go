@@ -57,6 +57,7 @@ func TestEmulationOnNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = a.Remove(context.Background()) }) // after a failure; a no-op otherwise
 		t.Logf("Apply: %v", time.Since(start).Round(time.Millisecond))
 		min, med := p.rtt(t)
 		t.Logf("delay 5ms each way: rtt min %.3f ms median %.3f ms (load %s)", min, med, loadavg())
@@ -83,6 +84,7 @@ func TestEmulationOnNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = a.Remove(context.Background()) })
 		got := p.throughput(t)
 		t.Logf("rate 20mbit: iperf3 a→b %.1f Mbit/s (load %s)", got, loadavg())
 		if got > mbit*1.1 || got < mbit*0.5 {
@@ -310,6 +312,43 @@ func TestDownAll(t *testing.T) {
 		t.Logf("cluster %s: Down: %v", c, time.Since(start).Round(time.Millisecond))
 		if left := p.devices(t, c, nodeemu.Prefix("")); len(left) != 0 {
 			t.Errorf("cluster %s: devices %v left", c, left)
+		}
+	}
+}
+
+// TestMeasureOnNodes prints what the emulation gives on the pair named by
+// STRAIT_LINKEMU_LAB, for comparison with `strait lab check-link` on the
+// namespace lab (docs/lab-clusters-emulation.md): ping's round trip (200
+// probes) and iperf3's throughput a→b, per spec, each direction impaired.
+// It measures, it asserts nothing; it skips unless STRAIT_LINKEMU_MEASURE=1.
+func TestMeasureOnNodes(t *testing.T) {
+	if os.Getenv("STRAIT_LINKEMU_LAB") == "" || os.Getenv("STRAIT_LINKEMU_MEASURE") != "1" {
+		t.Skip("set STRAIT_LINKEMU_LAB and STRAIT_LINKEMU_MEASURE=1")
+	}
+	p := upPair(t)
+	ctx := context.Background()
+	for _, c := range []string{"a", "b"} {
+		if err := linkemu.DownCluster(ctx, c, p.config[c], "measure"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range []emulation.Spec{{}, {Delay: "5ms"}, {Rate: "20mbit"}, {Delay: "5ms", Rate: "100mbit"}, {Delay: "5ms", Jitter: "1ms", Loss: "0.08%", Rate: "1gbit"}} {
+		params, err := s.Params()
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := linkemu.Apply(ctx, "measure", p.targets("a", "b"), params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = a.Remove(context.Background()) }) // after a failure
+		out := testenv.Run(t, "ip", "netns", "exec", p.netns["a"], "ping", "-n", "-q", "-c", "200", "-i", "0.01", p.addr["b"])
+		rtt := out[strings.LastIndex(out, "rtt"):]
+		// bbr, as check-link measures (the lab's nodes default to cubic)
+		mbit := p.throughput(t, "-C", "bbr")
+		t.Logf("%-40s ping %s iperf3 (bbr) %.1f Mbit/s (load %s)", params.String(), strings.TrimSpace(rtt), mbit, loadavg())
+		if err := a.Remove(ctx); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -218,35 +218,37 @@ func (p *pair) state(t *testing.T) string {
 	return b.String()
 }
 
-// throughput runs iperf3 from a's node to b's node for 3 s and returns what
-// b received, in Mbit/s.
-func (p *pair) throughput(t *testing.T) float64 {
+// throughput runs iperf3 (with extra arguments) from a's node to b's node
+// for 3 s and returns what b received, in Mbit/s.
+func (p *pair) throughput(t *testing.T, extra ...string) float64 {
 	t.Helper()
 	port := "5299"
 	srv := testenv.Start(t, "ip", "netns", "exec", p.netns["b"], "iperf3", "-s", "-1", "-p", port, "-B", p.addr["b"])
 	defer func() { _ = srv.Process.Kill() }()
-	var out []byte
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var err error
-		out, err = exec.Command("ip", "netns", "exec", p.netns["a"], "iperf3", "-c", p.addr["b"], "-p", port, "-t", "3", "-J").CombinedOutput()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("iperf3 to %s: %v\n%s", p.addr["b"], err, out)
-		}
-		time.Sleep(200 * time.Millisecond) // the server is not listening yet
-	}
 	var r struct {
 		End struct {
 			SumReceived struct {
 				BitsPerSecond float64 `json:"bits_per_second"`
 			} `json:"sum_received"`
 		} `json:"end"`
+		Error string `json:"error"`
 	}
-	if err := jsonUnmarshal(out, &r); err != nil || r.End.SumReceived.BitsPerSecond <= 0 {
-		t.Fatalf("iperf3 JSON: %v\n%s", err, out)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		// iperf3 -J exits 0 when it cannot connect, saying so in "error".
+		args := append([]string{"netns", "exec", p.netns["a"], "iperf3", "-c", p.addr["b"], "-p", port, "-t", "3", "-J"}, extra...)
+		out, err := exec.Command("ip", args...).CombinedOutput()
+		r.Error, r.End.SumReceived.BitsPerSecond = "", 0
+		if err == nil {
+			err = jsonUnmarshal(out, &r)
+		}
+		if err == nil && r.Error == "" && r.End.SumReceived.BitsPerSecond > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("iperf3 to %s: %v\n%s", p.addr["b"], err, out)
+		}
+		time.Sleep(200 * time.Millisecond) // the server is not listening yet
 	}
 	return r.End.SumReceived.BitsPerSecond / 1e6
 }
