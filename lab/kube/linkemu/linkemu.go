@@ -100,7 +100,14 @@ func Apply(ctx context.Context, run string, targets []Target, p emulation.Params
 	if err != nil {
 		return nil, err
 	}
+	seen := map[string]bool{}
 	for _, t := range targets {
+		// One DaemonSet per run and cluster: a second target for the
+		// same cluster would replace the first's.
+		if seen[t.Cluster] {
+			return nil, fmt.Errorf("linkemu: cluster %s: given twice (one Target per cluster; list all its remote prefixes in it)", t.Cluster)
+		}
+		seen[t.Cluster] = true
 		s, err := prepare(ctx, t)
 		if err != nil {
 			return nil, err
