@@ -24,10 +24,10 @@ import (
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
-func (p *pair) targets(clusters ...string) []linkemu.Target {
+func (p *pair) targets(t *testing.T, clusters ...string) []linkemu.Target {
 	var ts []linkemu.Target
 	for _, c := range clusters {
-		ts = append(ts, linkemu.Target{Cluster: c, Config: p.config[c], Remote: p.remote(c)})
+		ts = append(ts, linkemu.Target{Cluster: c, Config: p.config[c], Remote: p.remote(t, c)})
 	}
 	return ts
 }
@@ -53,7 +53,7 @@ func TestEmulationOnNodes(t *testing.T) {
 	t.Run("Delay", func(t *testing.T) {
 		const delay = 5 * time.Millisecond
 		start := time.Now()
-		a, err := linkemu.Apply(ctx, run, p.targets("a", "b"), emulation.Params{Delay: delay})
+		a, err := linkemu.Apply(ctx, run, p.targets(t, "a", "b"), emulation.Params{Delay: delay})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,6 +69,13 @@ func TestEmulationOnNodes(t *testing.T) {
 		if limit := baseMed + 2*delay.Seconds()*1000 + 25; med > limit {
 			t.Errorf("rtt median %.3f ms with the emulation, want at most %.3f (2 × 5 ms over the baseline, 25 ms room for load)", med, limit)
 		}
+		// A pod's traffic too: masqueraded to b's node address, taken after
+		// NAT and put back past netfilter, its handshakes take the delay.
+		connect := p.podConnect(t, ctx)
+		t.Logf("a pod in b: TCP connect to a's node %v (load %s)", connect, loadavg())
+		if want := 2*delay - 500*time.Microsecond; connect[0] < want {
+			t.Errorf("a pod in b connected to a's node in %v, want at least %v", connect[0], want)
+		}
 		start = time.Now()
 		if err := a.Remove(ctx); err != nil {
 			t.Fatal(err)
@@ -80,7 +87,7 @@ func TestEmulationOnNodes(t *testing.T) {
 	t.Run("RateOnly", func(t *testing.T) {
 		// Only a's egress: a rate-only spec is a tbf on the node.
 		const mbit = 20
-		a, err := linkemu.Apply(ctx, run, p.targets("a"), emulation.Params{Rate: mbit * 1e6})
+		a, err := linkemu.Apply(ctx, run, p.targets(t, "a"), emulation.Params{Rate: mbit * 1e6})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,18 +122,18 @@ func TestEmulationOnNodes(t *testing.T) {
 			cfg.Dial = nil
 			cfg.Host = "https://192.0.2.1:6443" // TEST-NET-1: nothing answers
 			cfg.Timeout = 3 * time.Second
-			_, err := linkemu.Apply(ctx, run, []linkemu.Target{{Cluster: "x", Config: &cfg, Remote: p.remote("a")}}, delay)
+			_, err := linkemu.Apply(ctx, run, []linkemu.Target{{Cluster: "x", Config: &cfg, Remote: p.remote(t, "a")}}, delay)
 			expect(t, err, "cluster x", "list nodes")
 		})
 		t.Run("NoSuchNode", func(t *testing.T) {
-			ts := p.targets("a")
+			ts := p.targets(t, "a")
 			ts[0].Nodes = []string{"a-n9"}
 			_, err := linkemu.Apply(ctx, run, ts, delay)
 			expect(t, err, "cluster a", "node a-n9", "not found")
 		})
 		t.Run("NoRoute", func(t *testing.T) {
 			// The agent starts and fails: its message comes back.
-			ts := p.targets("a")
+			ts := p.targets(t, "a")
 			ts[0].Remote = []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}
 			_, err := linkemu.Apply(ctx, run, ts, delay)
 			expect(t, err, "cluster a", "node a-n1", "no route from this node")
@@ -134,7 +141,7 @@ func TestEmulationOnNodes(t *testing.T) {
 		t.Run("ImageMissing", func(t *testing.T) {
 			defer func(img string) { linkemu.Image = img }(linkemu.Image)
 			linkemu.Image = "ghcr.io/strait-net/strait:no-such-tag"
-			_, err := linkemu.Apply(ctx, run, p.targets("a"), delay)
+			_, err := linkemu.Apply(ctx, run, p.targets(t, "a"), delay)
 			expect(t, err, "cluster a", "node a-n1", "no-such-tag")
 		})
 		t.Run("PodSecurity", func(t *testing.T) {
@@ -151,7 +158,7 @@ func TestEmulationOnNodes(t *testing.T) {
 			}
 			label("baseline")
 			defer label("")
-			_, err := linkemu.Apply(ctx, run, p.targets("a"), delay)
+			_, err := linkemu.Apply(ctx, run, p.targets(t, "a"), delay)
 			expect(t, err, "cluster a", "PodSecurity", "baseline")
 		})
 		// Each failed Apply removed what it had created.
@@ -165,7 +172,7 @@ func TestEmulationOnNodes(t *testing.T) {
 	t.Run("KilledAgent", func(t *testing.T) {
 		// tbf leaves a veth pair behind when its agent dies by SIGKILL
 		// (TUNs and tc programs die with the process).
-		a, err := linkemu.Apply(ctx, run, p.targets("a"), emulation.Params{Rate: 100e6})
+		a, err := linkemu.Apply(ctx, run, p.targets(t, "a"), emulation.Params{Rate: 100e6})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -337,7 +344,7 @@ func TestMeasureOnNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := linkemu.Apply(ctx, "measure", p.targets("a", "b"), params)
+		a, err := linkemu.Apply(ctx, "measure", p.targets(t, "a", "b"), params)
 		if err != nil {
 			t.Fatal(err)
 		}

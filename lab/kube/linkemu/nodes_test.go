@@ -16,6 +16,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -40,7 +43,7 @@ type pair struct {
 func requireNodeHost(t *testing.T) {
 	t.Helper()
 	testenv.RequireRoot(t)
-	for _, c := range []string{"containerd", "ctr", "runc", "buildah", "cc", "curl", "jq", "openssl", "nft", "findmnt", "ping", "iperf3", "tc"} {
+	for _, c := range []string{"containerd", "ctr", "runc", "buildah", "cc", "curl", "jq", "openssl", "nft", "findmnt", "ping", "iperf3", "tc", "python3"} {
 		if _, err := exec.LookPath(c); err != nil {
 			t.Skipf("needs %s (scripts/setup.sh installs it)", c)
 		}
@@ -158,16 +161,31 @@ func dialIn(netns string) func(ctx context.Context, network, addr string) (net.C
 	}
 }
 
-// remote is what cluster c's side impairs: the other cluster's node, pods and
-// services (docs/k8s-nodes.md's ranges; only the node address is routed
-// between the clusters there).
-func (p *pair) remote(c string) []netip.Prefix {
+// remote is what cluster c's side impairs: the other cluster's node (its
+// address and its address on the link), pods and services (docs/k8s-nodes.md's
+// ranges; only node addresses are routed between the clusters there).
+func (p *pair) remote(t *testing.T, c string) []netip.Prefix {
+	t.Helper()
 	other, i := "b", 1
 	if c == "b" {
 		other, i = "a", 0
 	}
+	// The other node's address on the link: where it masquerades its pods'
+	// traffic to (MASQUERADE takes the outgoing interface's address, not
+	// the node's InternalIP on lo), so replies to pods go there.
+	route := strings.Fields(testenv.Run(t, "ip", "-n", p.netns[c], "route", "get", p.addr[other]))
+	var via string
+	for i, f := range route {
+		if f == "via" && i+1 < len(route) {
+			via = route[i+1]
+		}
+	}
+	if via == "" {
+		t.Fatalf("%s: no next hop toward %s: %v", c, p.addr[other], route)
+	}
 	return []netip.Prefix{
 		netip.MustParsePrefix(p.addr[other] + "/32"),
+		netip.MustParsePrefix(via + "/32"),
 		netip.MustParsePrefix(fmt.Sprintf("10.%d.0.0/16", 100+i)),
 		netip.MustParsePrefix(fmt.Sprintf("10.%d.0.0/16", 150+i)),
 	}
@@ -251,4 +269,63 @@ func (p *pair) throughput(t *testing.T, extra ...string) float64 {
 		time.Sleep(200 * time.Millisecond) // the server is not listening yet
 	}
 	return r.End.SumReceived.BitsPerSecond / 1e6
+}
+
+// podConnect has a pod in b (the curl image scripts/k8s-images.sh builds)
+// connect to an HTTP server on a's node five times, and returns curl's
+// connect times, shortest first.
+func (p *pair) podConnect(t *testing.T, ctx context.Context) []time.Duration {
+	t.Helper()
+	srv := testenv.Start(t, "ip", "netns", "exec", p.netns["a"], "python3", "-m", "http.server", "8099", "--bind", p.addr["a"])
+	defer func() { _ = srv.Process.Kill() }()
+	ver, err := exec.Command("curl", "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	image := "localhost/strait-lab/curl:" + strings.Fields(string(ver))[1]
+	url := "http://" + p.addr["a"] + ":8099/"
+	args := []string{"-sS", "--retry", "30", "--retry-delay", "1", "--retry-connrefused", "-o", "/dev/null", "-w", "%{time_connect}\n"}
+	for i := 0; i < 5; i++ {
+		args = append(args, url)
+	}
+	c := kubernetes.NewForConfigOrDie(p.config["b"])
+	name := testenv.UniqueName("linkemu-curl-")
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{
+			Name: "curl", Image: image, ImagePullPolicy: corev1.PullIfNotPresent, Args: args}}},
+	}
+	if _, err := c.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.CoreV1().Pods("default").Delete(context.Background(), name, metav1.DeleteOptions{}) }()
+	waitFor(t, "curl pod "+name+" done", func() error {
+		got, err := c.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err != nil:
+			return err
+		case got.Status.Phase == corev1.PodFailed:
+			logs, _ := c.CoreV1().Pods("default").GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+			t.Fatalf("curl pod failed: %s", logs)
+		case got.Status.Phase != corev1.PodSucceeded:
+			return fmt.Errorf("phase %s", got.Status.Phase)
+		}
+		return nil
+	})
+	logs, err := c.CoreV1().Pods("default").GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []time.Duration
+	for _, f := range strings.Fields(string(logs)) {
+		var s float64
+		if _, err := fmt.Sscan(f, &s); err == nil {
+			out = append(out, time.Duration(s*float64(time.Second)))
+		}
+	}
+	if len(out) != 5 {
+		t.Fatalf("curl pod printed %q, want five connect times", logs)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
 }
