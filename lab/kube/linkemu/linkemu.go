@@ -1,0 +1,480 @@
+// Package linkemu emulates the links between Kubernetes clusters for the lab
+// on real clusters: on every targeted node, a privileged hostNetwork
+// DaemonSet pod (`strait lab node-emulate`, package nodeemu) impairs the
+// node's egress toward the other clusters with the same emulation.Params the
+// namespace lab gives each direction of a WAN link; docs/lab-clusters-emulation.md.
+//
+// Each Target is one cluster's side: its nodes' packets toward Remote are
+// impaired on egress. A link between clusters a and b is emulated as the
+// namespace lab does it, with p on each direction: Apply with a Target for a
+// (Remote: b's prefixes) and one for b (Remote: a's). A round trip then
+// crosses p twice.
+package linkemu
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/strait-net/strait/lab/emulation"
+)
+
+// Target is one cluster's side: the nodes whose traffic toward Remote is
+// impaired on egress.
+type Target struct {
+	Cluster string         // for errors and labels
+	Config  *rest.Config   // how to reach the cluster's API server
+	Nodes   []string       // nodes to emulate on; empty = every Linux node
+	Remote  []netip.Prefix // destinations in the other cluster(s): node IPs, pod and service CIDRs
+}
+
+// Image is the image the DaemonSet runs (README, "Kubernetes"; docs/k8s-nodes.md).
+var Image = "ghcr.io/strait-net/strait:lab"
+
+// Namespace holds the DaemonSets: it exists in every cluster, and its
+// PodSecurity level is where clusters already run privileged node agents
+// (kube-proxy, CNI), so the lab creates and deletes no namespace.
+const Namespace = "kube-system"
+
+// Labels on everything the package creates.
+const (
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	LabelComponent = "app.kubernetes.io/component"
+	LabelRun       = "strait.dev/lab-run"
+	managedBy      = "strait-lab"
+	component      = "linkemu"
+	componentClean = "linkemu-clean"
+	annotationRun  = "strait.dev/lab-run-name"
+)
+
+// ReadyTimeout bounds Apply's wait when ctx has no deadline: image pulls and
+// pod starts on a loaded host take tens of seconds; a hang detector.
+var ReadyTimeout = 4 * time.Minute
+
+const readyFile = "/run/strait-linkemu/ready"
+
+// Applied is an emulation in place; Remove takes it away.
+type Applied struct {
+	run   string
+	sides []*side
+}
+
+type side struct {
+	t     Target
+	c     kubernetes.Interface
+	ds    string
+	nodes []string
+}
+
+// Apply starts the emulation p on every target and returns once every
+// targeted node reports it in place. On error, what it created is removed
+// again, and the error names the cluster, and the node and pod where one
+// failed. A zero p applies nothing.
+func Apply(ctx context.Context, run string, targets []Target, p emulation.Params) (*Applied, error) {
+	a := &Applied{run: run}
+	if run == "" {
+		return nil, errors.New("linkemu: run must not be empty")
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("linkemu: emulation: %w", err)
+	}
+	if p.IsZero() {
+		return a, nil
+	}
+	spec, err := json.Marshal(p.Spec())
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for _, t := range targets {
+		// One DaemonSet per run and cluster: a second target for the
+		// same cluster would replace the first's.
+		if seen[t.Cluster] {
+			return nil, fmt.Errorf("linkemu: cluster %s: given twice (one Target per cluster; list all its remote prefixes in it)", t.Cluster)
+		}
+		seen[t.Cluster] = true
+		s, err := prepare(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		s.ds = dsName(run, false)
+		a.sides = append(a.sides, s)
+	}
+	fail := func(err error) (*Applied, error) {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		return nil, errors.Join(err, a.Remove(cctx))
+	}
+	for _, s := range a.sides {
+		var remote []string
+		for _, r := range s.t.Remote {
+			remote = append(remote, r.String())
+		}
+		args := []string{"lab", "node-emulate", "--run", run, "--remote", strings.Join(remote, ","),
+			"--emulation", string(spec), "--ready", readyFile}
+		if err := s.create(ctx, run, s.ds, component, args); err != nil {
+			return fail(err)
+		}
+	}
+	wctx, cancel := withDefaultTimeout(ctx, ReadyTimeout)
+	defer cancel()
+	for _, s := range a.sides {
+		if err := s.waitReady(wctx); err != nil {
+			return fail(err)
+		}
+	}
+	return a, nil
+}
+
+// Remove deletes the DaemonSets and waits until their pods are gone: each
+// pod removes its node's emulation when it gets SIGTERM, before it exits.
+func (a *Applied) Remove(ctx context.Context) error {
+	if a == nil {
+		return nil
+	}
+	var errs []error
+	for _, s := range a.sides {
+		errs = append(errs, s.delete(ctx, s.ds))
+	}
+	return errors.Join(errs...)
+}
+
+// Down removes every link emulation DaemonSet of run ("" = of every strait
+// lab run) from the cluster cfg reaches, waits for their pods to finish,
+// then runs a cleaning pod on every Linux node that removes what a killed
+// agent of run left behind and checks that nothing is left, and removes it
+// again. cluster names the cluster in errors.
+func Down(ctx context.Context, cfg *rest.Config, run string) error {
+	return DownCluster(ctx, "", cfg, run)
+}
+
+// DownCluster is Down with the cluster's name for errors.
+func DownCluster(ctx context.Context, cluster string, cfg *rest.Config, run string) error {
+	s, err := prepare(ctx, Target{Cluster: cluster, Config: cfg, Remote: []netip.Prefix{{}}})
+	if err != nil {
+		return err
+	}
+	sel := labels.Set{LabelManagedBy: managedBy, LabelComponent: component}
+	if run != "" {
+		sel[LabelRun] = runLabel(run)
+	}
+	list, err := s.c.AppsV1().DaemonSets(Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return s.errorf("list DaemonSets in %s: %w", Namespace, err)
+	}
+	var errs []error
+	for _, ds := range list.Items {
+		errs = append(errs, s.delete(ctx, ds.Name))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	// The cleaning pass.
+	clean := dsName(run, true)
+	if err := s.create(ctx, run, clean, componentClean, []string{"lab", "node-emulate", "--clean", "--run", run, "--ready", readyFile}); err != nil {
+		return err
+	}
+	wctx, cancel := withDefaultTimeout(ctx, ReadyTimeout)
+	defer cancel()
+	err = s.waitReady(wctx)
+	return errors.Join(err, s.delete(context.WithoutCancel(ctx), clean))
+}
+
+// prepare checks what can be checked before anything is created: the API
+// server answers, the nodes exist and run Linux, and the namespace admits
+// privileged pods.
+func prepare(ctx context.Context, t Target) (*side, error) {
+	s := &side{t: t}
+	if t.Config == nil {
+		return nil, s.errorf("no client configuration")
+	}
+	if len(t.Remote) == 0 {
+		return nil, s.errorf("no remote prefixes: nothing to impair")
+	}
+	c, err := kubernetes.NewForConfig(t.Config)
+	if err != nil {
+		return nil, s.errorf("client: %w", err)
+	}
+	s.c = c
+	nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, s.errorf("list nodes (is the cluster reachable, may this user list nodes?): %w", err)
+	}
+	byName := map[string]corev1.Node{}
+	for _, n := range nodes.Items {
+		byName[n.Name] = n
+	}
+	if len(t.Nodes) == 0 {
+		for _, n := range nodes.Items {
+			if n.Labels[corev1.LabelOSStable] == "linux" {
+				s.nodes = append(s.nodes, n.Name)
+			}
+		}
+		if len(s.nodes) == 0 {
+			return nil, s.errorf("no Linux node (label %s=linux): link emulation needs a Linux kernel", corev1.LabelOSStable)
+		}
+	}
+	for _, name := range t.Nodes {
+		n, ok := byName[name]
+		switch {
+		case !ok:
+			return nil, s.errorf("node %s: not found", name)
+		case n.Labels[corev1.LabelOSStable] != "linux":
+			return nil, s.errorf("node %s: runs %q (label %s), not Linux: link emulation needs a Linux kernel", name, n.Labels[corev1.LabelOSStable], corev1.LabelOSStable)
+		}
+		s.nodes = append(s.nodes, name)
+	}
+	sort.Strings(s.nodes)
+	ns, err := c.CoreV1().Namespaces().Get(ctx, Namespace, metav1.GetOptions{})
+	if err != nil {
+		return nil, s.errorf("namespace %s: %w", Namespace, err)
+	}
+	if lvl := ns.Labels["pod-security.kubernetes.io/enforce"]; lvl != "" && lvl != "privileged" {
+		return nil, s.errorf("namespace %s enforces PodSecurity %q, which refuses the privileged hostNetwork pod link emulation needs", Namespace, lvl)
+	}
+	return s, nil
+}
+
+func (s *side) errorf(format string, args ...any) error {
+	name := s.t.Cluster
+	if name == "" && s.t.Config != nil {
+		name = s.t.Config.Host
+	}
+	return fmt.Errorf("cluster %s: "+format, append([]any{name}, args...)...)
+}
+
+// create makes the DaemonSet name running strait with args on s's nodes. A
+// DaemonSet of that name left by an interrupted run is replaced.
+func (s *side) create(ctx context.Context, run, name, comp string, args []string) error {
+	lbl := map[string]string{LabelManagedBy: managedBy, LabelComponent: comp, LabelRun: runLabel(run), "app.kubernetes.io/name": name}
+	privileged := true
+	root := int64(0)
+	grace := int64(30)
+	ds := &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: lbl, Annotations: map[string]string{annotationRun: run}},
+		Spec: appsv1.DaemonSetSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": name}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: lbl, Annotations: map[string]string{annotationRun: run}},
+				Spec: corev1.PodSpec{
+					HostNetwork:                   true,
+					DNSPolicy:                     corev1.DNSClusterFirstWithHostNet,
+					TerminationGracePeriodSeconds: &grace,
+					NodeSelector:                  map[string]string{corev1.LabelOSStable: "linux"},
+					Tolerations:                   []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+						RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+							MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: s.nodes}},
+						}}},
+					}},
+					Containers: []corev1.Container{{
+						Name:                     "emulate",
+						Image:                    Image,
+						ImagePullPolicy:          corev1.PullIfNotPresent,
+						Args:                     args,
+						SecurityContext:          &corev1.SecurityContext{Privileged: &privileged, RunAsUser: &root},
+						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+						VolumeMounts:             []corev1.VolumeMount{{Name: "state", MountPath: "/run/strait-linkemu"}},
+						ReadinessProbe: &corev1.Probe{
+							ProbeHandler:     corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"/strait", "lab", "node-emulate", "--probe", readyFile}}},
+							PeriodSeconds:    1,
+							FailureThreshold: 1,
+							TimeoutSeconds:   5,
+						},
+					}},
+					Volumes: []corev1.Volume{{Name: "state", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}}}},
+				},
+			},
+		},
+	}
+	_, err := s.c.AppsV1().DaemonSets(Namespace).Create(ctx, ds, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		if err := s.delete(ctx, name); err != nil {
+			return err
+		}
+		_, err = s.c.AppsV1().DaemonSets(Namespace).Create(ctx, ds, metav1.CreateOptions{})
+	}
+	if err != nil {
+		return s.errorf("create DaemonSet %s/%s: %w", Namespace, name, err)
+	}
+	s.ds = name
+	return nil
+}
+
+// waitReady polls until every node of s has a ready pod of s.ds, and fails
+// early, naming node and pod, on what will not heal by waiting.
+func (s *side) waitReady(ctx context.Context) error {
+	sel := labels.Set{"app.kubernetes.io/name": s.ds}.String()
+	var last error
+	for {
+		pods, err := s.c.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err == nil {
+			last, err = s.check(ctx, pods.Items)
+			if err != nil {
+				return err
+			}
+			if last == nil {
+				return nil
+			}
+		} else {
+			last = s.errorf("list pods of DaemonSet %s/%s: %w", Namespace, s.ds, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (waiting: %w)", last, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// check returns pending (nil once every node is ready) and a fatal error.
+func (s *side) check(ctx context.Context, pods []corev1.Pod) (pending, fatal error) {
+	byNode := map[string]*corev1.Pod{}
+	for i := range pods {
+		p := &pods[i]
+		if p.DeletionTimestamp == nil && p.Spec.NodeName != "" {
+			byNode[p.Spec.NodeName] = p
+		}
+	}
+	for _, node := range s.nodes {
+		p := byNode[node]
+		if p == nil {
+			if msg := s.createFailure(ctx); msg != "" {
+				return nil, s.errorf("node %s: DaemonSet %s/%s cannot create its pod: %s", node, Namespace, s.ds, msg)
+			}
+			pending = s.errorf("node %s: no pod of DaemonSet %s/%s yet", node, Namespace, s.ds)
+			continue
+		}
+		if podReady(p) {
+			continue
+		}
+		where := fmt.Sprintf("node %s: pod %s/%s", node, Namespace, p.Name)
+		for _, cs := range p.Status.ContainerStatuses {
+			if w := cs.State.Waiting; w != nil {
+				switch w.Reason {
+				case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull":
+					return nil, s.errorf("%s: image %s: %s: %s", where, Image, w.Reason, w.Message)
+				case "CreateContainerError", "CreateContainerConfigError", "RunContainerError", "CrashLoopBackOff":
+					return nil, s.errorf("%s: %s: %s", where, w.Reason, terminationMessage(cs))
+				}
+			}
+			if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+				return nil, s.errorf("%s: the agent exited (%d): %s", where, t.ExitCode, strings.TrimSpace(t.Message))
+			}
+		}
+		reason := string(p.Status.Phase)
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+				reason = c.Reason + ": " + c.Message
+			}
+		}
+		pending = s.errorf("%s: not ready (%s)", where, reason)
+	}
+	return pending, nil
+}
+
+// createFailure returns the message of a FailedCreate event of s.ds (PodSecurity
+// admission, quota, a webhook refusing the pod), or "".
+func (s *side) createFailure(ctx context.Context) string {
+	ev, err := s.c.CoreV1().Events(Namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: "involvedObject.kind=DaemonSet,involvedObject.name=" + s.ds + ",reason=FailedCreate"})
+	if err != nil || len(ev.Items) == 0 {
+		return ""
+	}
+	return ev.Items[len(ev.Items)-1].Message
+}
+
+func terminationMessage(cs corev1.ContainerStatus) string {
+	if t := cs.LastTerminationState.Terminated; t != nil {
+		return fmt.Sprintf("the agent exited (%d): %s", t.ExitCode, strings.TrimSpace(t.Message))
+	}
+	if w := cs.State.Waiting; w != nil {
+		return w.Message
+	}
+	return ""
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// delete removes DaemonSet name and waits until it and its pods are gone.
+func (s *side) delete(ctx context.Context, name string) error {
+	fg := metav1.DeletePropagationForeground
+	err := s.c.AppsV1().DaemonSets(Namespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &fg})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return s.errorf("delete DaemonSet %s/%s: %w", Namespace, name, err)
+	}
+	dctx, cancel := withDefaultTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	sel := labels.Set{"app.kubernetes.io/name": name}.String()
+	for {
+		pods, perr := s.c.CoreV1().Pods(Namespace).List(dctx, metav1.ListOptions{LabelSelector: sel})
+		_, derr := s.c.AppsV1().DaemonSets(Namespace).Get(dctx, name, metav1.GetOptions{})
+		if perr == nil && len(pods.Items) == 0 && apierrors.IsNotFound(derr) {
+			return nil
+		}
+		select {
+		case <-dctx.Done():
+			n := -1
+			if pods != nil {
+				n = len(pods.Items)
+			}
+			return s.errorf("DaemonSet %s/%s: still %d pods or the DaemonSet itself after deletion: %w", Namespace, name, n, dctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// dsName is the DaemonSet's name: a hash of the run (a run's name need not be
+// a valid object name), the one nodeemu names its devices with.
+func dsName(run string, clean bool) string {
+	h := fnv.New32a()
+	h.Write([]byte(run))
+	if clean {
+		if run == "" {
+			return "strait-linkemu-clean-all"
+		}
+		return fmt.Sprintf("strait-linkemu-clean-%08x", h.Sum32())
+	}
+	return fmt.Sprintf("strait-linkemu-%08x", h.Sum32())
+}
+
+var labelValue = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+
+// runLabel is run as a label value, or its hash where run is not one.
+func runLabel(run string) string {
+	if labelValue.MatchString(run) {
+		return run
+	}
+	h := fnv.New32a()
+	h.Write([]byte(run))
+	return fmt.Sprintf("h%08x", h.Sum32())
+}
+
+func withDefaultTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}
