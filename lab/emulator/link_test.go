@@ -399,7 +399,7 @@ func TestRunCreatesDevices(t *testing.T) {
 // that sleeps to the release without the final spin is late by its
 // nanosleep overshoot, tens of µs, nearly every time); seen from outside,
 // a fixed delay may add at most its setting plus 20 µs to what the same
-// path takes with no delay (the issue this answers: +48 µs); and no probe
+// path takes with no delay (the emulator once added +48 µs; docs/topology.md, "Accuracy"); and no probe
 // may arrive earlier than its delay less the jitter and the writer's
 // look-ahead. The outside view is judged at the lower decile, and only
 // from above: the host is shared, a stall delays some probes by
