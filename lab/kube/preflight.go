@@ -1,0 +1,166 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	authv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// access is one thing a unit does in a cluster.
+type access struct {
+	verb, group, resource, subresource string
+	namespaced                         bool
+}
+
+func (a access) String() string {
+	r := a.resource
+	if a.group != "" {
+		r += "." + a.group
+	}
+	if a.subresource != "" {
+		r += "/" + a.subresource
+	}
+	return a.verb + " " + r
+}
+
+// accesses lists what a unit does in a cluster that serves the workloads,
+// runs the load generator, or both, with tools.
+func accesses(server, client bool, tools []string) []access {
+	a := []access{
+		{verb: "create", resource: "namespaces"},
+		{verb: "delete", resource: "namespaces"},
+		{verb: "list", resource: "namespaces"},
+		{verb: "list", resource: "nodes"},
+		{verb: "get", resource: "pods", namespaced: true},
+		{verb: "list", resource: "pods", namespaced: true},
+		{verb: "list", resource: "events", namespaced: true},
+	}
+	if server {
+		a = append(a,
+			access{verb: "create", group: "apps", resource: "deployments", namespaced: true},
+			access{verb: "create", resource: "services", namespaced: true})
+		if hasTool(tools, "strait") {
+			a = append(a, access{verb: "create", group: "multicluster.x-k8s.io", resource: "serviceexports", namespaced: true})
+		}
+	}
+	if client {
+		a = append(a,
+			access{verb: "create", resource: "pods", namespaced: true},
+			access{verb: "create", resource: "pods", subresource: "exec", namespaced: true})
+	}
+	if hasTool(tools, "strait") {
+		a = append(a,
+			access{verb: "create", group: "strait.dev", resource: "accesspolicies"},
+			access{verb: "delete", group: "strait.dev", resource: "accesspolicies"})
+	}
+	return a
+}
+
+// unitNamespacePrefix names every unit's namespace: a check of namespaced
+// access asks about a namespace of that form.
+const unitNamespacePrefix = "strait-lab-"
+
+// preflight checks one cluster: reachable, the user may do what a unit
+// does, the nodes run Linux; and it returns what the metadata records.
+func preflight(ctx context.Context, c *conn, server, client bool, tools []string) (*ClusterInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	v, err := c.cs.Discovery().ServerVersion()
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: API server %s unreachable: %w", c.name, c.cfg.Host, err)
+	}
+	info := &ClusterInfo{Server: c.cfg.Host, Version: v.GitVersion}
+	var denied []string
+	for _, a := range accesses(server, client, tools) {
+		ra := &authv1.ResourceAttributes{Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource}
+		if a.namespaced {
+			ra.Namespace = unitNamespacePrefix + "x"
+		}
+		r, err := c.cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx,
+			&authv1.SelfSubjectAccessReview{Spec: authv1.SelfSubjectAccessReviewSpec{ResourceAttributes: ra}}, metav1.CreateOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("cluster %s: access review of %s: %w", c.name, a, err)
+		}
+		if !r.Status.Allowed {
+			where := "cluster-wide"
+			if a.namespaced {
+				where = "in namespaces " + unitNamespacePrefix + "*"
+			}
+			denied = append(denied, a.String()+" ("+where+")")
+		}
+	}
+	if len(denied) > 0 {
+		return nil, fmt.Errorf("cluster %s: RBAC: the kubeconfig's user may not %s", c.name, strings.Join(denied, "; "))
+	}
+	nodes, err := c.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: list nodes: %w", c.name, err)
+	}
+	linux := 0
+	for _, n := range nodes.Items {
+		ni := n.Status.NodeInfo
+		ready := false
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				ready = true
+			}
+		}
+		info.Nodes = append(info.Nodes, NodeInfo{Name: n.Name, OS: ni.OperatingSystem, Arch: ni.Architecture, Kernel: ni.KernelVersion,
+			OSImage: ni.OSImage, ContainerRuntime: ni.ContainerRuntimeVersion, Kubelet: ni.KubeletVersion,
+			PodCIDRs: strings.Join(n.Spec.PodCIDRs, ","), Ready: ready})
+		if ni.OperatingSystem == "linux" && ready && !n.Spec.Unschedulable {
+			linux++
+		}
+	}
+	if linux == 0 {
+		var what []string
+		for _, n := range info.Nodes {
+			what = append(what, fmt.Sprintf("%s (os %q, ready %v)", n.Name, n.OS, n.Ready))
+		}
+		return nil, fmt.Errorf("cluster %s: no ready, schedulable Linux node to run the workloads on (nodes: %s)", c.name, strings.Join(what, ", "))
+	}
+	info.CNI = detectCNI(ctx, c)
+	if hasTool(tools, "strait") {
+		if _, err := c.cs.AppsV1().Deployments("strait-system").Get(ctx, "strait-gateway", metav1.GetOptions{}); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, fmt.Errorf("cluster %s: tool strait: no Deployment strait-system/strait-gateway: install deploy/ first (README, \"Deploying\")", c.name)
+			}
+			return nil, fmt.Errorf("cluster %s: tool strait: get Deployment strait-system/strait-gateway: %w", c.name, err)
+		}
+	}
+	return info, nil
+}
+
+// cniNames are DaemonSets (in kube-system or their own namespaces) that
+// name the CNI they run.
+var cniNames = []string{"cilium", "calico", "flannel", "weave", "kindnet", "antrea", "canal", "kube-router", "ovn", "multus"}
+
+// detectCNI names the cluster's CNI as well as the API shows it: a known
+// DaemonSet, else "unknown" with what was looked at. A CNI configured on
+// the nodes without a DaemonSet (bridge, as scripts/k8s-nodes.sh) is not
+// visible through the API.
+func detectCNI(ctx context.Context, c *conn) string {
+	ds, err := c.cs.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "unknown (list DaemonSets: " + err.Error() + ")"
+	}
+	var found []string
+	for _, d := range ds.Items {
+		for _, n := range cniNames {
+			if strings.Contains(d.Name, n) {
+				found = append(found, n+" (DaemonSet "+d.Namespace+"/"+d.Name+")")
+				break
+			}
+		}
+	}
+	if len(found) == 0 {
+		return "unknown (no known CNI DaemonSet; node-level plugins are not visible through the API)"
+	}
+	return strings.Join(found, ", ")
+}
