@@ -149,15 +149,26 @@ func (b *Backend) Check(ctx context.Context, p run.BackendPlan) error {
 			return fmt.Errorf("tool %s: runs on clusters measure direct, strait and installed only", t)
 		}
 	}
+	// Every cluster answers before any is examined: an unreachable one is
+	// the first thing to fix.
+	versions := map[string]string{}
 	for _, name := range []string{b.server, b.client} {
 		c, err := b.connect(name)
 		if err != nil {
 			return err
 		}
-		info, err := preflight(ctx, c, name == b.server, name == b.client, p.Tools)
+		v, err := c.cs.Discovery().ServerVersion()
+		if err != nil {
+			return fmt.Errorf("cluster %s: API server %s unreachable: %w", name, c.cfg.Host, err)
+		}
+		versions[name] = v.GitVersion
+	}
+	for _, name := range []string{b.server, b.client} {
+		info, err := preflight(ctx, b.conns[name], name == b.server, name == b.client, p.Tools)
 		if err != nil {
 			return err
 		}
+		info.Version = versions[name]
 		b.mu.Lock()
 		b.meta.Clusters[name] = info
 		b.mu.Unlock()
