@@ -430,6 +430,7 @@ func TestRunOnClusters(t *testing.T) {
 		if !strings.Contains(log.String(), ns) {
 			t.Errorf("the error does not name namespace %s:\n%s", ns, log)
 		}
+		t.Logf("the run said:\n%s", log)
 		if left := p.leftovers(t); left != "" {
 			t.Fatalf("left after the run failed: %s", left)
 		}

@@ -450,7 +450,11 @@ func (u *unit) strait(ctx context.Context) (map[string]string, string, error) {
 	if d, err := u.server.cs.AppsV1().Deployments("strait-system").Get(ctx, "strait-gateway", metav1.GetOptions{}); err == nil && len(d.Spec.Template.Spec.Containers) > 0 {
 		version = d.Spec.Template.Spec.Containers[0].Image
 	}
-	return u.names("{service}.{namespace}.svc.clusterset.local"), version, nil
+	// A fully qualified name (the trailing dot): a pod's resolv.conf has
+	// ndots:5, so without it every new connection would first try the
+	// cluster.local search domains, three failed lookups that are the
+	// client's configuration, not strait.
+	return u.names("{service}.{namespace}.svc.clusterset.local."), version, nil
 }
 
 // installed dials the names the user's interconnect gives the workloads.

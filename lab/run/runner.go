@@ -152,13 +152,6 @@ func Run(ctx context.Context, e *Experiment, opts Options) (*Result, error) {
 	if err := checkTools(e, opts.Backend); err != nil {
 		return nil, err
 	}
-	if opts.Backend != nil && parallel > 1 && slices.ContainsFunc(e.scenarios, func(s scenario.Scenario) bool { return !s.LAN.IsZero() || !s.WAN.IsZero() }) {
-		// Every unit on clusters crosses the same links between them:
-		// emulated units side by side would share (and stack) their
-		// emulation.
-		fmt.Fprintf(opts.Out, "parallel %d: emulated units on clusters share the links between them, so they run one at a time\n", parallel)
-		parallel = 1
-	}
 	if opts.Backend != nil {
 		// Before the run directory exists: a refused run leaves nothing.
 		if err := checkBackend(e); err != nil {
@@ -171,6 +164,13 @@ func Run(ctx context.Context, e *Experiment, opts Options) (*Result, error) {
 		if err := opts.Backend.Check(ctx, BackendPlan{Server: e.Server, Client: e.Client, Scenarios: e.scenarios, Tools: e.Tools, Services: services}); err != nil {
 			return nil, err
 		}
+	}
+	if opts.Backend != nil && parallel > 1 && slices.ContainsFunc(e.scenarios, func(s scenario.Scenario) bool { return !s.LAN.IsZero() || !s.WAN.IsZero() }) {
+		// Every unit on clusters crosses the same links between them:
+		// emulated units side by side would share (and stack) their
+		// emulation.
+		fmt.Fprintf(opts.Out, "parallel %d: emulated units on clusters share the links between them, so they run one at a time\n", parallel)
+		parallel = 1
 	}
 	dir, err := runDir(e, opts)
 	if err != nil {
