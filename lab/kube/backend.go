@@ -164,7 +164,8 @@ func (b *Backend) Check(ctx context.Context, p run.BackendPlan) error {
 		versions[name] = v.GitVersion
 	}
 	for _, name := range []string{b.server, b.client} {
-		info, err := preflight(ctx, b.conns[name], name == b.server, name == b.client, p.Tools)
+		export := hasTool(p.Tools, "strait") || (hasTool(p.Tools, run.InstalledTool) && b.opts.Clusters.Export)
+		info, err := preflight(ctx, b.conns[name], name == b.server, name == b.client, p.Tools, export)
 		if err != nil {
 			return err
 		}

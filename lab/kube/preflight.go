@@ -30,8 +30,9 @@ func (a access) String() string {
 }
 
 // accesses lists what a unit does in a cluster that serves the workloads,
-// runs the load generator, or both, with tools.
-func accesses(server, client bool, tools []string) []access {
+// runs the load generator, or both, with tools; export: a tool creates
+// ServiceExports.
+func accesses(server, client bool, tools []string, export bool) []access {
 	a := []access{
 		{verb: "create", resource: "namespaces"},
 		{verb: "delete", resource: "namespaces"},
@@ -39,13 +40,14 @@ func accesses(server, client bool, tools []string) []access {
 		{verb: "list", resource: "nodes"},
 		{verb: "get", resource: "pods", namespaced: true},
 		{verb: "list", resource: "pods", namespaced: true},
-		{verb: "list", resource: "events", namespaced: true},
+		{verb: "get", resource: "pods", subresource: "log", namespaced: true},
 	}
 	if server {
 		a = append(a,
 			access{verb: "create", group: "apps", resource: "deployments", namespaced: true},
-			access{verb: "create", resource: "services", namespaced: true})
-		if hasTool(tools, "strait") {
+			access{verb: "create", resource: "services", namespaced: true},
+			access{verb: "get", resource: "nodes"})
+		if export {
 			a = append(a, access{verb: "create", group: "multicluster.x-k8s.io", resource: "serviceexports", namespaced: true})
 		}
 	}
@@ -57,7 +59,7 @@ func accesses(server, client bool, tools []string) []access {
 	if hasTool(tools, "strait") {
 		a = append(a,
 			access{verb: "create", group: "strait.dev", resource: "accesspolicies"},
-			access{verb: "delete", group: "strait.dev", resource: "accesspolicies"})
+			access{verb: "deletecollection", group: "strait.dev", resource: "accesspolicies"})
 	}
 	return a
 }
@@ -68,12 +70,12 @@ const unitNamespacePrefix = "strait-lab-"
 
 // preflight checks one reachable cluster: the user may do what a unit
 // does, the nodes run Linux; and it returns what the metadata records.
-func preflight(ctx context.Context, c *conn, server, client bool, tools []string) (*ClusterInfo, error) {
+func preflight(ctx context.Context, c *conn, server, client bool, tools []string, export bool) (*ClusterInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	info := &ClusterInfo{Server: c.cfg.Host}
 	var denied []string
-	for _, a := range accesses(server, client, tools) {
+	for _, a := range accesses(server, client, tools, export) {
 		ra := &authv1.ResourceAttributes{Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource}
 		if a.namespaced {
 			ra.Namespace = unitNamespacePrefix + "x"
@@ -121,7 +123,7 @@ func preflight(ctx context.Context, c *conn, server, client bool, tools []string
 		}
 		return nil, fmt.Errorf("cluster %s: no ready, schedulable Linux node to run the workloads on (nodes: %s)", c.name, strings.Join(what, ", "))
 	}
-	info.CNI = detectCNI(ctx, c)
+	info.CNI = detectCNI(ctx, c, nodes.Items)
 	if hasTool(tools, "strait") {
 		if _, err := c.cs.AppsV1().Deployments("strait-system").Get(ctx, "strait-gateway", metav1.GetOptions{}); err != nil {
 			if apierrors.IsNotFound(err) {
@@ -137,16 +139,39 @@ func preflight(ctx context.Context, c *conn, server, client bool, tools []string
 // name the CNI they run.
 var cniNames = []string{"cilium", "calico", "flannel", "weave", "kindnet", "antrea", "canal", "kube-router", "ovn", "multus"}
 
+// cniAnnotations are node annotation prefixes that name the CNI that
+// wrote them.
+var cniAnnotations = map[string]string{
+	"flannel.alpha.coreos.com/": "flannel",
+	"projectcalico.org/":        "calico",
+	"io.cilium":                 "cilium",
+	"network.cilium.io/":        "cilium",
+	"kube-router.io/":           "kube-router",
+	"k8s.ovn.org/":              "ovn-kubernetes",
+}
+
 // detectCNI names the cluster's CNI as well as the API shows it: a known
 // DaemonSet, else "unknown" with what was looked at. A CNI configured on
 // the nodes without a DaemonSet (bridge, as scripts/k8s-nodes.sh) is not
 // visible through the API.
-func detectCNI(ctx context.Context, c *conn) string {
+func detectCNI(ctx context.Context, c *conn, nodes []corev1.Node) string {
+	var found []string
+	// Some CNIs annotate the nodes they run on.
+	seen := map[string]bool{}
+	for _, n := range nodes {
+		for k := range n.Annotations {
+			for prefix, cni := range cniAnnotations {
+				if strings.HasPrefix(k, prefix) && !seen[cni] {
+					seen[cni] = true
+					found = append(found, cni+" (node annotation "+k+")")
+				}
+			}
+		}
+	}
 	ds, err := c.cs.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return "unknown (list DaemonSets: " + err.Error() + ")"
 	}
-	var found []string
 	for _, d := range ds.Items {
 		for _, n := range cniNames {
 			if strings.Contains(d.Name, n) {
@@ -156,7 +181,7 @@ func detectCNI(ctx context.Context, c *conn) string {
 		}
 	}
 	if len(found) == 0 {
-		return "unknown (no known CNI DaemonSet; node-level plugins are not visible through the API)"
+		return "unknown (no known CNI DaemonSet or node annotation; node-level plugins are not visible through the API)"
 	}
 	return strings.Join(found, ", ")
 }
