@@ -18,9 +18,11 @@ import (
 	"github.com/strait-net/strait/lab/run"
 )
 
-// Image is the image the workloads and the load generator run: strait's,
-// whose binary has the lab's apps (`strait app echo`, …) and load
-// generators (`strait load seq`), as in the namespace lab.
+// Image is the default image the workloads and the load generator run:
+// strait's, whose binary has the lab's apps (`strait app echo`, …) and load
+// generators (`strait load seq`), as in the namespace lab; the tag
+// scripts/k8s-images.sh gives it on this host's clusters (clusters files
+// elsewhere name a tag their clusters can pull).
 const Image = "ghcr.io/strait-net/strait:lab"
 
 // Labels every object a run creates carries; Down removes what has them.

@@ -28,6 +28,7 @@ import (
 //	  a: {kubeconfig: a.kubeconfig, context: kind-a}
 //	  b: {kubeconfig: /home/me/.kube/config, context: kind-b}
 //	direct: auto            # auto, pod or nodeport
+//	image: ghcr.io/strait-net/strait:v0.3.0
 //	installed: "{service}.{namespace}.svc.clusterset.local"
 type ClusterMap struct {
 	Clusters map[string]Cluster `yaml:"clusters"`
@@ -40,6 +41,10 @@ type ClusterMap struct {
 	// and {namespace} are replaced by the workload's. Empty: the tool
 	// installed is refused.
 	Installed string `yaml:"installed"`
+	// Image is the image of the workloads and the load generator: strait's
+	// (the lab's apps and load generators are strait subcommands), at a
+	// tag the clusters can pull. Empty: Image.
+	Image string `yaml:"image"`
 	// Export, when true, has the installed tool create an MCS
 	// ServiceExport (multicluster.x-k8s.io) for every workload, as
 	// Submariner needs; strait's tool always does.
@@ -104,6 +109,12 @@ func ParseClusterMap(b []byte, dir string) (*ClusterMap, error) {
 		if strings.ContainsAny(rest, "{}/: \t\n") {
 			return nil, fmt.Errorf("installed %q: only {service} and {namespace} may be replaced, and the result must be a host name", m.Installed)
 		}
+	}
+	if m.Image == "" {
+		m.Image = Image
+	}
+	if strings.ContainsAny(m.Image, " \t\n\x00") {
+		return nil, fmt.Errorf("image %q: not an image reference", m.Image)
 	}
 	m.dir = dir
 	return &m, nil

@@ -22,6 +22,7 @@ func TestParseClusterMap(t *testing.T) {
 		{"bad direct", "clusters: {a: {}}\ndirect: tunnel\n", `direct "tunnel": must be auto, pod or nodeport`},
 		{"installed without service", "clusters: {a: {}}\ninstalled: foo.svc\n", "must contain {service}"},
 		{"installed with a path", "clusters: {a: {}}\ninstalled: \"{service}/x\"\n", "must be a host name"},
+		{"bad image", "clusters: {a: {}}\nimage: \"a b\"\n", `image "a b": not an image reference`},
 		{"installed ok", "clusters: {a: {}}\ninstalled: \"{service}.{namespace}.svc.clusterset.local\"\nexport: true\n", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -338,6 +338,7 @@ func TestRunOnClusters(t *testing.T) {
 		}
 	})
 
+	var runDir string
 	t.Run("Resume", func(t *testing.T) {
 		dirs, _ := filepath.Glob(filepath.Join(out, "kube-test-*"))
 		if len(dirs) != 1 {
@@ -348,6 +349,7 @@ func TestRunOnClusters(t *testing.T) {
 			t.Fatalf("resumed run: %v\n%s", err, log)
 		}
 		t.Logf("resumed run:\n%s", log)
+		runDir = dirs[0]
 		for _, tool := range []string{"direct", "strait"} {
 			for _, w := range []string{"echo", "echo-newconn"} {
 				f, err := os.Open(filepath.Join(dirs[0], "raw", "lcl-"+tool+"-"+w+"-1KB-r1.csv"))
@@ -406,6 +408,20 @@ func TestRunOnClusters(t *testing.T) {
 		}
 	})
 
+	t.Run("Report", func(t *testing.T) {
+		if runDir == "" {
+			t.Skip("no finished run")
+		}
+		// The page a browser renders, as the namespace lab's report tests
+		// check it.
+		dom := string(testenv.RunChromium(t, testenv.Chromium(t), "--dump-dom", "file://"+filepath.Join(runDir, "report.html")))
+		for _, want := range []string{"strait lab report: kube-test", "echo-newconn", "<svg"} {
+			if !strings.Contains(dom, want) {
+				t.Errorf("the rendered report has no %q", want)
+			}
+		}
+	})
+
 	t.Run("NamespaceDeleted", func(t *testing.T) {
 		cmd, log := labRun(t, p, bin, tmp, exp, "--clusters", clusters, "--out", out, "--tools", "direct")
 		var ns string
@@ -429,6 +445,26 @@ func TestRunOnClusters(t *testing.T) {
 		}
 		if !strings.Contains(log.String(), ns) {
 			t.Errorf("the error does not name namespace %s:\n%s", ns, log)
+		}
+		t.Logf("the run said:\n%s", log)
+		if left := p.leftovers(t); left != "" {
+			t.Fatalf("left after the run failed: %s", left)
+		}
+	})
+
+	t.Run("NeverReady", func(t *testing.T) {
+		// An image no node has and no registry serves: the kubelet
+		// reports ErrImagePull at once, and the run must say so before
+		// measuring anything.
+		bad := write("clusters-bad-image.yaml", fmt.Sprintf("clusters:\n  a: {kubeconfig: %s}\n  b: {kubeconfig: %s}\nimage: localhost/strait-lab/absent:1\n", p.kubeconfig["a"], p.kubeconfig["b"]))
+		cmd, log := labRun(t, p, bin, tmp, exp, "--clusters", bad, "--out", out, "--tools", "direct")
+		if err := cmd.Wait(); err == nil {
+			t.Fatalf("a run whose pods cannot start succeeded:\n%s", log)
+		}
+		for _, want := range []string{"cluster a: namespace strait-lab-", "pod server-", "ErrImagePull"} {
+			if !strings.Contains(log.String(), want) && !(want == "ErrImagePull" && strings.Contains(log.String(), "ImagePullBackOff")) {
+				t.Errorf("the error does not say %q:\n%s", want, log)
+			}
 		}
 		t.Logf("the run said:\n%s", log)
 		if left := p.leftovers(t); left != "" {

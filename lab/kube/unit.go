@@ -124,7 +124,7 @@ func (u *unit) createServer(ctx context.Context) error {
 	var containers []corev1.Container
 	for _, s := range u.services {
 		containers = append(containers, corev1.Container{
-			Name: s.Name, Image: Image,
+			Name: s.Name, Image: u.b.opts.Clusters.Image,
 			Args:  []string{"app", s.Name, "--listen", net.JoinHostPort("0.0.0.0", strconv.Itoa(s.Port))},
 			Ports: []corev1.ContainerPort{{Name: portName(s.Name), ContainerPort: int32(s.Port)}},
 			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(int32(s.Port))}},
@@ -177,7 +177,7 @@ func (u *unit) createLoad(ctx context.Context) error {
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: loadName, Labels: merge(u.labels(), map[string]string{"app": loadName})},
 		Spec: podSpec([]corev1.Container{{
-			Name: loadName, Image: Image,
+			Name: loadName, Image: u.b.opts.Clusters.Image,
 			// An unprivileged port: the image runs as a user (65532).
 			Args: []string{"app", "hello", "--listen", "127.0.0.1:18083"},
 		}}),
