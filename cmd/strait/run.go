@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -42,6 +43,9 @@ func init() {
 						return fmt.Errorf("--%s: does not apply to %s, a multi-gateway experiment (only --out and --emulator do)", flag, args[0])
 					}
 				}
+				if clustersFile != "" {
+					return fmt.Errorf("--clusters: %s is a multi-gateway experiment, which runs in the namespace lab only", args[0])
+				}
 				return runMultiGateway(cmd, args[0], opts.OutDir, opts.Emulator)
 			}
 			e, err := run.LoadExperiment(args[0])
@@ -55,6 +59,9 @@ func init() {
 			opts.Logger = logger()
 			opts.Version = version
 			if clustersFile != "" {
+				if cmd.Flags().Changed("emulator") {
+					return errors.New("--emulator: the namespace lab's emulation backend; runs on clusters (--clusters) emulate links with their own")
+				}
 				if opts.Backend, err = clusterBackend(clustersFile); err != nil {
 					return err
 				}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -81,6 +82,7 @@ type conn struct {
 	name string
 	cfg  *rest.Config
 	cs   kubernetes.Interface
+	dyn  dynamic.Interface // ServiceExports and AccessPolicies: CRDs
 }
 
 var _ run.Backend = (*Backend)(nil)
@@ -122,7 +124,11 @@ func (b *Backend) connect(name string) (*conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", name, err)
 	}
-	c := &conn{name: name, cfg: cfg, cs: cs}
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", name, err)
+	}
+	c := &conn{name: name, cfg: cfg, cs: cs, dyn: dc}
 	b.conns[name] = c
 	return c, nil
 }

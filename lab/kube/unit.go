@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 
@@ -442,7 +441,7 @@ func (u *unit) strait(ctx context.Context) (map[string]string, string, error) {
 			"metadata": map[string]any{"name": u.ns, "labels": toAny(u.labels())},
 			"spec":     map[string]any{"priority": int64(100), "action": "allow", "to": map[string]any{"namespaces": []any{u.ns}}},
 		}}
-		if _, err := dyn(c).Resource(policyGVR).Create(ctx, p, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		if _, err := c.dyn.Resource(policyGVR).Create(ctx, p, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return nil, "", fmt.Errorf("cluster %s: create AccessPolicy %s: %w", c.name, u.ns, err)
 		}
 	}
@@ -482,7 +481,7 @@ func (u *unit) export(ctx context.Context) error {
 			"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceExport",
 			"metadata": map[string]any{"name": s.Name, "namespace": u.ns, "labels": toAny(u.labels())},
 		}}
-		if _, err := dyn(u.server).Resource(exportGVR).Namespace(u.ns).Create(ctx, e, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		if _, err := u.server.dyn.Resource(exportGVR).Namespace(u.ns).Create(ctx, e, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("cluster %s: create ServiceExport %s/%s: %w", u.server.name, u.ns, s.Name, err)
 		}
 	}
@@ -496,8 +495,6 @@ func toAny(m map[string]string) map[string]any {
 	}
 	return a
 }
-
-func dyn(c *conn) dynamic.Interface { return dynamic.NewForConfigOrDie(c.cfg) }
 
 // Close removes the unit's emulation, namespaces and policies and waits
 // until they are gone (run.BackendUnit).
@@ -531,7 +528,7 @@ func removeRun(ctx context.Context, c *conn, selector string, patience time.Dura
 	defer cancel()
 	// Forbidden: the user may not touch AccessPolicies, so no unit made
 	// one (preflight asks for both verbs before the strait tool runs).
-	if err := dyn(c).Resource(policyGVR).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: selector}); err != nil &&
+	if err := c.dyn.Resource(policyGVR).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: selector}); err != nil &&
 		!apierrors.IsNotFound(err) && !meta404(err) && !apierrors.IsForbidden(err) {
 		return fmt.Errorf("cluster %s: delete AccessPolicies %s: %w", c.name, selector, err)
 	}
