@@ -223,6 +223,7 @@ type NodeInfo struct {
 	ContainerRuntime string `json:"containerRuntime"`
 	Kubelet          string `json:"kubelet"`
 	PodCIDRs         string `json:"podCIDRs,omitempty"`
+	Addresses        string `json:"addresses,omitempty"` // InternalIP and ExternalIP
 	Ready            bool   `json:"ready"`
 }
 

@@ -135,3 +135,25 @@ func TestPodWhy(t *testing.T) {
 		})
 	}
 }
+
+func TestRemote(t *testing.T) {
+	b, err := New(Options{Clusters: &ClusterMap{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.meta.Clusters["a"] = &ClusterInfo{Nodes: []NodeInfo{
+		{Name: "a-n1", Addresses: "10.200.1.1,2001:db8::1", PodCIDRs: "10.100.1.0/24"},
+		{Name: "a-n2", Addresses: "10.200.1.2"},
+	}}
+	var got []string
+	for _, p := range b.remote("a") {
+		got = append(got, p.String())
+	}
+	want := "10.200.1.1/32 2001:db8::1/128 10.100.1.0/24 10.200.1.2/32"
+	if strings.Join(got, " ") != want {
+		t.Errorf("remote(a) = %v, want %s", got, want)
+	}
+	if r := b.remote("b"); r != nil {
+		t.Errorf("remote of an unknown cluster: %v", r)
+	}
+}

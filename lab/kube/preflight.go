@@ -103,6 +103,12 @@ func preflight(ctx context.Context, c *conn, server, client bool, tools []string
 	linux := 0
 	for _, n := range nodes.Items {
 		ni := n.Status.NodeInfo
+		var addrs []string
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP {
+				addrs = append(addrs, a.Address)
+			}
+		}
 		ready := false
 		for _, cond := range n.Status.Conditions {
 			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
@@ -111,7 +117,7 @@ func preflight(ctx context.Context, c *conn, server, client bool, tools []string
 		}
 		info.Nodes = append(info.Nodes, NodeInfo{Name: n.Name, OS: ni.OperatingSystem, Arch: ni.Architecture, Kernel: ni.KernelVersion,
 			OSImage: ni.OSImage, ContainerRuntime: ni.ContainerRuntimeVersion, Kubelet: ni.KubeletVersion,
-			PodCIDRs: strings.Join(n.Spec.PodCIDRs, ","), Ready: ready})
+			PodCIDRs: strings.Join(n.Spec.PodCIDRs, ","), Addresses: strings.Join(addrs, ","), Ready: ready})
 		if ni.OperatingSystem == "linux" && ready && !n.Spec.Unschedulable {
 			linux++
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
@@ -106,7 +107,11 @@ func (u *unit) emulate(ctx context.Context, spec run.BackendUnitSpec) error {
 	}
 	var targets []EmuTarget
 	for _, c := range []*conn{u.server, u.client} {
-		targets = append(targets, EmuTarget{Cluster: c.name, Config: c.cfg})
+		other := u.server
+		if c == u.server {
+			other = u.client
+		}
+		targets = append(targets, EmuTarget{Cluster: c.name, Config: c.cfg, Remote: u.b.remote(other.name)})
 	}
 	a, err := u.b.opts.Emulator.Apply(ctx, u.id, targets, p)
 	if err != nil {
@@ -114,6 +119,33 @@ func (u *unit) emulate(ctx context.Context, spec run.BackendUnitSpec) error {
 	}
 	u.applied = a
 	return nil
+}
+
+// remote lists where traffic toward cluster name goes, as its preflight
+// saw it: every node's addresses and pod CIDRs. (Service CIDRs are not in
+// the API; traffic to another cluster's Service leaves as traffic to its
+// nodes or pods after DNAT.)
+func (b *Backend) remote(name string) []netip.Prefix {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []netip.Prefix
+	info := b.meta.Clusters[name]
+	if info == nil {
+		return nil
+	}
+	for _, n := range info.Nodes {
+		for _, a := range strings.Split(n.Addresses, ",") {
+			if ip, err := netip.ParseAddr(a); err == nil {
+				out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+			}
+		}
+		for _, c := range strings.Split(n.PodCIDRs, ",") {
+			if p, err := netip.ParsePrefix(c); err == nil {
+				out = append(out, p.Masked())
+			}
+		}
+	}
+	return out
 }
 
 // createServer is the workloads: one pod with a container per workload,
