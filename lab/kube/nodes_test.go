@@ -281,8 +281,9 @@ load: {requests: 20, warmup: 2}
 // user does: interrupted with Ctrl-C once its namespace exists (nothing may
 // be left), resumed to completion (every cell's CSV back in the run
 // directory, the report written, nothing left), a run whose namespace is
-// deleted under it (a clear error, nothing left), and `strait lab down
-// --clusters` removing a run's leftovers.
+// deleted under it (a clear error, nothing left; --resume finishes it), a
+// run whose pods cannot start (an error naming the pod and why), and
+// `strait lab down --clusters` removing a run's leftovers.
 func TestRunOnClusters(t *testing.T) {
 	requireNodeHost(t)
 	if testing.Short() {
@@ -449,6 +450,28 @@ func TestRunOnClusters(t *testing.T) {
 		t.Logf("the run said:\n%s", log)
 		if left := p.leftovers(t); left != "" {
 			t.Fatalf("left after the run failed: %s", left)
+		}
+		// --resume finishes it (the same overrides: a resumed run must
+		// be the same experiment).
+		dirs, _ := filepath.Glob(filepath.Join(out, "kube-test-*"))
+		var failed string
+		for _, d := range dirs {
+			if d != runDir {
+				failed = d
+			}
+		}
+		if len(dirs) != 2 || failed == "" {
+			t.Fatalf("run directories %v: want the finished one and the failed one", dirs)
+		}
+		cmd, log = labRun(t, p, bin, tmp, exp, "--clusters", clusters, "--resume", failed, "--tools", "direct")
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("resumed run: %v\n%s", err, log)
+		}
+		if _, err := os.Stat(filepath.Join(failed, "raw", "lcl-direct-echo-1KB-r1.csv")); err != nil {
+			t.Errorf("the resumed run measured nothing: %v\n%s", err, log)
+		}
+		if left := p.leftovers(t); left != "" {
+			t.Fatalf("left after the resumed run: %s", left)
 		}
 	})
 
