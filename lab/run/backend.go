@@ -97,14 +97,20 @@ func checkBackend(e *Experiment) error {
 	return nil
 }
 
+// backendServices are the workload servers a unit runs, on the namespace
+// lab's ports.
+func backendServices(e *Experiment) []tool.Service {
+	var services []tool.Service
+	for _, name := range e.servedWorkloads() {
+		services = append(services, tool.Service{Name: name, Port: workloadPorts[name]})
+	}
+	return services
+}
+
 // backendUnit is unit for a Backend: the same services, tools, health
 // check and cells as in a lab, the load generator run by the backend.
 func (r *runner) backendUnit(ctx context.Context, u unit) (err error) {
-	var services []tool.Service
-	for _, name := range r.e.servedWorkloads() {
-		services = append(services, tool.Service{Name: name, Port: workloadPorts[name]})
-	}
-	bu, err := r.opts.Backend.Unit(ctx, BackendUnitSpec{ID: r.tag + strconv.FormatInt(int64(u.index), 36), Scenario: u.scenario, Services: services})
+	bu, err := r.opts.Backend.Unit(ctx, BackendUnitSpec{ID: r.tag + strconv.FormatInt(int64(u.index), 36), Scenario: u.scenario, Services: backendServices(r.e)})
 	if err != nil {
 		return err
 	}

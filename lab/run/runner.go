@@ -157,11 +157,7 @@ func Run(ctx context.Context, e *Experiment, opts Options) (*Result, error) {
 		if err := checkBackend(e); err != nil {
 			return nil, err
 		}
-		var services []tool.Service
-		for _, name := range e.servedWorkloads() {
-			services = append(services, tool.Service{Name: name, Port: workloadPorts[name]})
-		}
-		if err := opts.Backend.Check(ctx, BackendPlan{Server: e.Server, Client: e.Client, Scenarios: e.scenarios, Tools: e.Tools, Services: services}); err != nil {
+		if err := opts.Backend.Check(ctx, BackendPlan{Server: e.Server, Client: e.Client, Scenarios: e.scenarios, Tools: e.Tools, Services: backendServices(e)}); err != nil {
 			return nil, err
 		}
 	}
