@@ -51,6 +51,7 @@ With --scenario, the scenario's impairments replace the file's link emulation
 	up.Flags().StringVar(&scenarioName, "scenario", "", "apply a named scenario's impairments (e.g. edg10, cloud10)")
 
 	var all bool
+	var clustersFile string
 	down := &cobra.Command{
 		Use:   "down [NAME]",
 		Short: "Remove a lab and everything it created (also after a crash)",
@@ -58,6 +59,11 @@ With --scenario, the scenario's impairments replace the file's link emulation
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var o lab.Options
 			switch {
+			case clustersFile != "":
+				if len(args) > 0 || all {
+					return errors.New("--clusters: removes every strait lab run from the clusters; it takes no NAME and no --all")
+				}
+				return downClusters(cmd.Context(), clustersFile)
 			case all:
 				return lab.DownAll(cmd.Context(), o)
 			case len(args) == 1:
@@ -71,6 +77,7 @@ With --scenario, the scenario's impairments replace the file's link emulation
 		},
 	}
 	down.Flags().BoolVar(&all, "all", false, "remove every lab")
+	down.Flags().StringVar(&clustersFile, "clusters", "", "remove what any strait lab run left on the clusters of this file (docs/lab-clusters.md)")
 
 	status := &cobra.Command{
 		Use:   "status [NAME]",

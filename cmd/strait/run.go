@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -22,6 +23,7 @@ import (
 func init() {
 	var opts run.Options
 	var over run.Overrides
+	var clustersFile string
 	runCmd := &cobra.Command{
 		Use:   "run EXPERIMENT",
 		Short: "Run an experiment file (or a built-in experiment by name) and write its results",
@@ -41,6 +43,9 @@ func init() {
 						return fmt.Errorf("--%s: does not apply to %s, a multi-gateway experiment (only --out and --emulator do)", flag, args[0])
 					}
 				}
+				if clustersFile != "" {
+					return fmt.Errorf("--clusters: %s is a multi-gateway experiment, which runs in the namespace lab only", args[0])
+				}
 				return runMultiGateway(cmd, args[0], opts.OutDir, opts.Emulator)
 			}
 			e, err := run.LoadExperiment(args[0])
@@ -53,11 +58,20 @@ func init() {
 			opts.Out = cmd.OutOrStdout()
 			opts.Logger = logger()
 			opts.Version = version
+			if clustersFile != "" {
+				if cmd.Flags().Changed("emulator") {
+					return errors.New("--emulator: the namespace lab's emulation backend; runs on clusters (--clusters) emulate links with their own")
+				}
+				if opts.Backend, err = clusterBackend(clustersFile); err != nil {
+					return err
+				}
+			}
 			_, err = run.Run(cmd.Context(), e, opts)
 			return err
 		},
 	}
 	runCmd.Flags().StringVar(&opts.OutDir, "out", "results", "directory for run directories")
+	runCmd.Flags().StringVar(&clustersFile, "clusters", "", "run on Kubernetes clusters: a file mapping the experiment's clusters to kubeconfig contexts (docs/lab-clusters.md)")
 	runCmd.Flags().StringVar(&opts.Resume, "resume", "", "finish an interrupted run: its directory (finished units are not redone)")
 	runCmd.Flags().IntVar(&opts.Parallel, "parallel", 0, "units (scenario × repetition) measured at once, each in its own lab (0: the experiment's setting)")
 	runCmd.Flags().StringVar(&opts.Emulator, "emulator", "", "emulation backend: auto, netem, userspace or tbf (rate-only links)")

@@ -277,6 +277,9 @@ func (e *Experiment) resolve(dir string) error {
 		e.Tools = []string{"direct"}
 	}
 	for i, name := range e.Tools {
+		if name == InstalledTool {
+			continue // checked against the backend by Run
+		}
 		if _, err := tool.New(name); err != nil {
 			return fmt.Errorf("tools[%d]: %w", i, err)
 		}

@@ -38,6 +38,9 @@ type Options struct {
 	Version  string       // strait version for the metadata
 	Out      io.Writer    // progress and the final table; nil: discard
 	Logger   *slog.Logger // nil: discard
+	// Backend, when set, runs the units elsewhere than in namespaces of
+	// this host (lab/kube: on Kubernetes clusters).
+	Backend Backend
 }
 
 // Cell identifies one measured combination.
@@ -144,6 +147,25 @@ func Run(ctx context.Context, e *Experiment, opts Options) (*Result, error) {
 		parallel = e.Parallel
 	}
 	if parallel <= 0 {
+		parallel = 1
+	}
+	if err := checkTools(e, opts.Backend); err != nil {
+		return nil, err
+	}
+	if opts.Backend != nil {
+		// Before the run directory exists: a refused run leaves nothing.
+		if err := checkBackend(e); err != nil {
+			return nil, err
+		}
+		if err := opts.Backend.Check(ctx, BackendPlan{Server: e.Server, Client: e.Client, Scenarios: e.scenarios, Tools: e.Tools, Services: backendServices(e)}); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Backend != nil && parallel > 1 && slices.ContainsFunc(e.scenarios, func(s scenario.Scenario) bool { return !s.LAN.IsZero() || !s.WAN.IsZero() }) {
+		// Every unit on clusters crosses the same links between them:
+		// emulated units side by side would share (and stack) their
+		// emulation.
+		fmt.Fprintf(opts.Out, "parallel %d: emulated units on clusters share the links between them, so they run one at a time\n", parallel)
 		parallel = 1
 	}
 	dir, err := runDir(e, opts)
@@ -289,6 +311,9 @@ feed:
 // unit builds a fresh lab, as the seeds revert their testbed to a clean
 // state before every run, so no repetition inherits another's state.
 func (r *runner) unit(ctx context.Context, u unit) (err error) {
+	if r.opts.Backend != nil {
+		return r.backendUnit(ctx, u)
+	}
 	plan, err := r.e.topo.Plan()
 	if err != nil {
 		return err
@@ -567,33 +592,7 @@ func rawPath(dir string, cell Cell, rep int) string {
 // repetition; its CSV stays in raw/ and is what every later step reads.
 func (r *runner) measure(ctx context.Context, env tool.Env, cell Cell, w Workload, target string, rep int) ([]load.Sample, error) {
 	raw := rawPath(r.dir, cell, rep)
-	l := r.e.Load
-	args := []string{r.opts.Binary, "load", "seq",
-		"--url", "http://" + target + "/",
-		"--requests", strconv.Itoa(l.Requests),
-		"--threads", strconv.Itoa(l.Threads),
-		"--keepalive=" + strconv.FormatBool(w.keepAlive(l)),
-		"--payload", strconv.Itoa(cell.Payload),
-		"--warmup", strconv.Itoa(l.Warmup),
-		"--csv", raw + ".tmp",
-		"--quiet",
-	}
-	if l.Think != "" {
-		args = append(args, "--think", l.Think)
-	}
-	if l.Duration != "" {
-		d, _ := emulation.ParseDuration(l.Duration) // checked by Load.validate
-		args = append(args, "--duration", d.String())
-	}
-	if l.ConnectTimeout != "" {
-		args = append(args, "--connect-timeout", l.ConnectTimeout)
-	}
-	if l.ResponseTimeout != "" {
-		args = append(args, "--response-timeout", l.ResponseTimeout)
-	}
-	if w.Name == "echo" {
-		args = append(args, "--verify-echo")
-	}
+	args := append([]string{r.opts.Binary, "load"}, r.seqArgs(cell, w, target, raw+".tmp")...)
 	cmd, err := env.Lab.Command(ctx, env.Client.ID, args...)
 	if err != nil {
 		return nil, err
@@ -737,6 +736,10 @@ type Metadata struct {
 	// ToolUsage is each tool's CPU time and peak RSS over every cell of
 	// the run (report.UsageSummary: "kernel" tools have no process).
 	ToolUsage map[string]*report.UsageSummary `json:"toolUsage,omitempty"`
+	// Clusters describes the clusters a Backend ran the units on (lab/kube:
+	// versions, node kernels, CNI, the path direct took); absent for the
+	// namespace lab.
+	Clusters any `json:"clusters,omitempty"`
 }
 
 // toolUsage totals every cell's usage per tool.
@@ -818,6 +821,9 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 		Rate: r.e.Rate, Throughput: r.e.Throughput, Repetitions: r.e.Repetitions,
 		KPIs: r.e.kpis(), Build: buildInfo(), Iperf3: r.e.Iperf3, Reference: r.e.Reference,
 		ToolUsage: toolUsage(res.Cells, rate, tput, iperfs),
+	}
+	if r.opts.Backend != nil {
+		md.Clusters = r.opts.Backend.Metadata()
 	}
 	r.mu.Unlock()
 	if err := writeJSON(filepath.Join(r.dir, "metadata.json"), md); err != nil {
@@ -926,4 +932,46 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// seqArgs are `strait load`'s arguments for one cell, writing its CSV to
+// csv ("-": standard output); the namespace lab and a Backend run the same.
+func (r *runner) seqArgs(cell Cell, w Workload, target, csv string) []string {
+	l := r.e.Load
+	args := []string{"seq",
+		"--url", "http://" + target + "/",
+		"--requests", strconv.Itoa(l.Requests),
+		"--threads", strconv.Itoa(l.Threads),
+		"--keepalive=" + strconv.FormatBool(w.keepAlive(l)),
+		"--payload", strconv.Itoa(cell.Payload),
+		"--warmup", strconv.Itoa(l.Warmup),
+		"--csv", csv,
+		"--quiet",
+	}
+	if l.Think != "" {
+		args = append(args, "--think", l.Think)
+	}
+	if l.Duration != "" {
+		d, _ := emulation.ParseDuration(l.Duration) // checked by Load.validate
+		args = append(args, "--duration", d.String())
+	}
+	if l.ConnectTimeout != "" {
+		args = append(args, "--connect-timeout", l.ConnectTimeout)
+	}
+	if l.ResponseTimeout != "" {
+		args = append(args, "--response-timeout", l.ResponseTimeout)
+	}
+	if w.Name == "echo" {
+		args = append(args, "--verify-echo")
+	}
+	return args
+}
+
+// checkTools refuses the installed tool outside a Backend: the namespace
+// lab has no interconnect installed to measure.
+func checkTools(e *Experiment, b Backend) error {
+	if b == nil && slices.Contains(e.Tools, InstalledTool) {
+		return fmt.Errorf("tool %q measures what is installed on clusters: it needs a run on clusters (strait lab run --clusters FILE)", InstalledTool)
+	}
+	return nil
 }

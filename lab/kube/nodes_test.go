@@ -1,0 +1,519 @@
+package kube_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/strait-net/strait/internal/testenv"
+	"github.com/strait-net/strait/k8s/k8stest"
+	"github.com/strait-net/strait/lab/kube"
+	"github.com/strait-net/strait/load"
+)
+
+// patience bounds every wait on real nodes: a hang detector for a loaded
+// 2-core host, not a performance bound.
+const patience = 5 * time.Minute
+
+// pair is two clusters of one real node each from scripts/k8s-nodes.sh
+// (docs/k8s-nodes.md).
+type pair struct {
+	script, name string
+	env          []string
+	addr         map[string]string // cluster -> its node's address
+	kubeconfig   map[string]string
+}
+
+// requireNodeHost skips t where this host cannot run Kubernetes nodes
+// (what scripts/setup.sh installs).
+func requireNodeHost(t *testing.T) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	for _, c := range []string{"containerd", "ctr", "runc", "buildah", "cc", "curl", "jq", "openssl", "nft", "findmnt"} {
+		if _, err := exec.LookPath(c); err != nil {
+			t.Skipf("needs %s (scripts/setup.sh installs it)", c)
+		}
+	}
+	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
+		t.Skip("needs the CNI plugins in /usr/lib/cni (scripts/setup.sh installs containernetworking-plugins)")
+	}
+}
+
+func upPair(t *testing.T, bin string) *pair {
+	t.Helper()
+	p := &pair{script: filepath.Join(k8stest.Root(), "scripts", "k8s-nodes.sh"), name: testenv.UniqueName("kl"),
+		env: append(os.Environ(), "STRAIT="+bin), addr: map[string]string{}, kubeconfig: map[string]string{}}
+	cmd := exec.Command(p.script, "up", p.name, "--clusters", "a,b")
+	cmd.Env = p.env
+	out, err := cmd.CombinedOutput()
+	t.Cleanup(func() {
+		cmd := exec.Command(p.script, "down", p.name)
+		cmd.Env = p.env
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("k8s-nodes.sh down %s: %v\n%s", p.name, err, out)
+		}
+	})
+	if err != nil {
+		t.Fatalf("k8s-nodes.sh up %s: %v\n%s", p.name, err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		// cluster C netns NS apiserver ADDR kubeconfig FILE
+		if f := strings.Fields(line); len(f) == 8 && f[0] == "cluster" {
+			p.addr[f[1]], p.kubeconfig[f[1]] = f[5], f[7]
+		}
+	}
+	if p.addr["a"] == "" || p.addr["b"] == "" {
+		t.Fatalf("k8s-nodes.sh up printed no addresses:\n%s", out)
+	}
+	return p
+}
+
+// netns is cluster a's node: it reaches both API servers (the lab routes
+// node addresses between clusters), the host does not.
+func (p *pair) netns() string { return "st-" + p.name + "-a-n1" }
+
+func (p *pair) kubectl(c, stdin string, args ...string) (string, error) {
+	cmd := exec.Command(p.script, append([]string{"kubectl", p.name, c}, args...)...)
+	cmd.Env = p.env
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, errb.String())
+	}
+	return out.String(), nil
+}
+
+func (p *pair) must(t *testing.T, c, stdin string, args ...string) string {
+	t.Helper()
+	out, err := p.kubectl(c, stdin, args...)
+	if err != nil {
+		t.Fatalf("cluster %s: %v", c, err)
+	}
+	return out
+}
+
+// eventually polls f until it succeeds, for at most patience.
+func eventually(t *testing.T, what string, f func() error) {
+	t.Helper()
+	start := time.Now()
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Since(start) > patience {
+			t.Fatalf("%s: still failing after %v: %v", what, patience, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// deployStrait installs strait in both clusters the way the README does:
+// deploy/ through an overlay per cluster, identities from `strait fabric`,
+// deploy/dns in the client's cluster. The broker runs as a host-network pod
+// on a's node, so that tearing the clusters down removes it too.
+func deployStrait(t *testing.T, p *pair, bin, tmp string) {
+	t.Helper()
+	fab := filepath.Join(tmp, "fabric")
+	for _, args := range [][]string{
+		{"fabric", "init", "--dir", fab, "--clusterset", "cs"},
+		{"fabric", "issue", "a", "--dir", fab},
+		{"fabric", "issue", "b", "--dir", fab},
+		{"fabric", "issue", "--broker", "broker1", "--dir", fab},
+	} {
+		if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+			t.Fatalf("strait %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	broker := p.addr["a"] + ":4500"
+	deploy := filepath.Join(k8stest.Root(), "deploy")
+	gw, err := os.ReadFile(filepath.Join(deploy, "config", "gateway.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(path, s string) {
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []string{"a", "b"} {
+		dir := filepath.Join(tmp, "overlay-"+c)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		rel, err := filepath.Rel(dir, deploy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := p.addr[c]
+		write(filepath.Join(dir, "strait.env"), fmt.Sprintf("cluster=%s\nbroker=%s\ngateway-wan=%s:4443\ngateway-ips=%s\nclusterset-ips=10.255.0.0/16\n", c, broker, addr, addr))
+		write(filepath.Join(dir, "gateway.yaml"), strings.Replace(string(gw), "cluster: a ", "cluster: "+c+" ", 1))
+		write(filepath.Join(dir, "kustomization.yaml"), fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: strait-system
+resources: [%s]
+images: [{name: ghcr.io/strait-net/strait, newTag: lab}] # scripts/k8s-images.sh
+configMapGenerator:
+  - {name: strait-config, behavior: replace, envs: [strait.env]}
+  - {name: strait-gateway, behavior: replace, files: [gateway.yaml]}
+patches:
+  - target: {kind: Deployment, name: strait-gateway}
+    patch: '[{"op": "replace", "path": "/spec/replicas", "value": 1}]'
+`, rel))
+		p.must(t, c, "", "apply", "-k", dir)
+		p.must(t, c, "", "-n", "strait-system", "create", "secret", "generic", "strait-identity",
+			"--from-file="+filepath.Join(fab, "ca.crt"), "--from-file="+filepath.Join(fab, c+".crt"), "--from-file="+filepath.Join(fab, c+".key"))
+	}
+	p.must(t, "a", "", "-n", "strait-system", "create", "secret", "generic", "strait-broker",
+		"--from-file="+filepath.Join(fab, "ca.crt"), "--from-file="+filepath.Join(fab, "broker1.crt"), "--from-file="+filepath.Join(fab, "broker1.key"))
+	p.must(t, "a", fmt.Sprintf(`apiVersion: v1
+kind: ConfigMap
+metadata: {name: strait-broker, namespace: strait-system}
+data:
+  broker.yaml: "id: broker1\nidentity: {dir: /etc/strait/identity}\nlisten: %s\nstore: {path: /data/broker.db}\n"
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: strait-broker, namespace: strait-system}
+spec:
+  hostNetwork: true
+  containers:
+    - name: broker
+      image: ghcr.io/strait-net/strait:lab
+      args: [broker, --config, /etc/strait/broker.yaml]
+      volumeMounts:
+        - {name: identity, mountPath: /etc/strait/identity}
+        - {name: config, mountPath: /etc/strait/broker.yaml, subPath: broker.yaml}
+        - {name: data, mountPath: /data}
+  volumes:
+    - {name: identity, secret: {secretName: strait-broker}}
+    - {name: config, configMap: {name: strait-broker}}
+    - {name: data, emptyDir: {}}
+`, broker), "apply", "-f", "-")
+	for _, c := range []string{"a", "b"} {
+		for _, d := range []string{"strait-controller", "strait-gateway"} {
+			eventually(t, c+": "+d+" ready", func() error {
+				_, err := p.kubectl(c, "", "-n", "strait-system", "wait", "--for=condition=Ready", "--timeout=2s", "pod", "-l", "app.kubernetes.io/name="+d)
+				return err
+			})
+		}
+	}
+	// The client's CoreDNS forwards clusterset.local to strait's DNS.
+	ip := strings.TrimSpace(p.must(t, "b", "", "-n", "strait-system", "get", "svc", "strait-dns", "-o", "jsonpath={.spec.clusterIP}"))
+	dnsDir := filepath.Join(tmp, "dns")
+	if err := os.MkdirAll(dnsDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"kustomization.yaml", "coredns-custom.yaml"} {
+		b, err := os.ReadFile(filepath.Join(deploy, "dns", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(filepath.Join(dnsDir, f), strings.ReplaceAll(string(b), "STRAIT_DNS_IP", ip))
+	}
+	p.must(t, "b", "", "apply", "-k", dnsDir)
+	p.must(t, "b", "", "-n", "kube-system", "rollout", "restart", "deployment/coredns")
+	eventually(t, "b: coredns restarted", func() error {
+		_, err := p.kubectl("b", "", "-n", "kube-system", "rollout", "status", "--timeout=2s", "deployment/coredns")
+		return err
+	})
+}
+
+// leftovers lists what any strait lab run left in the pair: namespaces and
+// AccessPolicies with the lab's label.
+func (p *pair) leftovers(t *testing.T) string {
+	t.Helper()
+	var left []string
+	for _, c := range []string{"a", "b"} {
+		for _, kind := range []string{"namespaces", "accesspolicies.strait.dev"} {
+			out := p.must(t, c, "", "get", kind, "-l", kube.ManagedByLabel+"="+kube.ManagedBy, "-o", "name")
+			if s := strings.TrimSpace(out); s != "" {
+				left = append(left, c+": "+strings.ReplaceAll(s, "\n", " "))
+			}
+		}
+	}
+	return strings.Join(left, "; ")
+}
+
+// labRun starts `strait lab run` in a's node namespace (where both API
+// servers are reachable) as a user runs it.
+func labRun(t *testing.T, p *pair, bin, dir string, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command("ip", append([]string{"netns", "exec", p.netns(), bin, "lab", "run"}, args...)...)
+	cmd.Dir = dir
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, &out
+}
+
+// experiment is quickstart reduced to what a test measures quickly: lcl,
+// direct and strait, a few echoes on kept and on new connections.
+const experiment = `name: kube-test
+topology:
+  name: lab
+  clusters:
+    - {name: a, nodes: [{name: gw, gateway: true}, {name: server}]}
+    - {name: b, nodes: [{name: gw, gateway: true}, {name: client}]}
+  wan:
+    - between: [a, b]
+scenarios: [lcl]
+tools: [direct, strait]
+server: a/server
+client: b/client
+workloads:
+  - {name: echo, payloads: [1KB]}
+  - {name: echo, payloads: [1KB], keepalive: false}
+load: {requests: 20, warmup: 2}
+`
+
+// TestRunOnClusters runs an experiment on two real clusters the way a
+// user does: interrupted with Ctrl-C once its namespace exists (nothing may
+// be left), resumed to completion (every cell's CSV back in the run
+// directory, the report written, nothing left), a run whose namespace is
+// deleted under it (a clear error, nothing left; --resume finishes it), a
+// run whose pods cannot start (an error naming the pod and why), and
+// `strait lab down --clusters` removing a run's leftovers.
+func TestRunOnClusters(t *testing.T) {
+	requireNodeHost(t)
+	if testing.Short() {
+		t.Skip("brings up two Kubernetes clusters")
+	}
+	bin := testenv.StraitBinary(t)
+	start := time.Now()
+	p := upPair(t, bin)
+	tmp := t.TempDir()
+	deployStrait(t, p, bin, tmp)
+	t.Logf("setup: %v", time.Since(start).Round(time.Second))
+	write := func(name, s string) string {
+		path := filepath.Join(tmp, name)
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	clusters := write("clusters.yaml", fmt.Sprintf("clusters:\n  a: {kubeconfig: %s}\n  b: {kubeconfig: %s}\n", p.kubeconfig["a"], p.kubeconfig["b"]))
+	exp := write("experiment.yaml", experiment)
+	out := filepath.Join(tmp, "results")
+	unitNS := func(c string) string {
+		s, _ := p.kubectl(c, "", "get", "namespaces", "-l", kube.ManagedByLabel+"="+kube.ManagedBy, "-o", "name")
+		return strings.TrimPrefix(strings.TrimSpace(s), "namespace/")
+	}
+
+	t.Run("Interrupted", func(t *testing.T) {
+		cmd, log := labRun(t, p, bin, tmp, exp, "--clusters", clusters, "--out", out)
+		eventually(t, "the unit's namespace in b", func() error {
+			if unitNS("b") == "" {
+				return fmt.Errorf("none yet; run says: %s", log)
+			}
+			return nil
+		})
+		// Ctrl-C reaches `ip netns exec`'s child too: it is the same
+		// process after exec.
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Fatalf("an interrupted run succeeded:\n%s", log)
+			}
+		case <-time.After(patience):
+			_ = cmd.Process.Kill()
+			t.Fatalf("the run did not end %v after SIGINT:\n%s", patience, log)
+		}
+		if left := p.leftovers(t); left != "" {
+			t.Fatalf("left after Ctrl-C: %s\nrun said:\n%s", left, log)
+		}
+	})
+
+	var runDir string
+	t.Run("Resume", func(t *testing.T) {
+		dirs, _ := filepath.Glob(filepath.Join(out, "kube-test-*"))
+		if len(dirs) != 1 {
+			t.Fatalf("run directories %v, want the interrupted one", dirs)
+		}
+		cmd, log := labRun(t, p, bin, tmp, exp, "--clusters", clusters, "--resume", dirs[0])
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("resumed run: %v\n%s", err, log)
+		}
+		t.Logf("resumed run:\n%s", log)
+		runDir = dirs[0]
+		for _, tool := range []string{"direct", "strait"} {
+			for _, w := range []string{"echo", "echo-newconn"} {
+				f, err := os.Open(filepath.Join(dirs[0], "raw", "lcl-"+tool+"-"+w+"-1KB-r1.csv"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				samples, err := load.ReadCSV(f)
+				f.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				ok := 0
+				for _, s := range samples {
+					if s.OK() {
+						ok++
+					}
+				}
+				if len(samples) < 20 || ok != len(samples) {
+					t.Errorf("%s %s: %d samples, %d ok; want 20 or more, all ok", tool, w, len(samples), ok)
+				}
+			}
+		}
+		for _, f := range []string{"report.html", "requests.csv", "summary.json", "table.txt"} {
+			if st, err := os.Stat(filepath.Join(dirs[0], f)); err != nil || st.Size() == 0 {
+				t.Errorf("%s: %v (empty or missing)", f, err)
+			}
+		}
+		var md struct {
+			Clusters kube.Metadata `json:"clusters"`
+		}
+		b, err := os.ReadFile(filepath.Join(dirs[0], "metadata.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &md); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []string{"a", "b"} {
+			ci := md.Clusters.Clusters[c]
+			if ci == nil || ci.Version == "" || len(ci.Nodes) != 1 || ci.Nodes[0].Kernel == "" {
+				t.Errorf("metadata of cluster %s: %+v", c, ci)
+			}
+		}
+		// The lab routes only node addresses between its clusters
+		// (docs/k8s-nodes.md), so direct must have found no pod route.
+		for unit, how := range md.Clusters.Direct {
+			if how != kube.DirectNodePort {
+				t.Errorf("unit %s: direct went by %q, want nodeport (pod networks are not routed between these clusters)", unit, how)
+			}
+		}
+		if len(md.Clusters.Direct) != 1 {
+			t.Errorf("direct paths %v: want the resumed unit's", md.Clusters.Direct)
+		}
+		if left := p.leftovers(t); left != "" {
+			t.Fatalf("left after the run: %s", left)
+		}
+	})
+
+	t.Run("Report", func(t *testing.T) {
+		if runDir == "" {
+			t.Skip("no finished run")
+		}
+		// The page a browser renders, as the namespace lab's report tests
+		// check it.
+		dom := string(testenv.RunChromium(t, testenv.Chromium(t), "--dump-dom", "file://"+filepath.Join(runDir, "report.html")))
+		for _, want := range []string{"strait lab report: kube-test", "echo-newconn", "<svg"} {
+			if !strings.Contains(dom, want) {
+				t.Errorf("the rendered report has no %q", want)
+			}
+		}
+	})
+
+	t.Run("NamespaceDeleted", func(t *testing.T) {
+		cmd, log := labRun(t, p, bin, tmp, exp, "--clusters", clusters, "--out", out, "--tools", "direct")
+		var ns string
+		eventually(t, "the unit's namespace in b", func() error {
+			if ns = unitNS("b"); ns == "" {
+				return fmt.Errorf("none yet; run says: %s", log)
+			}
+			return nil
+		})
+		p.must(t, "b", "", "delete", "namespace", ns, "--wait=false")
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Fatalf("a run whose namespace was deleted succeeded:\n%s", log)
+			}
+		case <-time.After(patience):
+			_ = cmd.Process.Kill()
+			t.Fatalf("the run did not end %v after its namespace was deleted:\n%s", patience, log)
+		}
+		if !strings.Contains(log.String(), ns) {
+			t.Errorf("the error does not name namespace %s:\n%s", ns, log)
+		}
+		t.Logf("the run said:\n%s", log)
+		if left := p.leftovers(t); left != "" {
+			t.Fatalf("left after the run failed: %s", left)
+		}
+		// --resume finishes it (the same overrides: a resumed run must
+		// be the same experiment).
+		dirs, _ := filepath.Glob(filepath.Join(out, "kube-test-*"))
+		var failed string
+		for _, d := range dirs {
+			if d != runDir {
+				failed = d
+			}
+		}
+		if len(dirs) != 2 || failed == "" {
+			t.Fatalf("run directories %v: want the finished one and the failed one", dirs)
+		}
+		cmd, log = labRun(t, p, bin, tmp, exp, "--clusters", clusters, "--resume", failed, "--tools", "direct")
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("resumed run: %v\n%s", err, log)
+		}
+		if _, err := os.Stat(filepath.Join(failed, "raw", "lcl-direct-echo-1KB-r1.csv")); err != nil {
+			t.Errorf("the resumed run measured nothing: %v\n%s", err, log)
+		}
+		if left := p.leftovers(t); left != "" {
+			t.Fatalf("left after the resumed run: %s", left)
+		}
+	})
+
+	t.Run("NeverReady", func(t *testing.T) {
+		// An image no node has and no registry serves: the kubelet
+		// reports ErrImagePull at once, and the run must say so before
+		// measuring anything.
+		bad := write("clusters-bad-image.yaml", fmt.Sprintf("clusters:\n  a: {kubeconfig: %s}\n  b: {kubeconfig: %s}\nimage: localhost/strait-lab/absent:1\n", p.kubeconfig["a"], p.kubeconfig["b"]))
+		cmd, log := labRun(t, p, bin, tmp, exp, "--clusters", bad, "--out", out, "--tools", "direct")
+		if err := cmd.Wait(); err == nil {
+			t.Fatalf("a run whose pods cannot start succeeded:\n%s", log)
+		}
+		for _, want := range []string{"cluster a: namespace strait-lab-", "pod server-", "ErrImagePull"} {
+			if !strings.Contains(log.String(), want) && !(want == "ErrImagePull" && strings.Contains(log.String(), "ImagePullBackOff")) {
+				t.Errorf("the error does not say %q:\n%s", want, log)
+			}
+		}
+		t.Logf("the run said:\n%s", log)
+		if left := p.leftovers(t); left != "" {
+			t.Fatalf("left after the run failed: %s", left)
+		}
+	})
+
+	t.Run("Down", func(t *testing.T) {
+		// A crashed run's leftovers: a labelled namespace in each cluster.
+		for _, c := range []string{"a", "b"} {
+			p.must(t, c, fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: strait-lab-crashed, labels: {%s: %s, %s: crashed}}\n",
+				kube.ManagedByLabel, kube.ManagedBy, kube.UnitLabel), "apply", "-f", "-")
+		}
+		cmd := exec.Command("ip", "netns", "exec", p.netns(), bin, "lab", "down", "--clusters", clusters)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("strait lab down --clusters: %v\n%s", err, out)
+		}
+		if left := p.leftovers(t); left != "" {
+			t.Fatalf("left after strait lab down --clusters: %s", left)
+		}
+	})
+	t.Logf("total: %v (load %s)", time.Since(start).Round(time.Second), loadavg())
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
+}

@@ -1,0 +1,144 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/strait-net/strait/internal/testenv"
+	"github.com/strait-net/strait/k8s/k8stest"
+	"github.com/strait-net/strait/lab/run"
+	"github.com/strait-net/strait/lab/scenario"
+	"github.com/strait-net/strait/lab/tool"
+)
+
+// checkWith runs the preflight of a run from a/server to b/client with
+// clusters as the file gives them.
+func checkWith(t *testing.T, clusters string, dir string, tools []string, scenarios ...string) error {
+	t.Helper()
+	m, err := ParseClusterMap([]byte(clusters), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(Options{Clusters: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var scs []scenario.Scenario
+	for _, name := range scenarios {
+		sc, err := scenario.Lookup(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scs = append(scs, sc)
+	}
+	return b.Check(context.Background(), run.BackendPlan{Server: "a/server", Client: "b/client", Scenarios: scs, Tools: tools,
+		Services: []tool.Service{{Name: "echo", Port: 8080}}})
+}
+
+func wantErr(t *testing.T, err error, want string) {
+	t.Helper()
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("got %v, want an error containing %q", err, want)
+	}
+}
+
+// TestPreflight runs the checks a run makes before it creates anything
+// against a real API server (no kubelets: the test writes the nodes'
+// status as a kubelet would). The subtests run in order: they share the
+// server's nodes.
+func TestPreflight(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an API server")
+	}
+	c, err := k8stest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	dir := t.TempDir()
+	if _, err := c.Kubeconfig("admin", []string{"system:masters"}, dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Kubeconfig("nobody", nil, dir); err != nil {
+		t.Fatal(err)
+	}
+	admin := "clusters: {a: {kubeconfig: admin.kubeconfig}, b: {kubeconfig: admin.kubeconfig}}\n"
+	cs, err := kubernetes.NewForConfig(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	t.Run("Unreachable", func(t *testing.T) {
+		addr := testenv.FreeAddr(t)
+		kc := fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://%s\", insecure-skip-tls-verify: true}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n", addr)
+		if err := os.WriteFile(filepath.Join(dir, "gone.kubeconfig"), []byte(kc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		err := checkWith(t, "clusters: {a: {kubeconfig: admin.kubeconfig}, b: {kubeconfig: gone.kubeconfig}}\n", dir, []string{"direct"}, "lcl")
+		wantErr(t, err, "cluster b: API server https://"+addr+" unreachable")
+	})
+	t.Run("RBAC", func(t *testing.T) {
+		err := checkWith(t, "clusters: {a: {kubeconfig: nobody.kubeconfig}, b: {kubeconfig: admin.kubeconfig}}\n", dir, []string{"direct"}, "lcl")
+		wantErr(t, err, "cluster a: RBAC: the kubeconfig's user may not create namespaces (cluster-wide)")
+		wantErr(t, err, "create deployments.apps (in namespaces strait-lab-*)")
+	})
+	t.Run("NoNodes", func(t *testing.T) {
+		wantErr(t, checkWith(t, admin, dir, []string{"direct"}, "lcl"), "cluster a: no ready, schedulable Linux node to run the workloads on (nodes: )")
+	})
+	node := func(t *testing.T, name, os string) {
+		n, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Status.NodeInfo = corev1.NodeSystemInfo{OperatingSystem: os, KernelVersion: "k-" + name, Architecture: "amd64"}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+		if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("WindowsOnly", func(t *testing.T) {
+		node(t, "w1", "windows")
+		wantErr(t, checkWith(t, admin, dir, []string{"direct"}, "lcl"), `cluster a: no ready, schedulable Linux node to run the workloads on (nodes: w1 (os "windows", ready true))`)
+	})
+	t.Run("Linux", func(t *testing.T) {
+		node(t, "l1", "linux")
+		m, err := ParseClusterMap([]byte(admin), dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := New(Options{Clusters: m})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Check(ctx, run.BackendPlan{Server: "a/server", Client: "b/client", Scenarios: []scenario.Scenario{{Name: "lcl"}}, Tools: []string{"direct"}}); err != nil {
+			t.Fatal(err)
+		}
+		md := b.Metadata().(Metadata)
+		if a := md.Clusters["a"]; a == nil || a.Version == "" || len(a.Nodes) != 2 || a.CNI == "" {
+			t.Errorf("metadata of a: %+v", a)
+		}
+	})
+	t.Run("StraitNotInstalled", func(t *testing.T) {
+		wantErr(t, checkWith(t, admin, dir, []string{"direct", "strait"}, "lcl"), "cluster a: tool strait: no Deployment strait-system/strait-gateway: install deploy/ first")
+	})
+	t.Run("InstalledWithoutTemplate", func(t *testing.T) {
+		wantErr(t, checkWith(t, admin, dir, []string{"installed"}, "lcl"), "tool installed: the clusters file has no installed template")
+	})
+	t.Run("EmulatedScenario", func(t *testing.T) {
+		wantErr(t, checkWith(t, admin, dir, []string{"direct"}, "lcl", "edg10"), "scenario edg10 (lan delay 5ms jitter 1ms distribution uniform loss 0.08%, wan delay 5ms jitter 1ms distribution uniform loss 0.08%): link emulation on clusters is not available in this build")
+	})
+	t.Run("OneCluster", func(t *testing.T) {
+		m, _ := ParseClusterMap([]byte(admin), dir)
+		b, _ := New(Options{Clusters: m})
+		wantErr(t, b.Check(ctx, run.BackendPlan{Server: "a/server", Client: "a/client"}), "are in one cluster")
+	})
+}

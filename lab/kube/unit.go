@@ -1,0 +1,609 @@
+package kube
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/strait-net/strait/lab/run"
+	"github.com/strait-net/strait/lab/tool"
+	"github.com/strait-net/strait/load"
+)
+
+// Object names within a unit's namespace.
+const (
+	serverName = "server" // the workloads' Deployment (one pod, a container per workload)
+	loadName   = "load"   // the load generator's pod
+)
+
+var (
+	exportGVR = schema.GroupVersionResource{Group: "multicluster.x-k8s.io", Version: "v1alpha1", Resource: "serviceexports"}
+	policyGVR = schema.GroupVersionResource{Group: "strait.dev", Version: "v1alpha1", Resource: "accesspolicies"}
+)
+
+// unit is one unit's objects in the server's and the client's cluster.
+type unit struct {
+	b              *Backend
+	id, ns         string
+	server, client *conn
+	services       []tool.Service
+	applied        Applied
+	serverPod      *corev1.Pod
+}
+
+// Unit creates the unit's namespace in both clusters (MCS namespace
+// sameness), the workloads in the server's and the load generator's pod in
+// the client's, and waits until they are ready (run.Backend).
+func (b *Backend) Unit(ctx context.Context, spec run.BackendUnitSpec) (_ run.BackendUnit, err error) {
+	u := &unit{b: b, id: spec.ID, ns: unitNamespacePrefix + spec.ID, server: b.conns[b.server], client: b.conns[b.client], services: spec.Services}
+	if u.server == nil || u.client == nil {
+		return nil, errors.New("kube: Unit before Check")
+	}
+	// An interrupted run may have left this unit's namespace and
+	// emulation (resume).
+	if e := b.opts.Emulator; e != nil {
+		for _, c := range []*conn{u.server, u.client} {
+			if err := e.Down(ctx, c.cfg, u.id); err != nil {
+				return nil, fmt.Errorf("cluster %s: remove a previous run's emulation of unit %s: %w", c.name, u.id, err)
+			}
+		}
+	}
+	if err := u.removeAll(ctx); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, u.Close(context.WithoutCancel(ctx)))
+		}
+	}()
+	for _, c := range []*conn{u.server, u.client} {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: u.ns, Labels: u.labels()}}
+		if _, err := c.cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			return nil, fmt.Errorf("cluster %s: create namespace %s: %w", c.name, u.ns, err)
+		}
+	}
+	if err := u.createServer(ctx); err != nil {
+		return nil, err
+	}
+	if err := u.createLoad(ctx); err != nil {
+		return nil, err
+	}
+	if u.serverPod, err = u.waitReady(ctx, u.server, "app="+serverName); err != nil {
+		return nil, err
+	}
+	if _, err := u.waitReady(ctx, u.client, "app="+loadName); err != nil {
+		return nil, err
+	}
+	sc := spec.Scenario
+	if !sc.LAN.IsZero() || !sc.WAN.IsZero() {
+		if err := u.emulate(ctx, spec); err != nil {
+			return nil, err
+		}
+	}
+	return u, nil
+}
+
+func (u *unit) labels() map[string]string {
+	return map[string]string{ManagedByLabel: ManagedBy, UnitLabel: u.id}
+}
+
+// emulate applies the scenario to the links between the two clusters'
+// nodes: its WAN parameters, which are what crosses clusters, or its LAN
+// parameters where it impairs only LAN links. In the namespace lab a
+// request also crosses impaired LAN links on both sides (seed 000's edg10
+// impairs LAN and WAN alike); whether a run on clusters should stack them
+// is open (docs/lab-clusters.md, "Link emulation").
+func (u *unit) emulate(ctx context.Context, spec run.BackendUnitSpec) error {
+	p := spec.Scenario.WAN
+	if p.IsZero() {
+		p = spec.Scenario.LAN
+	}
+	var targets []EmuTarget
+	for _, c := range []*conn{u.server, u.client} {
+		other := u.server
+		if c == u.server {
+			other = u.client
+		}
+		targets = append(targets, EmuTarget{Cluster: c.name, Config: c.cfg, Remote: u.b.remote(other.name)})
+	}
+	a, err := u.b.opts.Emulator.Apply(ctx, u.id, targets, p)
+	if err != nil {
+		return fmt.Errorf("emulation %s: %w", spec.Scenario.Name, err)
+	}
+	u.applied = a
+	return nil
+}
+
+// remote lists where traffic toward cluster name goes, as its preflight
+// saw it: every node's addresses and pod CIDRs. (Service CIDRs are not in
+// the API; traffic to another cluster's Service leaves as traffic to its
+// nodes or pods after DNAT.)
+func (b *Backend) remote(name string) []netip.Prefix {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []netip.Prefix
+	info := b.meta.Clusters[name]
+	if info == nil {
+		return nil
+	}
+	for _, n := range info.Nodes {
+		for _, a := range strings.Split(n.Addresses, ",") {
+			if ip, err := netip.ParseAddr(a); err == nil {
+				out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+			}
+		}
+		for _, c := range strings.Split(n.PodCIDRs, ",") {
+			if p, err := netip.ParsePrefix(c); err == nil {
+				out = append(out, p.Masked())
+			}
+		}
+	}
+	return out
+}
+
+// createServer is the workloads: one pod with a container per workload,
+// as the namespace lab runs them all on one server node, and a Service
+// per workload.
+func (u *unit) createServer(ctx context.Context) error {
+	var containers []corev1.Container
+	for _, s := range u.services {
+		containers = append(containers, corev1.Container{
+			Name: s.Name, Image: u.b.opts.Clusters.Image,
+			Args:  []string{"app", s.Name, "--listen", net.JoinHostPort("0.0.0.0", strconv.Itoa(s.Port))},
+			Ports: []corev1.ContainerPort{{Name: portName(s.Name), ContainerPort: int32(s.Port)}},
+			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(int32(s.Port))}},
+				PeriodSeconds: 1},
+		})
+	}
+	one := int32(1)
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: serverName, Labels: u.labels()},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": serverName}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: merge(u.labels(), map[string]string{"app": serverName})},
+				Spec:       podSpec(containers),
+			},
+		},
+	}
+	if _, err := u.server.cs.AppsV1().Deployments(u.ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("cluster %s: create Deployment %s/%s: %w", u.server.name, u.ns, serverName, err)
+	}
+	for _, s := range u.services {
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: s.Name, Labels: u.labels()},
+			Spec: corev1.ServiceSpec{
+				Selector: map[string]string{"app": serverName},
+				Ports:    []corev1.ServicePort{{Name: "tcp", Port: int32(s.Port), TargetPort: intstr.FromString(portName(s.Name))}},
+			},
+		}
+		if _, err := u.server.cs.CoreV1().Services(u.ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("cluster %s: create Service %s/%s: %w", u.server.name, u.ns, s.Name, err)
+		}
+	}
+	return nil
+}
+
+// portName is a container port's name (at most 15 characters).
+func portName(workload string) string {
+	if len(workload) > 15 {
+		return workload[:15]
+	}
+	return workload
+}
+
+// createLoad is the load generator's pod: strait's image idling in `strait
+// app hello` on loopback (the image has nothing but strait), so that every
+// cell's `strait load seq` is an exec into a warm pod rather than a pod
+// start, and its CSV comes back on the exec's standard output.
+func (u *unit) createLoad(ctx context.Context) error {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: loadName, Labels: merge(u.labels(), map[string]string{"app": loadName})},
+		Spec: podSpec([]corev1.Container{{
+			Name: loadName, Image: u.b.opts.Clusters.Image,
+			// An unprivileged port: the image runs as a user (65532).
+			Args: []string{"app", "hello", "--listen", "127.0.0.1:18083"},
+		}}),
+	}
+	p.Spec.RestartPolicy = corev1.RestartPolicyNever
+	if _, err := u.client.cs.CoreV1().Pods(u.ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("cluster %s: create Pod %s/%s: %w", u.client.name, u.ns, loadName, err)
+	}
+	return nil
+}
+
+func podSpec(containers []corev1.Container) corev1.PodSpec {
+	var grace int64 = 1
+	return corev1.PodSpec{
+		Containers:                    containers,
+		NodeSelector:                  map[string]string{"kubernetes.io/os": "linux"},
+		TerminationGracePeriodSeconds: &grace,
+		EnableServiceLinks:            new(bool),
+	}
+}
+
+func merge(a, b map[string]string) map[string]string {
+	m := map[string]string{}
+	for k, v := range a {
+		m[k] = v
+	}
+	for k, v := range b {
+		m[k] = v
+	}
+	return m
+}
+
+// waitReady polls until a pod matching selector is ready. Past the
+// deadline, or when a container can never start, the error names the
+// cluster, namespace, pod and what its containers say.
+func (u *unit) waitReady(parent context.Context, c *conn, selector string) (*corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(parent, u.b.opts.Ready)
+	defer cancel()
+	var last string
+	for {
+		pods, err := c.cs.CoreV1().Pods(u.ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("cluster %s: namespace %s is gone", c.name, u.ns)
+		case err != nil && ctx.Err() == nil:
+			last = err.Error()
+		case err == nil:
+			last = "no pod yet"
+			if ns, gerr := c.cs.CoreV1().Namespaces().Get(ctx, u.ns, metav1.GetOptions{}); apierrors.IsNotFound(gerr) || (gerr == nil && ns.DeletionTimestamp != nil) {
+				return nil, fmt.Errorf("cluster %s: namespace %s was deleted while its pods started", c.name, u.ns)
+			}
+			for i := range pods.Items {
+				p := &pods.Items[i]
+				if podReady(p) {
+					return p, nil
+				}
+				why, fatal := podWhy(p)
+				last = fmt.Sprintf("pod %s: %s", p.Name, why)
+				if fatal {
+					last += logTail(ctx, c, p)
+					return nil, fmt.Errorf("cluster %s: namespace %s: %s", c.name, u.ns, last)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if parent.Err() != nil {
+				return nil, parent.Err()
+			}
+			return nil, fmt.Errorf("cluster %s: namespace %s: pod %s not ready after %v: %s", c.name, u.ns, selector, u.b.opts.Ready, last)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// podWhy says why a pod is not ready; fatal when it cannot become ready
+// without someone changing something (its image cannot be pulled, a
+// container keeps crashing or exited, it cannot be scheduled).
+func podWhy(p *corev1.Pod) (string, bool) {
+	var why []string
+	fatal := false
+	if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+		why = append(why, strings.TrimSpace("phase "+string(p.Status.Phase)+" "+p.Status.Message))
+		fatal = true
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		switch {
+		case cs.State.Waiting != nil:
+			w := cs.State.Waiting
+			why = append(why, fmt.Sprintf("container %s: %s %s", cs.Name, w.Reason, w.Message))
+			switch w.Reason {
+			case "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CrashLoopBackOff", "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
+				fatal = true
+			}
+		case cs.State.Terminated != nil:
+			t := cs.State.Terminated
+			why = append(why, fmt.Sprintf("container %s: terminated (%s, exit %d) %s", cs.Name, t.Reason, t.ExitCode, t.Message))
+		}
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			why = append(why, "unschedulable: "+c.Message)
+		}
+	}
+	if len(why) == 0 {
+		return "phase " + string(p.Status.Phase), false
+	}
+	return strings.Join(why, "; "), fatal
+}
+
+// logTail is the last lines each container of a failed pod logged, for
+// the error that reports it.
+func logTail(ctx context.Context, c *conn, p *corev1.Pod) string {
+	var s string
+	lines := int64(5)
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Terminated == nil && cs.LastTerminationState.Terminated == nil {
+			continue
+		}
+		b, err := c.cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: cs.Name, TailLines: &lines, Previous: cs.State.Terminated == nil}).DoRaw(ctx)
+		if err == nil && len(bytes.TrimSpace(b)) > 0 {
+			s += fmt.Sprintf("; container %s logged: %s", cs.Name, strings.Join(strings.Fields(string(bytes.TrimSpace(b))), " "))
+		}
+	}
+	return s
+}
+
+// Load runs `strait load ARGS` in the load generator's pod (run.BackendUnit).
+func (u *unit) Load(ctx context.Context, args []string) ([]byte, error) {
+	return u.exec(ctx, u.client, loadName, append([]string{"/strait", "load"}, args...))
+}
+
+// exec runs argv in a pod's first container and returns its standard
+// output; an error carries its standard error.
+func (u *unit) exec(ctx context.Context, c *conn, pod string, argv []string) ([]byte, error) {
+	req := c.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(u.ns).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Command: argv, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	// Exec streams for as long as the command runs: no client timeout.
+	cfg := *c.cfg
+	cfg.Timeout = 0
+	ex, err := remotecommand.NewSPDYExecutor(&cfg, "POST", req.URL())
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: exec in pod %s/%s: %w", c.name, u.ns, pod, err)
+	}
+	var stdout, stderr bytes.Buffer
+	if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr}); err != nil {
+		return stdout.Bytes(), fmt.Errorf("cluster %s: pod %s/%s: %s: %w: %s", c.name, u.ns, pod, strings.Join(argv, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return stdout.Bytes(), nil
+}
+
+// Tool makes the workloads reachable from the load generator through one
+// tool (run.BackendUnit).
+func (u *unit) Tool(ctx context.Context, name string) (map[string]string, string, error) {
+	switch name {
+	case "direct":
+		return u.direct(ctx)
+	case "strait":
+		return u.strait(ctx)
+	case run.InstalledTool:
+		return u.installed(ctx)
+	}
+	return nil, "", fmt.Errorf("tool %s: not available on clusters", name)
+}
+
+// direct reaches the server pod by its IP where the clusters route pod
+// networks to each other, else through a NodePort Service on the server
+// pod's node; the metadata says which.
+func (u *unit) direct(ctx context.Context) (map[string]string, string, error) {
+	mode := u.b.opts.Clusters.Direct
+	pod := func() map[string]string {
+		t := map[string]string{}
+		for _, s := range u.services {
+			t[s.Name] = net.JoinHostPort(u.serverPod.Status.PodIP, strconv.Itoa(s.Port))
+		}
+		return t
+	}
+	if mode == DirectAuto && len(u.services) > 0 {
+		mode = DirectNodePort
+		target := pod()[u.services[0].Name]
+		// A few tries: one lost SYN must not send a routed pair through
+		// NodePorts.
+		for i := 0; i < 3 && mode != DirectPod; i++ {
+			out, err := u.Load(ctx, []string{"seq", "--url", "http://" + target + "/", "--requests", "1", "--connect-timeout", "2s", "--response-timeout", "5s", "--csv", "-", "--quiet"})
+			if err == nil {
+				if samples, err := load.ReadCSV(bytes.NewReader(out)); err == nil && len(samples) == 1 && samples[0].OK() {
+					mode = DirectPod
+				}
+			}
+			if ctx.Err() != nil {
+				return nil, "", ctx.Err()
+			}
+		}
+	}
+	u.b.setDirect(u.id, mode)
+	if mode == DirectPod {
+		return pod(), "pod IP", nil
+	}
+	return u.nodePort(ctx)
+}
+
+// nodePort exposes every workload on a NodePort of the server pod's node.
+func (u *unit) nodePort(ctx context.Context) (map[string]string, string, error) {
+	node, err := u.server.cs.CoreV1().Nodes().Get(ctx, u.serverPod.Spec.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return nil, "", fmt.Errorf("cluster %s: get node %s: %w", u.server.name, u.serverPod.Spec.NodeName, err)
+	}
+	var addr string
+	for _, a := range node.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP || (addr == "" && a.Type == corev1.NodeExternalIP) {
+			addr = a.Address
+		}
+	}
+	if addr == "" {
+		return nil, "", fmt.Errorf("cluster %s: node %s has no address for a NodePort", u.server.name, node.Name)
+	}
+	t := map[string]string{}
+	for _, s := range u.services {
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: s.Name + "-nodeport", Labels: u.labels()},
+			Spec: corev1.ServiceSpec{
+				Type:     corev1.ServiceTypeNodePort,
+				Selector: map[string]string{"app": serverName},
+				// Local: the node that carries the server pod answers
+				// itself, no second hop inside the server's cluster.
+				ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
+				Ports:                 []corev1.ServicePort{{Name: "tcp", Port: int32(s.Port), TargetPort: intstr.FromString(portName(s.Name))}},
+			},
+		}
+		got, err := u.server.cs.CoreV1().Services(u.ns).Create(ctx, svc, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			got, err = u.server.cs.CoreV1().Services(u.ns).Get(ctx, svc.Name, metav1.GetOptions{})
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("cluster %s: create Service %s/%s: %w", u.server.name, u.ns, svc.Name, err)
+		}
+		t[s.Name] = net.JoinHostPort(addr, strconv.Itoa(int(got.Spec.Ports[0].NodePort)))
+	}
+	return t, "NodePort on " + node.Name, nil
+}
+
+// strait exports every workload (MCS ServiceExport) through the strait
+// the user installed from deploy/, allows the unit's namespace with an
+// AccessPolicy of its own (strait denies by default), and dials the
+// clusterset.local names.
+func (u *unit) strait(ctx context.Context) (map[string]string, string, error) {
+	if err := u.export(ctx); err != nil {
+		return nil, "", err
+	}
+	for _, c := range []*conn{u.server, u.client} {
+		p := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "strait.dev/v1alpha1", "kind": "AccessPolicy",
+			"metadata": map[string]any{"name": u.ns, "labels": toAny(u.labels())},
+			"spec":     map[string]any{"priority": int64(100), "action": "allow", "to": map[string]any{"namespaces": []any{u.ns}}},
+		}}
+		if _, err := c.dyn.Resource(policyGVR).Create(ctx, p, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, "", fmt.Errorf("cluster %s: create AccessPolicy %s: %w", c.name, u.ns, err)
+		}
+	}
+	version := "unknown"
+	if d, err := u.server.cs.AppsV1().Deployments("strait-system").Get(ctx, "strait-gateway", metav1.GetOptions{}); err == nil && len(d.Spec.Template.Spec.Containers) > 0 {
+		version = d.Spec.Template.Spec.Containers[0].Image
+	}
+	// A fully qualified name (the trailing dot): a pod's resolv.conf has
+	// ndots:5, so without it every new connection would first try the
+	// cluster.local search domains, three failed lookups that are the
+	// client's configuration, not strait.
+	return u.names("{service}.{namespace}.svc.clusterset.local."), version, nil
+}
+
+// installed dials the names the user's interconnect gives the workloads.
+func (u *unit) installed(ctx context.Context) (map[string]string, string, error) {
+	if u.b.opts.Clusters.Export {
+		if err := u.export(ctx); err != nil {
+			return nil, "", err
+		}
+	}
+	return u.names(u.b.opts.Clusters.Installed), "installed: " + u.b.opts.Clusters.Installed, nil
+}
+
+func (u *unit) names(template string) map[string]string {
+	t := map[string]string{}
+	for _, s := range u.services {
+		host := strings.NewReplacer("{service}", s.Name, "{namespace}", u.ns).Replace(template)
+		t[s.Name] = net.JoinHostPort(host, strconv.Itoa(s.Port))
+	}
+	return t
+}
+
+func (u *unit) export(ctx context.Context) error {
+	for _, s := range u.services {
+		e := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceExport",
+			"metadata": map[string]any{"name": s.Name, "namespace": u.ns, "labels": toAny(u.labels())},
+		}}
+		if _, err := u.server.dyn.Resource(exportGVR).Namespace(u.ns).Create(ctx, e, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("cluster %s: create ServiceExport %s/%s: %w", u.server.name, u.ns, s.Name, err)
+		}
+	}
+	return nil
+}
+
+func toAny(m map[string]string) map[string]any {
+	a := map[string]any{}
+	for k, v := range m {
+		a[k] = v
+	}
+	return a
+}
+
+// Close removes the unit's emulation, namespaces and policies and waits
+// until they are gone (run.BackendUnit).
+func (u *unit) Close(ctx context.Context) error {
+	var errs []error
+	if u.applied != nil {
+		if err := u.applied.Remove(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("emulation: %w", err))
+		}
+		u.applied = nil
+	}
+	return errors.Join(append(errs, u.removeAll(ctx))...)
+}
+
+// removeAll deletes the unit's objects in both clusters and waits until
+// the namespaces are gone.
+func (u *unit) removeAll(ctx context.Context) error {
+	var errs []error
+	for _, c := range []*conn{u.server, u.client} {
+		if err := removeRun(ctx, c, UnitLabel+"="+u.id, u.b.opts.Ready); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeRun deletes the namespaces and AccessPolicies matching selector in
+// one cluster and waits, up to patience, until the namespaces are gone.
+func removeRun(ctx context.Context, c *conn, selector string, patience time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, patience)
+	defer cancel()
+	// Forbidden: the user may not touch AccessPolicies, so no unit made
+	// one (preflight asks for both verbs before the strait tool runs).
+	if err := c.dyn.Resource(policyGVR).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: selector}); err != nil &&
+		!apierrors.IsNotFound(err) && !meta404(err) && !apierrors.IsForbidden(err) {
+		return fmt.Errorf("cluster %s: delete AccessPolicies %s: %w", c.name, selector, err)
+	}
+	for {
+		nss, err := c.cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			return fmt.Errorf("cluster %s: list namespaces %s: %w", c.name, selector, err)
+		}
+		if len(nss.Items) == 0 {
+			return nil
+		}
+		var left []string
+		for _, ns := range nss.Items {
+			left = append(left, ns.Name)
+			if ns.DeletionTimestamp == nil {
+				bg := metav1.DeletePropagationBackground
+				if err := c.cs.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil && !apierrors.IsNotFound(err) {
+					return fmt.Errorf("cluster %s: delete namespace %s: %w", c.name, ns.Name, err)
+				}
+			}
+		}
+		sort.Strings(left)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster %s: namespaces %s still deleting after %v", c.name, strings.Join(left, ", "), patience)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// meta404 is whether err says the resource type does not exist (a
+// cluster without strait's CRDs has no AccessPolicies to delete).
+func meta404(err error) bool {
+	var se apierrors.APIStatus
+	return errors.As(err, &se) && se.Status().Code == 404
+}

@@ -1,0 +1,192 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/strait-net/strait/lab/scenario"
+	"github.com/strait-net/strait/lab/tool"
+	"github.com/strait-net/strait/load"
+	"github.com/strait-net/strait/report"
+)
+
+// InstalledTool is the tool that measures a multi-cluster interconnect the
+// user installed (Submariner, Skupper, …) through the name it gives a
+// service. Only a Backend can run it: the namespace lab has nothing
+// installed.
+const InstalledTool = "installed"
+
+// Backend runs an experiment's units somewhere other than network
+// namespaces of this host: lab/kube runs them on Kubernetes clusters. The
+// runner keeps everything else (units, resume, progress, the load
+// generator's arguments, aggregation, the report), so a cell means the same
+// on both.
+type Backend interface {
+	// Check runs before the run directory exists and before anything is
+	// measured: it refuses what the backend cannot do (an emulated
+	// scenario without link emulation, an unknown tool, an unreachable
+	// cluster) with an error naming the problem.
+	Check(ctx context.Context, p BackendPlan) error
+	// Unit starts a unit's workloads. The unit is closed at the unit's end
+	// whatever happened; a unit of the same ID left by an interrupted run
+	// must be removed by Unit first (resume).
+	Unit(ctx context.Context, u BackendUnitSpec) (BackendUnit, error)
+	// Metadata is what metadata.json records under "clusters".
+	Metadata() any
+}
+
+// BackendPlan is what Check is given.
+type BackendPlan struct {
+	Server, Client string // the experiment's cluster/node ids
+	Scenarios      []scenario.Scenario
+	Tools          []string
+	Services       []tool.Service
+}
+
+// BackendUnitSpec is one unit: ID is unique within the run and stable
+// across resumes (a DNS label: the run's tag and the unit's index).
+type BackendUnitSpec struct {
+	ID       string
+	Scenario scenario.Scenario
+	Services []tool.Service
+}
+
+// BackendUnit is one unit's workloads, ready to be measured.
+type BackendUnit interface {
+	// Tool makes every service reachable through tool name and returns,
+	// per service name, the host:port the load generator dials, and the
+	// tool's version.
+	Tool(ctx context.Context, name string) (map[string]string, string, error)
+	// Load runs `strait load ARGS...` where the load generator runs and
+	// returns its standard output; an error carries its standard error.
+	Load(ctx context.Context, args []string) ([]byte, error)
+	// Close removes the unit's workloads and tools.
+	Close(ctx context.Context) error
+}
+
+// checkBackend refuses the parts of an experiment a backend cannot run:
+// the runner measures them with processes on this host (usage, iperf3,
+// soak's sampling) or has not been taught to run them remotely yet.
+func checkBackend(e *Experiment) error {
+	var parts []string
+	if e.Rate != nil {
+		parts = append(parts, "rate")
+	}
+	if e.Iperf3 != nil {
+		parts = append(parts, "iperf3")
+	}
+	if e.Soak != nil {
+		parts = append(parts, "soak")
+	}
+	if tp := e.Throughput; tp != nil {
+		for _, sc := range e.scenarios {
+			if len(tp.cells(sc.Name, "direct")) > 0 {
+				parts = append(parts, "throughput (in scenario "+sc.Name+")")
+				break
+			}
+		}
+	}
+	if len(parts) > 0 {
+		return fmt.Errorf("runs on clusters measure workloads only; the experiment also has %s (narrow it with --scenarios, or run it in the namespace lab)", strings.Join(parts, ", "))
+	}
+	return nil
+}
+
+// backendServices are the workload servers a unit runs, on the namespace
+// lab's ports.
+func backendServices(e *Experiment) []tool.Service {
+	var services []tool.Service
+	for _, name := range e.servedWorkloads() {
+		services = append(services, tool.Service{Name: name, Port: workloadPorts[name]})
+	}
+	return services
+}
+
+// backendUnit is unit for a Backend: the same services, tools, health
+// check and cells as in a lab, the load generator run by the backend.
+func (r *runner) backendUnit(ctx context.Context, u unit) (err error) {
+	bu, err := r.opts.Backend.Unit(ctx, BackendUnitSpec{ID: r.tag + strconv.FormatInt(int64(u.index), 36), Scenario: u.scenario, Services: backendServices(r.e)})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := bu.Close(context.WithoutCancel(ctx)); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("unit cleanup: %w", cerr))
+		}
+	}()
+	for _, name := range r.e.Tools {
+		targets, version, err := bu.Tool(ctx, name)
+		if err != nil {
+			return fmt.Errorf("tool %s setup: %w", name, err)
+		}
+		r.mu.Lock()
+		r.tools[name] = version
+		r.mu.Unlock()
+		for _, w := range r.e.servedWorkloads() {
+			target, ok := targets[w]
+			if !ok {
+				return fmt.Errorf("tool %s gave no address for %s", name, w)
+			}
+			if err := r.backendHealth(ctx, bu, target); err != nil {
+				return fmt.Errorf("tool %s: %s not reachable at %s: %w", name, w, target, err)
+			}
+		}
+		for _, w := range r.e.Workloads {
+			for _, size := range w.sizes {
+				cell := Cell{Scenario: u.scenario.Name, Tool: name, Workload: w.label(), Payload: size}
+				raw := rawPath(r.dir, cell, u.rep)
+				args := r.seqArgs(cell, w, targets[w.Name], "-")
+				out, err := bu.Load(ctx, args)
+				if err != nil {
+					return fmt.Errorf("tool %s: load seq: %w", name, err)
+				}
+				samples, err := load.ReadCSV(strings.NewReader(string(out)))
+				if err != nil {
+					return fmt.Errorf("tool %s: load seq output: %w", name, err)
+				}
+				// Renamed only when complete, so a resumed run never
+				// reads half a file.
+				if err := os.WriteFile(raw+".tmp", out, 0o644); err != nil {
+					return err
+				}
+				if err := os.Rename(raw+".tmp", raw); err != nil {
+					return err
+				}
+				s := report.Summarize(samples)
+				r.printf("  %-10s %-9s %-7s %7s  n=%d errors=%d  IQR mean %.3f ms  median %.3f ms  p99 %.3f ms\n",
+					u.id(), cell.Tool, cell.Workload, report.FormatSize(cell.Payload), s.Count, s.Errors, s.IQRMeanMS, s.MedianMS, s.P99MS)
+			}
+		}
+	}
+	return os.WriteFile(r.donePath(u), nil, 0o644)
+}
+
+// backendHealth is healthCheck through the backend's load generator.
+func (r *runner) backendHealth(ctx context.Context, bu BackendUnit, target string) error {
+	var last error
+	for i := 0; i < 50; i++ {
+		out, err := bu.Load(ctx, []string{"seq", "--url", "http://" + target + "/", "--requests", "1",
+			"--connect-timeout", "1s", "--response-timeout", "5s", "--csv", "-", "--quiet"})
+		if err == nil {
+			var samples []load.Sample
+			if samples, err = load.ReadCSV(strings.NewReader(string(out))); err == nil {
+				if len(samples) == 1 && samples[0].OK() {
+					return nil
+				}
+				err = fmt.Errorf("request failed: %v", samples)
+			}
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return last
+}
