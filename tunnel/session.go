@@ -265,6 +265,22 @@ func (s *session) enqueue(r *writeReq, ctrl bool) error {
 	return nil
 }
 
+// popFront takes the first request off a non-empty queue. A queue that
+// empties starts again at the front of its array, keeping its capacity:
+// popping by reslicing alone shrinks the capacity to nothing, so a queue
+// that is usually one frame long (a new stream's open, its data, its FIN)
+// allocated a new array for nearly every frame.
+func popFront(q *[]*writeReq) *writeReq {
+	r := (*q)[0]
+	(*q)[0] = nil
+	if len(*q) == 1 {
+		*q = (*q)[:0]
+	} else {
+		*q = (*q)[1:]
+	}
+	return r
+}
+
 func (s *session) queueCtrl(h frameHeader, payload []byte) {
 	h.length = uint16(len(payload))
 	_ = s.enqueue(&writeReq{hdr: h, payload: payload}, true)
@@ -301,13 +317,9 @@ func (s *session) writeLoop() {
 		var r *writeReq
 		switch {
 		case len(s.ctrlQ) > 0:
-			r = s.ctrlQ[0]
-			s.ctrlQ[0] = nil
-			s.ctrlQ = s.ctrlQ[1:]
+			r = popFront(&s.ctrlQ)
 		case len(s.dataQ) > 0:
-			r = s.dataQ[0]
-			s.dataQ[0] = nil
-			s.dataQ = s.dataQ[1:]
+			r = popFront(&s.dataQ)
 		}
 		s.wmu.Unlock()
 		if r == nil {
