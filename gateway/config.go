@@ -58,7 +58,9 @@ type Config struct {
 	Congestion string `yaml:"congestion"`
 	// Preconnect is how many idle connections the gateway keeps open to
 	// each export's target, so a new stream does not wait for a TCP
-	// handshake with the service. 0 means 2; -1 turns it off.
+	// handshake with the service. 0 means 2; -1 turns it off, for a
+	// service that serves one connection at a time and more than this
+	// gateway connect to (README, "Preconnected target connections").
 	Preconnect int `yaml:"preconnect"`
 	// Sessions is the number of warm sessions to each peer gateway (0: 2).
 	Sessions int `yaml:"sessions"`

@@ -113,18 +113,20 @@ func (g *Gateway) refuse(st tunnel.Stream, export, reason string) {
 func (g *Gateway) dialTarget(addr string) (*net.TCPConn, error) {
 	g.mu.Lock()
 	t := g.targets[addr]
+	ctx := g.ctx
 	g.mu.Unlock()
-	if t != nil {
-		if c := t.take(); c != nil {
-			g.metrics.warmDials.Add(1)
-			return c, nil
-		}
+	if ctx == nil {
+		ctx = context.Background()
 	}
-	g.metrics.coldDials.Add(1)
-	c, err := net.DialTimeout("tcp", addr, dialTimeout)
-	if err != nil {
-		return nil, err
+	if t == nil {
+		g.metrics.coldDials.Add(1)
+		return dialTCP(ctx, addr)
 	}
-	tc := c.(*net.TCPConn)
-	return tc, nil
+	c, warm, err := t.get(ctx)
+	if warm {
+		g.metrics.warmDials.Add(1)
+	} else {
+		g.metrics.coldDials.Add(1)
+	}
+	return c, err
 }

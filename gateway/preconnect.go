@@ -21,15 +21,29 @@ const (
 // way Envoy's preconnect does: a new stream then needs no TCP handshake with
 // the service, which on a slow cluster network saves a round trip per
 // connection.
+//
+// A stream always gets the oldest connection not yet used, and no warm
+// connection is dialed while a stream dials one of its own: the target sees
+// connections in the order streams use them. A server that serves one
+// connection at a time in the order it accepts them, and waits for the
+// first bytes of the one it accepted (iperf3 does), otherwise waits on an
+// idle warm connection while the client's connection, established after
+// it, sits in its accept queue until the warm one is retired (warmMaxAge):
+// a client hung 20 s, then reset when the server gave up (README,
+// "Preconnected target connections").
 type preconnector struct {
 	addr string
 	want int
 	log  *slog.Logger
+	// dial connects to addr; tests wrap it to hold a dial in flight.
+	dial func(ctx context.Context, addr string) (*net.TCPConn, error)
 
-	mu     sync.Mutex
-	idle   []warmConn
-	closed bool
-	kick   chan struct{}
+	mu      sync.Mutex
+	idle    []warmConn // oldest first
+	closed  bool
+	kick    chan struct{}
+	dialing chan struct{} // non-nil while run dials; closed when that dial ended
+	demand  int           // streams in get: waiting for that dial or dialing their own
 }
 
 type warmConn struct {
@@ -38,14 +52,59 @@ type warmConn struct {
 }
 
 func newPreconnector(addr string, want int, log *slog.Logger) *preconnector {
-	return &preconnector{addr: addr, want: want, log: log, kick: make(chan struct{}, 1)}
+	return &preconnector{addr: addr, want: want, log: log, kick: make(chan struct{}, 1), dial: dialTCP}
 }
 
-// take returns a live warm connection, or nil if none is ready.
-func (p *preconnector) take() *net.TCPConn {
+func dialTCP(ctx context.Context, addr string) (*net.TCPConn, error) {
+	d := net.Dialer{Timeout: dialTimeout}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return c.(*net.TCPConn), nil
+}
+
+// get returns a connection for a new stream and whether it was warm: the
+// oldest live idle one; else the one run is dialing, once dialed; else a
+// new one, dialed while run waits, so that no warm connection reaches the
+// target ahead of it (see preconnector).
+func (p *preconnector) get(ctx context.Context) (*net.TCPConn, bool, error) {
 	defer p.refill()
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.demand++
+	for {
+		if c := p.takeLocked(); c != nil {
+			p.demand--
+			p.mu.Unlock()
+			return c, true, nil
+		}
+		ch := p.dialing
+		if ch == nil {
+			break
+		}
+		p.mu.Unlock()
+		// Bounded by run's dial timeout.
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			p.mu.Lock()
+			p.demand--
+			p.mu.Unlock()
+			return nil, false, ctx.Err()
+		}
+		p.mu.Lock()
+	}
+	p.mu.Unlock()
+	c, err := p.dial(ctx, p.addr)
+	p.mu.Lock()
+	p.demand--
+	p.mu.Unlock()
+	return c, false, err
+}
+
+// takeLocked pops the oldest live idle connection, closing dead and aged
+// ones on the way; nil when none is left. p.mu is held.
+func (p *preconnector) takeLocked() *net.TCPConn {
 	for len(p.idle) > 0 {
 		w := p.idle[0]
 		p.idle = p.idle[1:]
@@ -81,20 +140,39 @@ func (p *preconnector) run(ctx context.Context) {
 		}
 		for {
 			p.mu.Lock()
-			n, closed := len(p.idle), p.closed
+			if p.closed {
+				p.mu.Unlock()
+				return
+			}
+			// A stream dialing its own connection goes first; the last
+			// one to finish kicks this loop again.
+			if len(p.idle) >= p.want || p.demand > 0 {
+				p.mu.Unlock()
+				break
+			}
+			done := make(chan struct{})
+			p.dialing = done
 			p.mu.Unlock()
+			c, err := p.dial(ctx, p.addr)
+			p.mu.Lock()
+			p.dialing = nil
+			closed := p.closed
+			if err == nil && !closed {
+				p.idle = append(p.idle, warmConn{c, time.Now()})
+			}
+			p.mu.Unlock()
+			close(done)
+			if err == nil && closed {
+				c.Close()
+			}
+			if ctx.Err() != nil {
+				p.close()
+				return
+			}
 			if closed {
 				return
 			}
-			if n >= p.want {
-				break
-			}
-			d := net.Dialer{Timeout: dialTimeout}
-			c, err := d.DialContext(ctx, "tcp", p.addr)
 			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
 				p.log.Debug("preconnect failed", "target", p.addr, "err", err)
 				select {
 				case <-ctx.Done():
@@ -104,14 +182,6 @@ func (p *preconnector) run(ctx context.Context) {
 				continue
 			}
 			backoff = 50 * time.Millisecond
-			p.mu.Lock()
-			if p.closed {
-				p.mu.Unlock()
-				c.Close()
-				return
-			}
-			p.idle = append(p.idle, warmConn{c.(*net.TCPConn), time.Now()})
-			p.mu.Unlock()
 		}
 	}
 }
