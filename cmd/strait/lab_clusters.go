@@ -3,13 +3,39 @@ package main
 import (
 	"context"
 
+	"k8s.io/client-go/rest"
+
+	"github.com/strait-net/strait/lab/emulation"
 	"github.com/strait-net/strait/lab/kube"
+	"github.com/strait-net/strait/lab/kube/linkemu"
 	"github.com/strait-net/strait/lab/run"
 )
 
-// clusterEmulator is the link emulation runs on clusters use; nil until
-// lab/kube/linkemu provides one, so emulated scenarios are refused.
-var clusterEmulator kube.Emulator
+// clusterEmulator is the link emulation runs on clusters use:
+// lab/kube/linkemu's privileged DaemonSet (docs/lab-clusters-emulation.md).
+var clusterEmulator kube.Emulator = linkEmulator{}
+
+// linkEmulator is linkemu as a kube.Emulator. The adapter lives here, not
+// in lab/kube, so that the runner's package does not depend on how links
+// are emulated.
+type linkEmulator struct{}
+
+func (linkEmulator) Apply(ctx context.Context, run string, targets []kube.EmuTarget, p emulation.Params) (kube.Applied, error) {
+	ts := make([]linkemu.Target, 0, len(targets))
+	for _, t := range targets {
+		ts = append(ts, linkemu.Target{Cluster: t.Cluster, Config: t.Config, Nodes: t.Nodes, Remote: t.Remote})
+	}
+	a, err := linkemu.Apply(ctx, run, ts, p)
+	if err != nil {
+		// Not a typed nil in the interface: the caller tests for nil.
+		return nil, err
+	}
+	return a, nil
+}
+
+func (linkEmulator) Down(ctx context.Context, cfg *rest.Config, run string) error {
+	return linkemu.Down(ctx, cfg, run)
+}
 
 // clusterBackend is `strait lab run --clusters FILE`'s backend.
 func clusterBackend(path string) (run.Backend, error) {
