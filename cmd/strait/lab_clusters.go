@@ -43,6 +43,9 @@ func clusterBackend(path string) (run.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The emulation's DaemonSet runs strait's image too: the one the
+	// clusters file names, which its clusters can pull.
+	linkemu.Image = m.Image
 	return kube.New(kube.Options{Clusters: m, Emulator: clusterEmulator, Logger: logger()})
 }
 
