@@ -55,5 +55,6 @@ func downClusters(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
+	linkemu.Image = m.Image // its cleaning pods, as clusterBackend's
 	return kube.Down(ctx, m, clusterEmulator)
 }

@@ -57,8 +57,11 @@ func (b *Backend) Unit(ctx context.Context, spec run.BackendUnitSpec) (_ run.Bac
 		return nil, errors.New("kube: Unit before Check")
 	}
 	// An interrupted run may have left this unit's namespace and
-	// emulation (resume).
-	if e := b.opts.Emulator; e != nil {
+	// emulation (resume). Only an impaired unit can have left emulation
+	// (a unit's scenario does not change on resume), and cleaning runs a
+	// pod on every node: skip it for the others.
+	sc := spec.Scenario
+	if e := b.opts.Emulator; e != nil && (!sc.LAN.IsZero() || !sc.WAN.IsZero()) {
 		for _, c := range []*conn{u.server, u.client} {
 			if err := e.Down(ctx, c.cfg, u.id); err != nil {
 				return nil, fmt.Errorf("cluster %s: remove a previous run's emulation of unit %s: %w", c.name, u.id, err)
@@ -91,7 +94,6 @@ func (b *Backend) Unit(ctx context.Context, spec run.BackendUnitSpec) (_ run.Bac
 	if _, err := u.waitReady(ctx, u.client, "app="+loadName); err != nil {
 		return nil, err
 	}
-	sc := spec.Scenario
 	if !sc.LAN.IsZero() || !sc.WAN.IsZero() {
 		if err := u.emulate(ctx, spec); err != nil {
 			return nil, err
