@@ -99,7 +99,7 @@ func New(opts Options) (*Backend, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Backend{opts: opts, conns: map[string]*conn{}, meta: Metadata{Clusters: map[string]*ClusterInfo{}, Direct: map[string]string{}}}, nil
+	return &Backend{opts: opts, conns: map[string]*conn{}, meta: Metadata{Clusters: map[string]*ClusterInfo{}, Direct: map[string]string{}, Emulation: map[string]AppliedEmulation{}}}, nil
 }
 
 // clusterOf is the cluster of an experiment's cluster/node id.
@@ -144,6 +144,14 @@ func (b *Backend) Check(ctx context.Context, p run.BackendPlan) error {
 	for _, sc := range p.Scenarios {
 		if (!sc.LAN.IsZero() || !sc.WAN.IsZero() || sc.MTU != 0 || sc.AsDeclared) && b.opts.Emulator == nil {
 			return fmt.Errorf("scenario %s (lan %s, wan %s): link emulation on clusters is not available in this build; run unimpaired scenarios (e.g. --scenarios lcl)", sc.Name, sc.LAN, sc.WAN)
+		}
+		// The clusters' links are not the lab's: their MTU and a
+		// topology's declared links cannot be set.
+		if sc.MTU != 0 {
+			return fmt.Errorf("scenario %s sets the MTU (%d): runs on clusters keep the clusters' MTU", sc.Name, sc.MTU)
+		}
+		if sc.AsDeclared {
+			return fmt.Errorf("scenario %s: runs on clusters have no topology links to keep as declared; name impaired or unimpaired scenarios", sc.Name)
 		}
 	}
 	for _, t := range p.Tools {
@@ -203,6 +211,16 @@ type Metadata struct {
 	// (pod IPs routed between the clusters) or "nodeport" (a NodePort
 	// Service on the server pod's node).
 	Direct map[string]string `json:"direct"`
+	// Emulation is, per unit of an impaired scenario, what was applied.
+	Emulation map[string]AppliedEmulation `json:"emulation,omitempty"`
+}
+
+// AppliedEmulation is a unit's link emulation: Params (emulation.Params'
+// String) on each cluster's egress toward Remote, per cluster.
+type AppliedEmulation struct {
+	Scenario string              `json:"scenario"`
+	Params   string              `json:"params"` // per direction: the path composed (PathParams)
+	Remote   map[string][]string `json:"remote"`
 }
 
 // ClusterInfo is one cluster's versions, nodes and network.

@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -26,7 +27,7 @@ import (
 //
 //	clusters:
 //	  a: {kubeconfig: a.kubeconfig, context: kind-a}
-//	  b: {kubeconfig: /home/me/.kube/config, context: kind-b}
+//	  b: {kubeconfig: /home/me/.kube/config, context: kind-b, remote: [10.200.128.2]}
 //	direct: auto            # auto, pod or nodeport
 //	image: ghcr.io/strait-net/strait:v0.3.0
 //	installed: "{service}.{namespace}.svc.clusterset.local"
@@ -60,6 +61,15 @@ type Cluster struct {
 	Kubeconfig string `yaml:"kubeconfig"`
 	// Context is the kubeconfig context; empty: its current context.
 	Context string `yaml:"context"`
+	// Remote lists addresses or prefixes the cluster's traffic has on the
+	// other clusters' nodes besides its nodes' addresses and pod CIDRs,
+	// which the API reports: e.g. the address its nodes masquerade pod
+	// traffic to where that is not a node address, or a Service CIDR.
+	// Link emulation impairs the other clusters' egress toward them too
+	// (docs/lab-clusters.md, "Link emulation").
+	Remote []string `yaml:"remote"`
+
+	remote []netip.Prefix
 }
 
 // Direct modes.
@@ -93,6 +103,14 @@ func ParseClusterMap(b []byte, dir string) (*ClusterMap, error) {
 		if strings.ContainsRune(c.Kubeconfig, 0) || strings.ContainsRune(c.Context, 0) {
 			return nil, fmt.Errorf("clusters.%s: a NUL byte in kubeconfig or context", name)
 		}
+		for _, r := range c.Remote {
+			p, err := parsePrefix(r)
+			if err != nil {
+				return nil, fmt.Errorf("clusters.%s.remote: %w", name, err)
+			}
+			c.remote = append(c.remote, p)
+		}
+		m.Clusters[name] = c
 	}
 	switch m.Direct {
 	case "":
@@ -118,6 +136,19 @@ func ParseClusterMap(b []byte, dir string) (*ClusterMap, error) {
 	}
 	m.dir = dir
 	return &m, nil
+}
+
+// parsePrefix reads an address (a host prefix) or a CIDR prefix.
+func parsePrefix(s string) (netip.Prefix, error) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		a = a.Unmap()
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is neither an IP address nor a prefix (e.g. 10.200.128.2 or 10.96.0.0/12)", s)
+	}
+	return p.Masked(), nil
 }
 
 // LoadClusterMap reads and parses a clusters file.

@@ -23,6 +23,8 @@ func TestParseClusterMap(t *testing.T) {
 		{"installed without service", "clusters: {a: {}}\ninstalled: foo.svc\n", "must contain {service}"},
 		{"installed with a path", "clusters: {a: {}}\ninstalled: \"{service}/x\"\n", "must be a host name"},
 		{"bad image", "clusters: {a: {}}\nimage: \"a b\"\n", `image "a b": not an image reference`},
+		{"bad remote", "clusters: {a: {remote: [10.200.128.2, 10.0.0.0/33]}}\n", `clusters.a.remote: "10.0.0.0/33" is neither an IP address nor a prefix`},
+		{"remote ok", "clusters: {a: {remote: [10.200.128.2, 10.96.0.0/12, \"fd00::1\"]}}\n", ""},
 		{"installed ok", "clusters: {a: {}}\ninstalled: \"{service}.{namespace}.svc.clusterset.local\"\nexport: true\n", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,6 +81,7 @@ current-context: ca
 
 func FuzzParseClusterMap(f *testing.F) {
 	f.Add([]byte("clusters: {a: {kubeconfig: a.kc, context: ca}, b: {}}\ndirect: nodeport\n"))
+	f.Add([]byte("clusters: {a: {remote: [10.200.128.2, 10.96.0.0/12]}}\n"))
 	f.Add([]byte("clusters: {a: {}}\ninstalled: \"{service}.{namespace}.svc.clusterset.local\"\nexport: true\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := ParseClusterMap(b, "/x")
@@ -100,6 +103,16 @@ func FuzzParseClusterMap(f *testing.F) {
 		}
 		if m.Installed != "" && !strings.Contains(m.Installed, "{service}") {
 			t.Fatalf("accepted installed %q", m.Installed)
+		}
+		for n, c := range m.Clusters {
+			if len(c.remote) != len(c.Remote) {
+				t.Fatalf("cluster %s: remote %q parsed as %v", n, c.Remote, c.remote)
+			}
+			for _, p := range c.remote {
+				if !p.IsValid() || p != p.Masked() {
+					t.Fatalf("cluster %s: remote %q gave prefix %v", n, c.Remote, p)
+				}
+			}
 		}
 	})
 }

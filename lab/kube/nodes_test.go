@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/strait-net/strait/internal/testenv"
 	"github.com/strait-net/strait/k8s/k8stest"
 	"github.com/strait-net/strait/lab/kube"
+	"github.com/strait-net/strait/lab/kube/linkemu"
 	"github.com/strait-net/strait/load"
 )
 
@@ -28,6 +30,7 @@ type pair struct {
 	script, name string
 	env          []string
 	addr         map[string]string // cluster -> its node's address
+	node         map[string]string // cluster -> its node's network namespace
 	kubeconfig   map[string]string
 }
 
@@ -49,7 +52,7 @@ func requireNodeHost(t *testing.T) {
 func upPair(t *testing.T, bin string) *pair {
 	t.Helper()
 	p := &pair{script: filepath.Join(k8stest.Root(), "scripts", "k8s-nodes.sh"), name: testenv.UniqueName("kl"),
-		env: append(os.Environ(), "STRAIT="+bin), addr: map[string]string{}, kubeconfig: map[string]string{}}
+		env: append(os.Environ(), "STRAIT="+bin), addr: map[string]string{}, node: map[string]string{}, kubeconfig: map[string]string{}}
 	cmd := exec.Command(p.script, "up", p.name, "--clusters", "a,b")
 	cmd.Env = p.env
 	out, err := cmd.CombinedOutput()
@@ -66,10 +69,10 @@ func upPair(t *testing.T, bin string) *pair {
 	for _, line := range strings.Split(string(out), "\n") {
 		// cluster C netns NS apiserver ADDR kubeconfig FILE
 		if f := strings.Fields(line); len(f) == 8 && f[0] == "cluster" {
-			p.addr[f[1]], p.kubeconfig[f[1]] = f[5], f[7]
+			p.addr[f[1]], p.node[f[1]], p.kubeconfig[f[1]] = f[5], f[3], f[7]
 		}
 	}
-	if p.addr["a"] == "" || p.addr["b"] == "" {
+	if p.addr["a"] == "" || p.addr["b"] == "" || p.node["a"] == "" || p.node["b"] == "" {
 		t.Fatalf("k8s-nodes.sh up printed no addresses:\n%s", out)
 	}
 	return p
@@ -77,7 +80,10 @@ func upPair(t *testing.T, bin string) *pair {
 
 // netns is cluster a's node: it reaches both API servers (the lab routes
 // node addresses between clusters), the host does not.
-func (p *pair) netns() string { return "st-" + p.name + "-a-n1" }
+func (p *pair) netns() string { return p.node["a"] }
+
+// nodeNetns is cluster c's node's network namespace.
+func (p *pair) nodeNetns(c string) string { return p.node[c] }
 
 func (p *pair) kubectl(c, stdin string, args ...string) (string, error) {
 	cmd := exec.Command(p.script, append([]string{"kubectl", p.name, c}, args...)...)
@@ -227,8 +233,9 @@ spec:
 	})
 }
 
-// leftovers lists what any strait lab run left in the pair: namespaces and
-// AccessPolicies with the lab's label.
+// leftovers lists what any strait lab run left in the pair: namespaces,
+// AccessPolicies and link emulation DaemonSets with the lab's label, and
+// the emulation's devices (nodeemu's "stk…") and netem qdiscs on the nodes.
 func (p *pair) leftovers(t *testing.T) string {
 	t.Helper()
 	var left []string
@@ -238,6 +245,18 @@ func (p *pair) leftovers(t *testing.T) string {
 			if s := strings.TrimSpace(out); s != "" {
 				left = append(left, c+": "+strings.ReplaceAll(s, "\n", " "))
 			}
+		}
+		out := p.must(t, c, "", "get", "daemonsets", "-A", "-l", linkemu.LabelManagedBy+"="+kube.ManagedBy, "-o", "name")
+		if s := strings.TrimSpace(out); s != "" {
+			left = append(left, c+": "+strings.ReplaceAll(s, "\n", " "))
+		}
+		for _, l := range strings.Split(testenv.Run(t, "ip", "-n", p.nodeNetns(c), "-o", "link", "show"), "\n") {
+			if f := strings.Fields(l); len(f) > 1 && strings.HasPrefix(f[1], "stk") {
+				left = append(left, c+": device "+strings.TrimSuffix(f[1], ":"))
+			}
+		}
+		if q := testenv.Run(t, "tc", "-n", p.nodeNetns(c), "qdisc", "show"); strings.Contains(q, "netem") {
+			left = append(left, c+": netem qdiscs: "+q)
 		}
 	}
 	return strings.Join(left, "; ")
@@ -406,6 +425,94 @@ func TestRunOnClusters(t *testing.T) {
 		}
 		if left := p.leftovers(t); left != "" {
 			t.Fatalf("left after the run: %s", left)
+		}
+	})
+
+	t.Run("Emulated", func(t *testing.T) {
+		if runDir == "" {
+			t.Skip("no finished unimpaired run to compare with")
+		}
+		// Each cluster's remote: the address its node masquerades pod
+		// traffic to (its address on the link, the next hop the other
+		// node routes it by), which the API does not report.
+		remote := map[string]string{}
+		for c, other := range map[string]string{"a": "b", "b": "a"} {
+			route := strings.Fields(testenv.Run(t, "ip", "-n", p.nodeNetns(other), "route", "get", p.addr[c]))
+			for i, f := range route {
+				if f == "via" && i+1 < len(route) {
+					remote[c] = route[i+1]
+				}
+			}
+			if remote[c] == "" {
+				t.Fatalf("%s: no next hop toward %s: %v", other, p.addr[c], route)
+			}
+		}
+		emuClusters := write("clusters-emu.yaml", fmt.Sprintf("clusters:\n  a: {kubeconfig: %s, remote: [%s]}\n  b: {kubeconfig: %s, remote: [%s]}\n",
+			p.kubeconfig["a"], remote["a"], p.kubeconfig["b"], remote["b"]))
+		// LAN 2 ms, WAN 5 ms: the path is 9 ms each way (PathParams), a
+		// round trip 18 ms longer than lcl's.
+		const added = 18 * time.Millisecond
+		emuExp := write("experiment-emu.yaml", strings.Replace(experiment, "scenarios: [lcl]",
+			"define-scenarios: [{name: d9, lan: {delay: 2ms}, wan: {delay: 5ms}}]\nscenarios: [d9]", 1))
+		cmd, log := labRun(t, p, bin, tmp, emuExp, "--clusters", emuClusters, "--out", filepath.Join(tmp, "results-emu"), "--tools", "direct")
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("emulated run: %v\n%s", err, log)
+		}
+		median := func(path string) time.Duration {
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			samples, err := load.ReadCSV(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var d []time.Duration
+			for _, s := range samples {
+				if s.OK() {
+					d = append(d, s.Total)
+				}
+			}
+			if len(d) < 10 {
+				t.Fatalf("%s: %d answered requests", path, len(d))
+			}
+			slices.Sort(d)
+			return d[len(d)/2]
+		}
+		dirs, _ := filepath.Glob(filepath.Join(tmp, "results-emu", "kube-test-*"))
+		if len(dirs) != 1 {
+			t.Fatalf("run directories %v, want one", dirs)
+		}
+		base := median(filepath.Join(runDir, "raw", "lcl-direct-echo-1KB-r1.csv"))
+		got := median(filepath.Join(dirs[0], "raw", "d9-direct-echo-1KB-r1.csv"))
+		t.Logf("median echo: lcl %v, d9 %v (load %s)", base, got, loadavg())
+		// Loose: at least 0.9 of the added round trip (the emulation
+		// impairs both directions, including replies to the masquerade
+		// address); at most 5× (a loaded host adds, it never removes).
+		if got-base < added*9/10 || got-base > 5*added {
+			t.Errorf("d9 moved the median echo by %v (lcl %v, d9 %v), want about %v", got-base, base, got, added)
+		}
+		b, err := os.ReadFile(filepath.Join(dirs[0], "metadata.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var md struct {
+			Clusters kube.Metadata `json:"clusters"`
+		}
+		if err := json.Unmarshal(b, &md); err != nil {
+			t.Fatal(err)
+		}
+		if len(md.Clusters.Emulation) != 1 {
+			t.Errorf("metadata emulation %+v: want the unit's", md.Clusters.Emulation)
+		}
+		for unit, e := range md.Clusters.Emulation {
+			if !strings.HasPrefix(e.Params, "delay 9ms") || !slices.Contains(e.Remote["a"], remote["b"]+"/32") || !slices.Contains(e.Remote["b"], remote["a"]+"/32") {
+				t.Errorf("unit %s: emulation %+v: want delay 9ms toward each other's masquerade address", unit, e)
+			}
+		}
+		if left := p.leftovers(t); left != "" {
+			t.Fatalf("left after the emulated run: %s", left)
 		}
 	})
 

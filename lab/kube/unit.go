@@ -57,8 +57,11 @@ func (b *Backend) Unit(ctx context.Context, spec run.BackendUnitSpec) (_ run.Bac
 		return nil, errors.New("kube: Unit before Check")
 	}
 	// An interrupted run may have left this unit's namespace and
-	// emulation (resume).
-	if e := b.opts.Emulator; e != nil {
+	// emulation (resume). Only an impaired unit can have left emulation
+	// (a unit's scenario does not change on resume), and cleaning runs a
+	// pod on every node: skip it for the others.
+	sc := spec.Scenario
+	if e := b.opts.Emulator; e != nil && (!sc.LAN.IsZero() || !sc.WAN.IsZero()) {
 		for _, c := range []*conn{u.server, u.client} {
 			if err := e.Down(ctx, c.cfg, u.id); err != nil {
 				return nil, fmt.Errorf("cluster %s: remove a previous run's emulation of unit %s: %w", c.name, u.id, err)
@@ -91,7 +94,6 @@ func (b *Backend) Unit(ctx context.Context, spec run.BackendUnitSpec) (_ run.Bac
 	if _, err := u.waitReady(ctx, u.client, "app="+loadName); err != nil {
 		return nil, err
 	}
-	sc := spec.Scenario
 	if !sc.LAN.IsZero() || !sc.WAN.IsZero() {
 		if err := u.emulate(ctx, spec); err != nil {
 			return nil, err
@@ -105,43 +107,48 @@ func (u *unit) labels() map[string]string {
 }
 
 // emulate applies the scenario to the links between the two clusters'
-// nodes: its WAN parameters, which are what crosses clusters, or its LAN
-// parameters where it impairs only LAN links. In the namespace lab a
-// request also crosses impaired LAN links on both sides (seed 000's edg10
-// impairs LAN and WAN alike); whether a run on clusters should stack them
-// is open (docs/lab-clusters.md, "Link emulation").
+// nodes: its client–server path composed into one impairment per
+// direction (PathParams), on each cluster's egress toward the other, and
+// records it in the run's metadata.
 func (u *unit) emulate(ctx context.Context, spec run.BackendUnitSpec) error {
-	p := spec.Scenario.WAN
-	if p.IsZero() {
-		p = spec.Scenario.LAN
-	}
+	p := PathParams(spec.Scenario)
 	var targets []EmuTarget
+	applied := AppliedEmulation{Scenario: spec.Scenario.Name, Params: p.String(), Remote: map[string][]string{}}
 	for _, c := range []*conn{u.server, u.client} {
 		other := u.server
 		if c == u.server {
 			other = u.client
 		}
-		targets = append(targets, EmuTarget{Cluster: c.name, Config: c.cfg, Remote: u.b.remote(other.name)})
+		remote := u.b.remote(other.name)
+		targets = append(targets, EmuTarget{Cluster: c.name, Config: c.cfg, Remote: remote})
+		for _, r := range remote {
+			applied.Remote[c.name] = append(applied.Remote[c.name], r.String())
+		}
 	}
 	a, err := u.b.opts.Emulator.Apply(ctx, u.id, targets, p)
 	if err != nil {
-		return fmt.Errorf("emulation %s: %w", spec.Scenario.Name, err)
+		return fmt.Errorf("emulation %s (%s per direction): %w", spec.Scenario.Name, p, err)
 	}
 	u.applied = a
+	u.b.mu.Lock()
+	u.b.meta.Emulation[u.id] = applied
+	u.b.mu.Unlock()
 	return nil
 }
 
 // remote lists where traffic toward cluster name goes, as its preflight
-// saw it: every node's addresses and pod CIDRs. (Service CIDRs are not in
-// the API; traffic to another cluster's Service leaves as traffic to its
-// nodes or pods after DNAT.)
+// saw it: every node's addresses and pod CIDRs, and what the clusters file
+// lists under the cluster's remote (e.g. the address its nodes masquerade
+// pod traffic to). (Service CIDRs are not in the API; traffic to another
+// cluster's Service leaves as traffic to its nodes or pods after DNAT.)
 func (b *Backend) remote(name string) []netip.Prefix {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []netip.Prefix
+	out = append(out, b.opts.Clusters.Clusters[name].remote...)
 	info := b.meta.Clusters[name]
 	if info == nil {
-		return nil
+		return out
 	}
 	for _, n := range info.Nodes {
 		for _, a := range strings.Split(n.Addresses, ",") {
