@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/strait-net/strait/internal/testenv"
+	"github.com/strait-net/strait/internal/testenv/k8snodes"
 	"github.com/strait-net/strait/k8s/k8stest"
 )
 
@@ -30,7 +31,7 @@ const echoName = "echo.demo.svc.clusterset.local"
 // podsEnv is what the subtests of TestDeployInPods share: the clusters, the
 // overlays, the addresses of the DNS servers they query.
 type podsEnv struct {
-	k         *k8sNodes
+	k         *k8snodes.Nodes
 	tmp       string
 	curlImage string
 	// overlay re-applies cluster c's overlay with gateway.yaml extended
@@ -41,7 +42,7 @@ type podsEnv struct {
 }
 
 // netns is cluster c's first node, where the gateway and the API server run.
-func (e *podsEnv) netns(c string) string { return "st-" + e.k.name + "-" + c + "-n1" }
+func (e *podsEnv) netns(c string) string { return "st-" + e.k.Name + "-" + c + "-n1" }
 
 // TestDeployInPods is what a user does first, on real nodes: deploy/
 // applied unchanged (an overlay per cluster sets only strait.env and the
@@ -51,10 +52,10 @@ func (e *podsEnv) netns(c string) string { return "st-" + e.k.name + "-" + c + "
 // clusterset.local names through b's own CoreDNS. One bring-up carries every
 // subtest, in order: each leaves the clusters as the next expects them.
 func TestDeployInPods(t *testing.T) {
-	requireNodeHost(t)
+	k8snodes.Require(t)
 	bin := staticBinary(t)
 	start := time.Now()
-	k := upNodes(t, bin, "a", "b")
+	k := k8snodes.Up(t, "k", bin, "a", "b")
 	tmp := t.TempDir()
 	e := &podsEnv{k: k, tmp: tmp}
 
@@ -69,7 +70,7 @@ func TestDeployInPods(t *testing.T) {
 	} {
 		run(t, bin, args...)
 	}
-	broker := k.addr["a"] + ":4500"
+	broker := k.Addr["a"] + ":4500"
 	bconf := write(t, filepath.Join(tmp, "broker.yaml"), fmt.Sprintf("id: broker1\nidentity: {dir: %s}\nlisten: %s\nstore: {path: %s}\n",
 		fab, broker, filepath.Join(tmp, "broker.db")))
 	testenv.Start(t, "ip", "netns", "exec", e.netns("a"), bin, "broker", "--config", bconf)
@@ -90,7 +91,7 @@ func TestDeployInPods(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		addr := k.addr[c]
+		addr := k.Addr[c]
 		write(t, filepath.Join(dir, "strait.env"), fmt.Sprintf("cluster=%s\nbroker=%s\ngateway-wan=%s:4443\ngateway-ips=%s\nclusterset-ips=10.255.0.0/16\n",
 			c, broker, addr, addr))
 		write(t, filepath.Join(dir, "gateway.yaml"), strings.Replace(string(gw), "cluster: a ", "cluster: "+c+" ", 1)+extra)
@@ -107,15 +108,15 @@ patches:
   - target: {kind: Deployment, name: strait-gateway}
     patch: '[{"op": "replace", "path": "/spec/replicas", "value": 1}]'
 `, rel))
-		k.must(t, c, "", "apply", "-k", dir)
+		k.Must(t, c, "", "apply", "-k", dir)
 	}
 	for _, c := range []string{"a", "b"} {
 		e.overlay(t, c, "")
-		k.must(t, c, "", "-n", "strait-system", "create", "secret", "generic", "strait-identity",
+		k.Must(t, c, "", "-n", "strait-system", "create", "secret", "generic", "strait-identity",
 			"--from-file="+filepath.Join(fab, "ca.crt"), "--from-file="+filepath.Join(fab, c+".crt"), "--from-file="+filepath.Join(fab, c+".key"))
 		// strait denies by default; the namespace exists in both (MCS
 		// namespace sameness).
-		k.must(t, c, `apiVersion: v1
+		k.Must(t, c, `apiVersion: v1
 kind: Namespace
 metadata: {name: demo}
 ---
@@ -128,7 +129,7 @@ spec: {priority: 1000, action: allow}
 	for _, c := range []string{"a", "b"} {
 		for _, d := range []string{"strait-controller", "strait-gateway"} {
 			waitNodes(t, c+": "+d+" pods ready", func() error {
-				_, err := k.kubectl(c, "", "-n", "strait-system", "wait", "--for=condition=Ready", "--timeout=2s", "pod", "-l", "app.kubernetes.io/name="+d)
+				_, err := k.Kubectl(c, "", "-n", "strait-system", "wait", "--for=condition=Ready", "--timeout=2s", "pod", "-l", "app.kubernetes.io/name="+d)
 				return err
 			})
 		}
@@ -136,7 +137,7 @@ spec: {priority: 1000, action: allow}
 
 	// Cluster a: the lab's workloads (from strait's image) behind two
 	// exported Services: echo, and duo, whose two ports are two servers.
-	k.must(t, "a", `apiVersion: apps/v1
+	k.Must(t, "a", `apiVersion: apps/v1
 kind: Deployment
 metadata: {name: echo, namespace: demo}
 spec:
@@ -193,8 +194,8 @@ metadata: {name: duo, namespace: demo}
 
 	// Cluster b: clusterset.local in its CoreDNS, deploy/dns as the README
 	// says (the strait-dns cluster IP written in, CoreDNS restarted).
-	e.straitDNS = strings.TrimSpace(k.must(t, "b", "", "-n", "strait-system", "get", "svc", "strait-dns", "-o", "jsonpath={.spec.clusterIP}"))
-	e.coreDNS = strings.TrimSpace(k.must(t, "b", "", "-n", "kube-system", "get", "svc", "kube-dns", "-o", "jsonpath={.spec.clusterIP}"))
+	e.straitDNS = strings.TrimSpace(k.Must(t, "b", "", "-n", "strait-system", "get", "svc", "strait-dns", "-o", "jsonpath={.spec.clusterIP}"))
+	e.coreDNS = strings.TrimSpace(k.Must(t, "b", "", "-n", "kube-system", "get", "svc", "kube-dns", "-o", "jsonpath={.spec.clusterIP}"))
 	dnsDir := filepath.Join(tmp, "dns")
 	if err := os.MkdirAll(dnsDir, 0o755); err != nil {
 		t.Fatal(err)
@@ -206,10 +207,10 @@ metadata: {name: duo, namespace: demo}
 		}
 		write(t, filepath.Join(dnsDir, f), strings.ReplaceAll(string(b), "STRAIT_DNS_IP", e.straitDNS))
 	}
-	k.must(t, "b", "", "apply", "-k", dnsDir)
-	k.must(t, "b", "", "-n", "kube-system", "rollout", "restart", "deployment/coredns")
+	k.Must(t, "b", "", "apply", "-k", dnsDir)
+	k.Must(t, "b", "", "-n", "kube-system", "rollout", "restart", "deployment/coredns")
 	waitNodes(t, "b: coredns restarted", func() error {
-		_, err := k.kubectl("b", "", "-n", "kube-system", "rollout", "status", "--timeout=2s", "deployment/coredns")
+		_, err := k.Kubectl("b", "", "-n", "kube-system", "rollout", "status", "--timeout=2s", "deployment/coredns")
 		return err
 	})
 	e.curlImage = strings.TrimSpace(run(t, "sh", "-c", `curl --version | awk 'NR == 1 {print "localhost/strait-lab/curl:" $2}'`))
@@ -249,7 +250,7 @@ func loadavg() string {
 // namespace and returns each container's log once it has succeeded.
 func (e *podsEnv) runPod(t *testing.T, c, name, spec string, containers ...string) map[string]string {
 	t.Helper()
-	e.k.must(t, c, fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata: {name: %s, namespace: demo}\n%s", name, spec), "apply", "-f", "-")
+	e.k.Must(t, c, fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata: {name: %s, namespace: demo}\n%s", name, spec), "apply", "-f", "-")
 	return e.waitPod(t, c, name, containers...)
 }
 
@@ -260,13 +261,13 @@ func (e *podsEnv) waitPod(t *testing.T, c, name string, containers ...string) ma
 	logs := func() string {
 		var b strings.Builder
 		for _, ct := range containers {
-			out, _ := e.k.kubectl(c, "", "-n", "demo", "logs", name, "-c", ct)
+			out, _ := e.k.Kubectl(c, "", "-n", "demo", "logs", name, "-c", ct)
 			fmt.Fprintf(&b, "[%s] %s\n", ct, out)
 		}
 		return b.String()
 	}
 	waitNodes(t, c+": pod "+name+" succeeded", func() error {
-		phase, err := e.k.kubectl(c, "", "-n", "demo", "get", "pod", name, "-o", "jsonpath={.status.phase}")
+		phase, err := e.k.Kubectl(c, "", "-n", "demo", "get", "pod", name, "-o", "jsonpath={.status.phase}")
 		if err != nil {
 			return err
 		}
@@ -280,7 +281,7 @@ func (e *podsEnv) waitPod(t *testing.T, c, name string, containers ...string) ma
 	})
 	out := map[string]string{}
 	for _, ct := range containers {
-		out[ct] = e.k.must(t, c, "", "-n", "demo", "logs", name, "-c", ct)
+		out[ct] = e.k.Must(t, c, "", "-n", "demo", "logs", name, "-c", ct)
 	}
 	return out
 }
@@ -379,7 +380,7 @@ func testControllerLeader(t *testing.T, e *podsEnv) {
 	for _, c := range []string{"a", "b"} {
 		var pods []string
 		waitNodes(t, c+": two controller pods ready", func() error {
-			out, err := e.k.kubectl(c, "", "-n", "strait-system", "get", "pods", "-l", "app.kubernetes.io/name=strait-controller",
+			out, err := e.k.Kubectl(c, "", "-n", "strait-system", "get", "pods", "-l", "app.kubernetes.io/name=strait-controller",
 				"-o", `jsonpath={range .items[*]}{.metadata.name}{" "}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
 			if err != nil {
 				return err
@@ -397,7 +398,7 @@ func testControllerLeader(t *testing.T, e *podsEnv) {
 		})
 		var holder string
 		waitNodes(t, c+": lease strait-controller held", func() error {
-			out, err := e.k.kubectl(c, "", "-n", "strait-system", "get", "lease", "strait-controller", "-o", "jsonpath={.spec.holderIdentity}")
+			out, err := e.k.Kubectl(c, "", "-n", "strait-system", "get", "lease", "strait-controller", "-o", "jsonpath={.spec.holderIdentity}")
 			holder = out
 			if err == nil && out == "" {
 				err = fmt.Errorf("no holder")
@@ -411,7 +412,7 @@ func testControllerLeader(t *testing.T, e *podsEnv) {
 			if strings.HasPrefix(holder, p+"_") {
 				leaders = append(leaders, p)
 			}
-			logs := e.k.must(t, c, "", "-n", "strait-system", "logs", p)
+			logs := e.k.Must(t, c, "", "-n", "strait-system", "logs", p)
 			if got := strings.Count(logs, "successfully acquired lease"); (got == 1) != strings.HasPrefix(holder, p+"_") {
 				t.Errorf("cluster %s: pod %s logged %d lease acquisitions; the holder is %s", c, p, got, holder)
 			}
@@ -464,7 +465,7 @@ func parseSeq(out string) ([]seqRow, error) {
 // it.
 func (e *podsEnv) toolPod(t *testing.T, name, role string) string {
 	t.Helper()
-	e.k.must(t, "b", fmt.Sprintf(`apiVersion: v1
+	e.k.Must(t, "b", fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata: {name: %s, namespace: demo, labels: {role: %s}}
 spec:
@@ -474,16 +475,16 @@ spec:
       args: [app, hello, --listen, "0.0.0.0:8081"]
 `, name, role), "apply", "-f", "-")
 	waitNodes(t, "b: pod "+name+" ready", func() error {
-		_, err := e.k.kubectl("b", "", "-n", "demo", "wait", "--for=condition=Ready", "--timeout=2s", "pod", name)
+		_, err := e.k.Kubectl("b", "", "-n", "demo", "wait", "--for=condition=Ready", "--timeout=2s", "pod", name)
 		return err
 	})
-	return strings.TrimSpace(e.k.must(t, "b", "", "-n", "demo", "get", "pod", name, "-o", "jsonpath={.status.podIP}"))
+	return strings.TrimSpace(e.k.Must(t, "b", "", "-n", "demo", "get", "pod", name, "-o", "jsonpath={.status.podIP}"))
 }
 
 // request execs one echo request in tool pod name; ok says whether it came
 // back intact, detail what happened.
 func (e *podsEnv) request(name string) (ok bool, detail string, err error) {
-	out, _ := e.k.kubectl("b", "", "-n", "demo", "exec", name, "--", "/strait", "load", "seq", "-q",
+	out, _ := e.k.Kubectl("b", "", "-n", "demo", "exec", name, "--", "/strait", "load", "seq", "-q",
 		"--url", "http://"+echoName+":8080/", "--payload", "64", "--verify-echo", "--connect-timeout", "2s", "--response-timeout", "3s")
 	rows, err := parseSeq(out)
 	if err != nil {
@@ -505,7 +506,7 @@ func testDenyPolicy(t *testing.T, e *podsEnv) {
 	blockedIP := e.toolPod(t, "blocked", "blocked")
 	e.toolPod(t, "neighbour", "neighbour")
 	gatewayPod := func() string {
-		return strings.TrimSpace(e.k.must(t, "b", "", "-n", "strait-system", "get", "pods", "-l", "app.kubernetes.io/name=strait-gateway",
+		return strings.TrimSpace(e.k.Must(t, "b", "", "-n", "strait-system", "get", "pods", "-l", "app.kubernetes.io/name=strait-gateway",
 			"-o", "jsonpath={range .items[*]}{.metadata.uid}{\" \"}{end}"))
 	}
 	before := gatewayPod()
@@ -519,7 +520,7 @@ func testDenyPolicy(t *testing.T, e *podsEnv) {
 		})
 	}
 	t0 := time.Now()
-	e.k.must(t, "b", `apiVersion: strait.dev/v1alpha1
+	e.k.Must(t, "b", `apiVersion: strait.dev/v1alpha1
 kind: AccessPolicy
 metadata: {name: deny-blocked}
 spec:
@@ -556,7 +557,7 @@ spec:
 	if after := gatewayPod(); after != before {
 		t.Errorf("b's gateway pods changed from %q to %q: the policy must work without a restart", before, after)
 	}
-	logs := e.k.must(t, "b", "", "-n", "strait-system", "logs", "deployment/strait-gateway", "-c", "gateway")
+	logs := e.k.Must(t, "b", "", "-n", "strait-system", "logs", "deployment/strait-gateway", "-c", "gateway")
 	denied := 0
 	for _, line := range strings.Split(logs, "\n") {
 		if strings.Contains(line, "connection denied") {
@@ -569,14 +570,14 @@ spec:
 	if denied == 0 {
 		t.Errorf("b's gateway logged no denial of %s:\n%s", blockedIP, logs)
 	}
-	e.k.must(t, "b", "", "delete", "accesspolicy", "deny-blocked")
+	e.k.Must(t, "b", "", "delete", "accesspolicy", "deny-blocked")
 }
 
 // restarts is every container's restart count in cluster c, by
 // namespace/pod/container.
 func (e *podsEnv) restarts(t *testing.T, c string) map[string]string {
 	t.Helper()
-	out := e.k.must(t, c, "", "get", "pods", "-A", "-o",
+	out := e.k.Must(t, c, "", "get", "pods", "-A", "-o",
 		`jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}{" "}{range .status.containerStatuses[*]}{.name}={.restartCount}{" "}{end}{"\n"}{end}`)
 	m := map[string]string{}
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
@@ -609,7 +610,7 @@ func (e *podsEnv) clientConns() (float64, error) {
 // logged; no other pod in either cluster restarts.
 func testGatewayPodDeleted(t *testing.T, e *podsEnv) {
 	before := map[string]map[string]string{"a": e.restarts(t, "a"), "b": e.restarts(t, "b")}
-	old := strings.TrimSpace(e.k.must(t, "a", "", "-n", "strait-system", "get", "pods", "-l", "app.kubernetes.io/name=strait-gateway", "-o", "jsonpath={.items[*].metadata.name}"))
+	old := strings.TrimSpace(e.k.Must(t, "a", "", "-n", "strait-system", "get", "pods", "-l", "app.kubernetes.io/name=strait-gateway", "-o", "jsonpath={.items[*].metadata.name}"))
 	if strings.Contains(old, " ") || old == "" {
 		t.Fatalf("a's gateway pods: %q, want one", old)
 	}
@@ -618,7 +619,7 @@ func testGatewayPodDeleted(t *testing.T, e *podsEnv) {
 		t.Fatal(err)
 	}
 	const loadFor = 20 * time.Second
-	e.k.must(t, "b", fmt.Sprintf(`apiVersion: v1
+	e.k.Must(t, "b", fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata: {name: load, namespace: demo}
 spec:
@@ -638,9 +639,9 @@ spec:
 		return err
 	})
 	deleted := time.Now()
-	e.k.must(t, "a", "", "-n", "strait-system", "delete", "pod", old, "--wait=false")
+	e.k.Must(t, "a", "", "-n", "strait-system", "delete", "pod", old, "--wait=false")
 	waitNodes(t, "a: replacement gateway ready", func() error {
-		out, err := e.k.kubectl("a", "", "-n", "strait-system", "get", "pods", "-l", "app.kubernetes.io/name=strait-gateway",
+		out, err := e.k.Kubectl("a", "", "-n", "strait-system", "get", "pods", "-l", "app.kubernetes.io/name=strait-gateway",
 			"-o", `jsonpath={range .items[*]}{.metadata.name}{" "}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
 		if err != nil {
 			return err
@@ -707,7 +708,7 @@ spec:
 			}
 		}
 	}
-	e.k.must(t, "b", "", "-n", "demo", "delete", "pod", "load", "--wait=false")
+	e.k.Must(t, "b", "", "-n", "demo", "delete", "pod", "load", "--wait=false")
 }
 
 // dig asks server, from b's first node, for name's A records ("" when it
@@ -752,7 +753,7 @@ func testUnexport(t *testing.T, e *podsEnv) {
 		})
 	}
 	deleted := time.Now()
-	e.k.must(t, "a", "", "-n", "demo", "delete", "serviceexport", "echo")
+	e.k.Must(t, "a", "", "-n", "demo", "delete", "serviceexport", "echo")
 	dnsGone := func(server string) func() (bool, error) {
 		return func() (bool, error) {
 			ip, err := e.dig(server, echoName)
@@ -761,7 +762,7 @@ func testUnexport(t *testing.T, e *podsEnv) {
 	}
 	strait := vanish(t, "name gone from strait's DNS in b after the unexport", deleted, dnsGone(e.straitDNS))
 	vanish(t, "ServiceImport gone from b", deleted, func() (bool, error) {
-		out, err := e.k.kubectl("b", "", "-n", "demo", "get", "serviceimports.multicluster.x-k8s.io", "--ignore-not-found", "-o", "name", "echo")
+		out, err := e.k.Kubectl("b", "", "-n", "demo", "get", "serviceimports.multicluster.x-k8s.io", "--ignore-not-found", "-o", "name", "echo")
 		return strings.TrimSpace(out) == "", err
 	})
 	vanish(t, "name gone from b's CoreDNS", deleted, dnsGone(e.coreDNS))
@@ -781,13 +782,13 @@ func testNamespaceDeleted(t *testing.T, e *podsEnv) {
 	}
 	managed := "endpointslice.kubernetes.io/managed-by=controller.strait.dev"
 	strait := func(c string) string {
-		return strings.TrimSpace(e.k.must(t, c, "", "get", "serviceimports.multicluster.x-k8s.io,endpointslices", "-A", "-l", managed, "-o", "name"))
+		return strings.TrimSpace(e.k.Must(t, c, "", "get", "serviceimports.multicluster.x-k8s.io,endpointslices", "-A", "-l", managed, "-o", "name"))
 	}
 	if got := strait("b"); !strings.Contains(got, "duo") {
 		t.Fatalf("before: b has no objects of strait for duo: %q", got)
 	}
 	gatewayHas := func(c string) (string, error) {
-		out, err := e.k.kubectl(c, "", "-n", "strait-system", "exec", "deployment/strait-gateway", "-c", "sync", "--",
+		out, err := e.k.Kubectl(c, "", "-n", "strait-system", "exec", "deployment/strait-gateway", "-c", "sync", "--",
 			"/strait", "get", "--gateway", "/run/strait/gateway.sock")
 		if err != nil {
 			return "", err
@@ -807,14 +808,14 @@ func testNamespaceDeleted(t *testing.T, e *podsEnv) {
 	}
 	for _, c := range []string{"a", "b"} {
 		deleted := time.Now()
-		e.k.must(t, c, "", "delete", "namespace", "demo", "--wait=false")
+		e.k.Must(t, c, "", "delete", "namespace", "demo", "--wait=false")
 		vanish(t, c+": namespace demo gone", deleted, func() (bool, error) {
-			out, err := e.k.kubectl(c, "", "get", "namespace", "demo", "--ignore-not-found", "-o", "name")
+			out, err := e.k.Kubectl(c, "", "get", "namespace", "demo", "--ignore-not-found", "-o", "name")
 			return strings.TrimSpace(out) == "", err
 		})
 		if c == "a" {
 			vanish(t, "b: duo's import and slice gone", deleted, func() (bool, error) {
-				out, err := e.k.kubectl("b", "", "-n", "demo", "get", "serviceimports.multicluster.x-k8s.io,endpointslices", "-l", managed, "-o", "name")
+				out, err := e.k.Kubectl("b", "", "-n", "demo", "get", "serviceimports.multicluster.x-k8s.io,endpointslices", "-l", managed, "-o", "name")
 				return strings.TrimSpace(out) == "", err
 			})
 			vanish(t, "b: "+duo+" gone from strait's DNS", deleted, func() (bool, error) {
@@ -842,7 +843,7 @@ func testNamespaceDeleted(t *testing.T, e *podsEnv) {
 func testNoForbidden(t *testing.T, e *podsEnv) {
 	for _, c := range []string{"a", "b"} {
 		for _, sel := range []string{"app.kubernetes.io/name=strait-controller", "app.kubernetes.io/name=strait-gateway"} {
-			logs := e.k.must(t, c, "", "-n", "strait-system", "logs", "-l", sel, "--all-containers", "--prefix", "--tail=-1")
+			logs := e.k.Must(t, c, "", "-n", "strait-system", "logs", "-l", sel, "--all-containers", "--prefix", "--tail=-1")
 			if strings.TrimSpace(logs) == "" {
 				t.Errorf("cluster %s: no logs for %s", c, sel)
 			}
@@ -880,15 +881,15 @@ func testFaults(t *testing.T, e *podsEnv) {
 		t.Run(f.c+"-"+f.daemon, func(t *testing.T) {
 			before := map[string]map[string]string{"a": e.restarts(t, "a"), "b": e.restarts(t, "b")}
 			start := time.Now()
-			cmd := exec.Command(e.k.script, "restart", e.k.name, f.c, f.daemon, "1", f.down)
-			cmd.Env = e.k.env
+			cmd := exec.Command(e.k.Script, "restart", e.k.Name, f.c, f.daemon, "1", f.down)
+			cmd.Env = e.k.Env
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("k8s-nodes.sh restart %s %s: %v\n%s", f.c, f.daemon, err, out)
 			}
 			for _, c := range []string{"a", "b"} {
 				for _, ns := range []string{"strait-system", "kube-system"} {
 					waitNodes(t, c+": "+ns+" pods ready", func() error {
-						_, err := e.k.kubectl(c, "", "-n", ns, "wait", "--for=condition=Ready", "--timeout=2s", "pod", "--all")
+						_, err := e.k.Kubectl(c, "", "-n", ns, "wait", "--for=condition=Ready", "--timeout=2s", "pod", "--all")
 						return err
 					})
 				}
@@ -931,17 +932,17 @@ func testFaults(t *testing.T, e *podsEnv) {
 // import each.
 func (e *podsEnv) noDuplicates(t *testing.T) {
 	t.Helper()
-	out := e.k.must(t, "b", "", "-n", "demo", "get", "serviceimports.multicluster.x-k8s.io", "-o",
+	out := e.k.Must(t, "b", "", "-n", "demo", "get", "serviceimports.multicluster.x-k8s.io", "-o",
 		`jsonpath={range .items[*]}{.metadata.name}{" "}{.status.clusters[*].cluster}{"\n"}{end}`)
 	if got := strings.TrimSpace(out); got != "duo a\necho a" {
 		t.Errorf("b's ServiceImports (name, clusters): %q, want duo and echo from a, once each", got)
 	}
-	out = e.k.must(t, "b", "", "-n", "demo", "get", "endpointslices", "-l", "endpointslice.kubernetes.io/managed-by=controller.strait.dev",
+	out = e.k.Must(t, "b", "", "-n", "demo", "get", "endpointslices", "-l", "endpointslice.kubernetes.io/managed-by=controller.strait.dev",
 		"-o", "jsonpath={.items[*].metadata.name}")
 	if got := strings.TrimSpace(out); got != "duo-a echo-a" {
 		t.Errorf("b's EndpointSlices of strait: %q, want duo-a echo-a", got)
 	}
-	out = e.k.must(t, "b", "", "-n", "strait-system", "exec", "deployment/strait-gateway", "-c", "sync", "--",
+	out = e.k.Must(t, "b", "", "-n", "strait-system", "exec", "deployment/strait-gateway", "-c", "sync", "--",
 		"/strait", "get", "ServiceImport", "--gateway", "/run/strait/gateway.sock")
 	for _, n := range []string{"duo", "echo"} {
 		if got := strings.Count(out, "metadata:\n  name: "+n+"\n"); got != 1 {
@@ -953,7 +954,7 @@ func (e *podsEnv) noDuplicates(t *testing.T) {
 // leaderActive says whether a ready controller pod of cluster c holds the
 // Lease and renewed it within the last 5 s (it renews every 2 s).
 func (e *podsEnv) leaderActive(c string) error {
-	out, err := e.k.kubectl(c, "", "-n", "strait-system", "get", "lease", "strait-controller", "-o", `jsonpath={.spec.holderIdentity} {.spec.renewTime}`)
+	out, err := e.k.Kubectl(c, "", "-n", "strait-system", "get", "lease", "strait-controller", "-o", `jsonpath={.spec.holderIdentity} {.spec.renewTime}`)
 	if err != nil {
 		return err
 	}
@@ -969,7 +970,7 @@ func (e *podsEnv) leaderActive(c string) error {
 		return fmt.Errorf("lease of %s renewed %v ago", f[0], age.Round(time.Millisecond))
 	}
 	pod, _, _ := strings.Cut(f[0], "_")
-	ready, err := e.k.kubectl(c, "", "-n", "strait-system", "get", "pod", pod, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+	ready, err := e.k.Kubectl(c, "", "-n", "strait-system", "get", "pod", pod, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
 	if err != nil || ready != "True" {
 		return fmt.Errorf("lease holder %s: ready %q %v", pod, ready, err)
 	}

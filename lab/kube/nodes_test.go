@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/strait-net/strait/internal/testenv"
+	"github.com/strait-net/strait/internal/testenv/k8snodes"
 	"github.com/strait-net/strait/k8s/k8stest"
 	"github.com/strait-net/strait/lab/kube"
 	"github.com/strait-net/strait/lab/kube/linkemu"
@@ -26,100 +27,24 @@ const patience = 5 * time.Minute
 
 // pair is two clusters of one real node each from scripts/k8s-nodes.sh
 // (docs/k8s-nodes.md).
-type pair struct {
-	script, name string
-	env          []string
-	addr         map[string]string // cluster -> its node's address
-	node         map[string]string // cluster -> its node's network namespace
-	kubeconfig   map[string]string
-}
-
-// requireNodeHost skips t where this host cannot run Kubernetes nodes
-// (what scripts/setup.sh installs).
-func requireNodeHost(t *testing.T) {
-	t.Helper()
-	testenv.RequireRoot(t)
-	for _, c := range []string{"containerd", "ctr", "runc", "buildah", "cc", "curl", "jq", "openssl", "nft", "findmnt"} {
-		if _, err := exec.LookPath(c); err != nil {
-			t.Skipf("needs %s (scripts/setup.sh installs it)", c)
-		}
-	}
-	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
-		t.Skip("needs the CNI plugins in /usr/lib/cni (scripts/setup.sh installs containernetworking-plugins)")
-	}
-}
+type pair struct{ *k8snodes.Nodes }
 
 func upPair(t *testing.T, bin string) *pair {
 	t.Helper()
-	p := &pair{script: filepath.Join(k8stest.Root(), "scripts", "k8s-nodes.sh"), name: testenv.UniqueName("kl"),
-		env: append(os.Environ(), "STRAIT="+bin), addr: map[string]string{}, node: map[string]string{}, kubeconfig: map[string]string{}}
-	cmd := exec.Command(p.script, "up", p.name, "--clusters", "a,b")
-	cmd.Env = p.env
-	out, err := cmd.CombinedOutput()
-	t.Cleanup(func() {
-		cmd := exec.Command(p.script, "down", p.name)
-		cmd.Env = p.env
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("k8s-nodes.sh down %s: %v\n%s", p.name, err, out)
-		}
-	})
-	if err != nil {
-		t.Fatalf("k8s-nodes.sh up %s: %v\n%s", p.name, err, out)
-	}
-	for _, line := range strings.Split(string(out), "\n") {
-		// cluster C netns NS apiserver ADDR kubeconfig FILE
-		if f := strings.Fields(line); len(f) == 8 && f[0] == "cluster" {
-			p.addr[f[1]], p.node[f[1]], p.kubeconfig[f[1]] = f[5], f[3], f[7]
-		}
-	}
-	if p.addr["a"] == "" || p.addr["b"] == "" || p.node["a"] == "" || p.node["b"] == "" {
-		t.Fatalf("k8s-nodes.sh up printed no addresses:\n%s", out)
-	}
-	return p
+	return &pair{k8snodes.Up(t, "kl", bin, "a", "b")}
 }
 
 // netns is cluster a's node: it reaches both API servers (the lab routes
 // node addresses between clusters), the host does not.
-func (p *pair) netns() string { return p.node["a"] }
+func (p *pair) netns() string { return p.Netns["a"] }
 
 // nodeNetns is cluster c's node's network namespace.
-func (p *pair) nodeNetns(c string) string { return p.node[c] }
-
-func (p *pair) kubectl(c, stdin string, args ...string) (string, error) {
-	cmd := exec.Command(p.script, append([]string{"kubectl", p.name, c}, args...)...)
-	cmd.Env = p.env
-	cmd.Stdin = strings.NewReader(stdin)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		return out.String(), fmt.Errorf("kubectl %s: %v: %s", strings.Join(args, " "), err, errb.String())
-	}
-	return out.String(), nil
-}
-
-func (p *pair) must(t *testing.T, c, stdin string, args ...string) string {
-	t.Helper()
-	out, err := p.kubectl(c, stdin, args...)
-	if err != nil {
-		t.Fatalf("cluster %s: %v", c, err)
-	}
-	return out
-}
+func (p *pair) nodeNetns(c string) string { return p.Netns[c] }
 
 // eventually polls f until it succeeds, for at most patience.
 func eventually(t *testing.T, what string, f func() error) {
 	t.Helper()
-	start := time.Now()
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Since(start) > patience {
-			t.Fatalf("%s: still failing after %v: %v", what, patience, err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+	k8snodes.Eventually(t, what, patience, 500*time.Millisecond, f)
 }
 
 // deployStrait installs strait in both clusters the way the README does:
@@ -139,7 +64,7 @@ func deployStrait(t *testing.T, p *pair, bin, tmp string) {
 			t.Fatalf("strait %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
-	broker := p.addr["a"] + ":4500"
+	broker := p.Addr["a"] + ":4500"
 	deploy := filepath.Join(k8stest.Root(), "deploy")
 	gw, err := os.ReadFile(filepath.Join(deploy, "config", "gateway.yaml"))
 	if err != nil {
@@ -159,7 +84,7 @@ func deployStrait(t *testing.T, p *pair, bin, tmp string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		addr := p.addr[c]
+		addr := p.Addr[c]
 		write(filepath.Join(dir, "strait.env"), fmt.Sprintf("cluster=%s\nbroker=%s\ngateway-wan=%s:4443\ngateway-ips=%s\nclusterset-ips=10.255.0.0/16\n", c, broker, addr, addr))
 		write(filepath.Join(dir, "gateway.yaml"), strings.Replace(string(gw), "cluster: a ", "cluster: "+c+" ", 1))
 		write(filepath.Join(dir, "kustomization.yaml"), fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
@@ -174,13 +99,13 @@ patches:
   - target: {kind: Deployment, name: strait-gateway}
     patch: '[{"op": "replace", "path": "/spec/replicas", "value": 1}]'
 `, rel))
-		p.must(t, c, "", "apply", "-k", dir)
-		p.must(t, c, "", "-n", "strait-system", "create", "secret", "generic", "strait-identity",
+		p.Must(t, c, "", "apply", "-k", dir)
+		p.Must(t, c, "", "-n", "strait-system", "create", "secret", "generic", "strait-identity",
 			"--from-file="+filepath.Join(fab, "ca.crt"), "--from-file="+filepath.Join(fab, c+".crt"), "--from-file="+filepath.Join(fab, c+".key"))
 	}
-	p.must(t, "a", "", "-n", "strait-system", "create", "secret", "generic", "strait-broker",
+	p.Must(t, "a", "", "-n", "strait-system", "create", "secret", "generic", "strait-broker",
 		"--from-file="+filepath.Join(fab, "ca.crt"), "--from-file="+filepath.Join(fab, "broker1.crt"), "--from-file="+filepath.Join(fab, "broker1.key"))
-	p.must(t, "a", fmt.Sprintf(`apiVersion: v1
+	p.Must(t, "a", fmt.Sprintf(`apiVersion: v1
 kind: ConfigMap
 metadata: {name: strait-broker, namespace: strait-system}
 data:
@@ -207,13 +132,13 @@ spec:
 	for _, c := range []string{"a", "b"} {
 		for _, d := range []string{"strait-controller", "strait-gateway"} {
 			eventually(t, c+": "+d+" ready", func() error {
-				_, err := p.kubectl(c, "", "-n", "strait-system", "wait", "--for=condition=Ready", "--timeout=2s", "pod", "-l", "app.kubernetes.io/name="+d)
+				_, err := p.Kubectl(c, "", "-n", "strait-system", "wait", "--for=condition=Ready", "--timeout=2s", "pod", "-l", "app.kubernetes.io/name="+d)
 				return err
 			})
 		}
 	}
 	// The client's CoreDNS forwards clusterset.local to strait's DNS.
-	ip := strings.TrimSpace(p.must(t, "b", "", "-n", "strait-system", "get", "svc", "strait-dns", "-o", "jsonpath={.spec.clusterIP}"))
+	ip := strings.TrimSpace(p.Must(t, "b", "", "-n", "strait-system", "get", "svc", "strait-dns", "-o", "jsonpath={.spec.clusterIP}"))
 	dnsDir := filepath.Join(tmp, "dns")
 	if err := os.MkdirAll(dnsDir, 0o755); err != nil {
 		t.Fatal(err)
@@ -225,10 +150,10 @@ spec:
 		}
 		write(filepath.Join(dnsDir, f), strings.ReplaceAll(string(b), "STRAIT_DNS_IP", ip))
 	}
-	p.must(t, "b", "", "apply", "-k", dnsDir)
-	p.must(t, "b", "", "-n", "kube-system", "rollout", "restart", "deployment/coredns")
+	p.Must(t, "b", "", "apply", "-k", dnsDir)
+	p.Must(t, "b", "", "-n", "kube-system", "rollout", "restart", "deployment/coredns")
 	eventually(t, "b: coredns restarted", func() error {
-		_, err := p.kubectl("b", "", "-n", "kube-system", "rollout", "status", "--timeout=2s", "deployment/coredns")
+		_, err := p.Kubectl("b", "", "-n", "kube-system", "rollout", "status", "--timeout=2s", "deployment/coredns")
 		return err
 	})
 }
@@ -241,12 +166,12 @@ func (p *pair) leftovers(t *testing.T) string {
 	var left []string
 	for _, c := range []string{"a", "b"} {
 		for _, kind := range []string{"namespaces", "accesspolicies.strait.dev"} {
-			out := p.must(t, c, "", "get", kind, "-l", kube.ManagedByLabel+"="+kube.ManagedBy, "-o", "name")
+			out := p.Must(t, c, "", "get", kind, "-l", kube.ManagedByLabel+"="+kube.ManagedBy, "-o", "name")
 			if s := strings.TrimSpace(out); s != "" {
 				left = append(left, c+": "+strings.ReplaceAll(s, "\n", " "))
 			}
 		}
-		out := p.must(t, c, "", "get", "daemonsets", "-A", "-l", linkemu.LabelManagedBy+"="+kube.ManagedBy, "-o", "name")
+		out := p.Must(t, c, "", "get", "daemonsets", "-A", "-l", linkemu.LabelManagedBy+"="+kube.ManagedBy, "-o", "name")
 		if s := strings.TrimSpace(out); s != "" {
 			left = append(left, c+": "+strings.ReplaceAll(s, "\n", " "))
 		}
@@ -304,7 +229,7 @@ load: {requests: 20, warmup: 2}
 // run whose pods cannot start (an error naming the pod and why), and
 // `strait lab down --clusters` removing a run's leftovers.
 func TestRunOnClusters(t *testing.T) {
-	requireNodeHost(t)
+	k8snodes.Require(t)
 	if testing.Short() {
 		t.Skip("brings up two Kubernetes clusters")
 	}
@@ -321,11 +246,11 @@ func TestRunOnClusters(t *testing.T) {
 		}
 		return path
 	}
-	clusters := write("clusters.yaml", fmt.Sprintf("clusters:\n  a: {kubeconfig: %s}\n  b: {kubeconfig: %s}\n", p.kubeconfig["a"], p.kubeconfig["b"]))
+	clusters := write("clusters.yaml", fmt.Sprintf("clusters:\n  a: {kubeconfig: %s}\n  b: {kubeconfig: %s}\n", p.Kubeconfig["a"], p.Kubeconfig["b"]))
 	exp := write("experiment.yaml", experiment)
 	out := filepath.Join(tmp, "results")
 	unitNS := func(c string) string {
-		s, _ := p.kubectl(c, "", "get", "namespaces", "-l", kube.ManagedByLabel+"="+kube.ManagedBy, "-o", "name")
+		s, _ := p.Kubectl(c, "", "get", "namespaces", "-l", kube.ManagedByLabel+"="+kube.ManagedBy, "-o", "name")
 		return strings.TrimPrefix(strings.TrimSpace(s), "namespace/")
 	}
 
@@ -437,18 +362,18 @@ func TestRunOnClusters(t *testing.T) {
 		// node routes it by), which the API does not report.
 		remote := map[string]string{}
 		for c, other := range map[string]string{"a": "b", "b": "a"} {
-			route := strings.Fields(testenv.Run(t, "ip", "-n", p.nodeNetns(other), "route", "get", p.addr[c]))
+			route := strings.Fields(testenv.Run(t, "ip", "-n", p.nodeNetns(other), "route", "get", p.Addr[c]))
 			for i, f := range route {
 				if f == "via" && i+1 < len(route) {
 					remote[c] = route[i+1]
 				}
 			}
 			if remote[c] == "" {
-				t.Fatalf("%s: no next hop toward %s: %v", other, p.addr[c], route)
+				t.Fatalf("%s: no next hop toward %s: %v", other, p.Addr[c], route)
 			}
 		}
 		emuClusters := write("clusters-emu.yaml", fmt.Sprintf("clusters:\n  a: {kubeconfig: %s, remote: [%s]}\n  b: {kubeconfig: %s, remote: [%s]}\n",
-			p.kubeconfig["a"], remote["a"], p.kubeconfig["b"], remote["b"]))
+			p.Kubeconfig["a"], remote["a"], p.Kubeconfig["b"], remote["b"]))
 		// LAN 2 ms, WAN 5 ms: the path is 9 ms each way (PathParams), a
 		// round trip 18 ms longer than lcl's.
 		const added = 18 * time.Millisecond
@@ -539,7 +464,7 @@ func TestRunOnClusters(t *testing.T) {
 			}
 			return nil
 		})
-		p.must(t, "b", "", "delete", "namespace", ns, "--wait=false")
+		p.Must(t, "b", "", "delete", "namespace", ns, "--wait=false")
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
 		select {
@@ -586,7 +511,7 @@ func TestRunOnClusters(t *testing.T) {
 		// An image no node has and no registry serves: the kubelet
 		// reports ErrImagePull at once, and the run must say so before
 		// measuring anything.
-		bad := write("clusters-bad-image.yaml", fmt.Sprintf("clusters:\n  a: {kubeconfig: %s}\n  b: {kubeconfig: %s}\nimage: localhost/strait-lab/absent:1\n", p.kubeconfig["a"], p.kubeconfig["b"]))
+		bad := write("clusters-bad-image.yaml", fmt.Sprintf("clusters:\n  a: {kubeconfig: %s}\n  b: {kubeconfig: %s}\nimage: localhost/strait-lab/absent:1\n", p.Kubeconfig["a"], p.Kubeconfig["b"]))
 		cmd, log := labRun(t, p, bin, tmp, exp, "--clusters", bad, "--out", out, "--tools", "direct")
 		if err := cmd.Wait(); err == nil {
 			t.Fatalf("a run whose pods cannot start succeeded:\n%s", log)
@@ -605,7 +530,7 @@ func TestRunOnClusters(t *testing.T) {
 	t.Run("Down", func(t *testing.T) {
 		// A crashed run's leftovers: a labelled namespace in each cluster.
 		for _, c := range []string{"a", "b"} {
-			p.must(t, c, fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: strait-lab-crashed, labels: {%s: %s, %s: crashed}}\n",
+			p.Must(t, c, fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: strait-lab-crashed, labels: {%s: %s, %s: crashed}}\n",
 				kube.ManagedByLabel, kube.ManagedBy, kube.UnitLabel), "apply", "-f", "-")
 		}
 		cmd := exec.Command("ip", "netns", "exec", p.netns(), bin, "lab", "down", "--clusters", clusters)

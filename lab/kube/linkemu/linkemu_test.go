@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/strait-net/strait/internal/testenv"
+	"github.com/strait-net/strait/internal/testenv/k8snodes"
 	"github.com/strait-net/strait/lab/emulation"
 	"github.com/strait-net/strait/lab/kube/linkemu"
 	"github.com/strait-net/strait/lab/kube/linkemu/nodeemu"
@@ -40,7 +41,7 @@ func (p *pair) targets(t *testing.T, clusters ...string) []linkemu.Target {
 // are as before. Then an agent killed with SIGKILL: its leftovers are
 // removed by the next pod, and by Down.
 func TestEmulationOnNodes(t *testing.T) {
-	requireNodeHost(t)
+	k8snodes.Require(t, "ping", "iperf3", "tc", "python3")
 	p := upPair(t)
 	ctx, cancel := context.WithTimeout(context.Background(), patience)
 	defer cancel()
@@ -229,7 +230,7 @@ func (p *pair) checkClean(t *testing.T, baseMin float64, before string) {
 func (p *pair) devices(t *testing.T, c, prefix string) []string {
 	t.Helper()
 	var out []string
-	for _, l := range strings.Split(testenv.Run(t, "ip", "-n", p.netns[c], "-o", "link", "show"), "\n") {
+	for _, l := range strings.Split(testenv.Run(t, "ip", "-n", p.Netns[c], "-o", "link", "show"), "\n") {
 		f := strings.Fields(l)
 		if len(f) > 1 && strings.HasPrefix(f[1], prefix) {
 			name, _, _ := strings.Cut(strings.TrimSuffix(f[1], ":"), "@")
@@ -285,17 +286,7 @@ func waitReady(ctx context.Context, p *pair, c, run string) error {
 
 func waitFor(t *testing.T, what string, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(patience)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still failing after %v: %v", what, patience, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	k8snodes.Eventually(t, what, patience, 200*time.Millisecond, f)
 }
 
 func loadavg() string {
@@ -349,7 +340,7 @@ func TestMeasureOnNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = a.Remove(context.Background()) }) // after a failure
-		out := testenv.Run(t, "ip", "netns", "exec", p.netns["a"], "ping", "-n", "-q", "-c", "200", "-i", "0.01", p.addr["b"])
+		out := testenv.Run(t, "ip", "netns", "exec", p.Netns["a"], "ping", "-n", "-q", "-c", "200", "-i", "0.01", p.Addr["b"])
 		rtt := out[strings.LastIndex(out, "rtt"):]
 		// bbr, as check-link measures (the lab's nodes default to cubic)
 		mbit := p.throughput(t, "-C", "bbr")

@@ -1,14 +1,12 @@
 package linkemu_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
@@ -23,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/strait-net/strait/internal/testenv"
+	"github.com/strait-net/strait/internal/testenv/k8snodes"
 )
 
 // patience bounds every wait on real nodes; a hang detector, not a
@@ -32,25 +31,8 @@ const patience = 4 * time.Minute
 // pair is two clusters a and b of one node each from scripts/k8s-nodes.sh,
 // without WAN emulation of the lab's own.
 type pair struct {
-	name   string
-	netns  map[string]string // cluster -> its node's network namespace
-	addr   map[string]string // cluster -> its node's address
+	*k8snodes.Nodes
 	config map[string]*rest.Config
-}
-
-// requireNodeHost skips where this host cannot run Kubernetes nodes (what
-// scripts/k8s-nodes.sh needs, scripts/setup.sh installs).
-func requireNodeHost(t *testing.T) {
-	t.Helper()
-	testenv.RequireRoot(t)
-	for _, c := range []string{"containerd", "ctr", "runc", "buildah", "cc", "curl", "jq", "openssl", "nft", "findmnt", "ping", "iperf3", "tc", "python3"} {
-		if _, err := exec.LookPath(c); err != nil {
-			t.Skipf("needs %s (scripts/setup.sh installs it)", c)
-		}
-	}
-	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
-		t.Skip("needs the CNI plugins in /usr/lib/cni (scripts/setup.sh installs containernetworking-plugins)")
-	}
 }
 
 // upPair brings up a pair, or uses the one named by STRAIT_LINKEMU_LAB
@@ -59,62 +41,24 @@ func requireNodeHost(t *testing.T) {
 // strait).
 func upPair(t *testing.T) *pair {
 	t.Helper()
-	script := filepath.Join(repoRoot(t), "scripts", "k8s-nodes.sh")
-	p := &pair{name: os.Getenv("STRAIT_LINKEMU_LAB"), netns: map[string]string{}, addr: map[string]string{}, config: map[string]*rest.Config{}}
-	var out []byte
-	if p.name != "" {
-		var err error
-		if out, err = exec.Command(script, "env", p.name).CombinedOutput(); err != nil {
-			t.Fatalf("k8s-nodes.sh env %s: %v\n%s", p.name, err, out)
-		}
+	var n *k8snodes.Nodes
+	if name := os.Getenv("STRAIT_LINKEMU_LAB"); name != "" {
+		n = k8snodes.Attach(t, name, "a", "b")
 	} else {
-		p.name = testenv.UniqueName("le")
-		start := time.Now()
-		cmd := exec.Command(script, "up", p.name, "--clusters", "a,b")
-		var buf bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &buf, &buf
-		err := cmd.Run()
-		t.Cleanup(func() {
-			if out, err := exec.Command(script, "down", p.name).CombinedOutput(); err != nil {
-				t.Errorf("k8s-nodes.sh down %s: %v\n%s", p.name, err, out)
-			}
-		})
-		if err != nil {
-			t.Fatalf("k8s-nodes.sh up %s: %v\n%s", p.name, err, buf.String())
-		}
-		t.Logf("k8s-nodes.sh up %s: %v", p.name, time.Since(start).Round(time.Second))
-		out = buf.Bytes()
+		n = k8snodes.Up(t, "le", "", "a", "b")
 	}
-	for _, line := range strings.Split(string(out), "\n") {
-		// cluster C netns NS apiserver ADDR kubeconfig FILE
-		f := strings.Fields(line)
-		if len(f) != 8 || f[0] != "cluster" {
-			continue
-		}
-		c := f[1]
-		p.netns[c], p.addr[c] = f[3], f[5]
-		cfg, err := clientcmd.BuildConfigFromFlags("", f[7])
+	p := &pair{Nodes: n, config: map[string]*rest.Config{}}
+	for c, kubeconfig := range n.Kubeconfig {
+		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 		if err != nil {
-			t.Fatalf("cluster %s: kubeconfig %s: %v", c, f[7], err)
+			t.Fatalf("cluster %s: kubeconfig %s: %v", c, kubeconfig, err)
 		}
 		// The API server listens in the node's namespace; the test's
 		// client connects from there.
-		cfg.Dial = dialIn(f[3])
+		cfg.Dial = dialIn(n.Netns[c])
 		p.config[c] = cfg
 	}
-	if p.addr["a"] == "" || p.addr["b"] == "" {
-		t.Fatalf("k8s-nodes.sh printed no clusters a and b:\n%s", out)
-	}
 	return p
-}
-
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Dir(strings.TrimSpace(string(out)))
 }
 
 // dialIn returns a dialer whose sockets are created in network namespace
@@ -173,7 +117,7 @@ func (p *pair) remote(t *testing.T, c string) []netip.Prefix {
 	// The other node's address on the link: where it masquerades its pods'
 	// traffic to (MASQUERADE takes the outgoing interface's address, not
 	// the node's InternalIP on lo), so replies to pods go there.
-	route := strings.Fields(testenv.Run(t, "ip", "-n", p.netns[c], "route", "get", p.addr[other]))
+	route := strings.Fields(testenv.Run(t, "ip", "-n", p.Netns[c], "route", "get", p.Addr[other]))
 	var via string
 	for i, f := range route {
 		if f == "via" && i+1 < len(route) {
@@ -181,10 +125,10 @@ func (p *pair) remote(t *testing.T, c string) []netip.Prefix {
 		}
 	}
 	if via == "" {
-		t.Fatalf("%s: no next hop toward %s: %v", c, p.addr[other], route)
+		t.Fatalf("%s: no next hop toward %s: %v", c, p.Addr[other], route)
 	}
 	return []netip.Prefix{
-		netip.MustParsePrefix(p.addr[other] + "/32"),
+		netip.MustParsePrefix(p.Addr[other] + "/32"),
 		netip.MustParsePrefix(via + "/32"),
 		netip.MustParsePrefix(fmt.Sprintf("10.%d.0.0/16", 100+i)),
 		netip.MustParsePrefix(fmt.Sprintf("10.%d.0.0/16", 150+i)),
@@ -195,9 +139,9 @@ func (p *pair) remote(t *testing.T, c string) []netip.Prefix {
 // the emulation) and returns the minimum and the median in ms.
 func (p *pair) rtt(t *testing.T) (min, median float64) {
 	t.Helper()
-	out, err := exec.Command("ip", "netns", "exec", p.netns["a"], "ping", "-n", "-c", "20", "-i", "0.05", "-W", "5", p.addr["b"]).CombinedOutput()
+	out, err := exec.Command("ip", "netns", "exec", p.Netns["a"], "ping", "-n", "-c", "20", "-i", "0.05", "-W", "5", p.Addr["b"]).CombinedOutput()
 	if err != nil {
-		t.Fatalf("ping %s from %s: %v\n%s", p.addr["b"], p.netns["a"], err, out)
+		t.Fatalf("ping %s from %s: %v\n%s", p.Addr["b"], p.Netns["a"], err, out)
 	}
 	var v []float64
 	for _, line := range strings.Split(string(out), "\n") {
@@ -221,7 +165,7 @@ func (p *pair) state(t *testing.T) string {
 	t.Helper()
 	var b strings.Builder
 	for _, c := range []string{"a", "b"} {
-		ns := p.netns[c]
+		ns := p.Netns[c]
 		links := testenv.Run(t, "ip", "-n", ns, "-o", "link", "show")
 		var names []string
 		for _, l := range strings.Split(links, "\n") {
@@ -241,7 +185,7 @@ func (p *pair) state(t *testing.T) string {
 func (p *pair) throughput(t *testing.T, extra ...string) float64 {
 	t.Helper()
 	port := "5299"
-	srv := testenv.Start(t, "ip", "netns", "exec", p.netns["b"], "iperf3", "-s", "-1", "-p", port, "-B", p.addr["b"])
+	srv := testenv.Start(t, "ip", "netns", "exec", p.Netns["b"], "iperf3", "-s", "-1", "-p", port, "-B", p.Addr["b"])
 	defer func() { _ = srv.Process.Kill() }()
 	var r struct {
 		End struct {
@@ -254,7 +198,7 @@ func (p *pair) throughput(t *testing.T, extra ...string) float64 {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		// iperf3 -J exits 0 when it cannot connect, saying so in "error".
-		args := append([]string{"netns", "exec", p.netns["a"], "iperf3", "-c", p.addr["b"], "-p", port, "-t", "3", "-J"}, extra...)
+		args := append([]string{"netns", "exec", p.Netns["a"], "iperf3", "-c", p.Addr["b"], "-p", port, "-t", "3", "-J"}, extra...)
 		out, err := exec.Command("ip", args...).CombinedOutput()
 		r.Error, r.End.SumReceived.BitsPerSecond = "", 0
 		if err == nil {
@@ -264,7 +208,7 @@ func (p *pair) throughput(t *testing.T, extra ...string) float64 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("iperf3 to %s: %v\n%s", p.addr["b"], err, out)
+			t.Fatalf("iperf3 to %s: %v\n%s", p.Addr["b"], err, out)
 		}
 		time.Sleep(200 * time.Millisecond) // the server is not listening yet
 	}
@@ -276,14 +220,14 @@ func (p *pair) throughput(t *testing.T, extra ...string) float64 {
 // connect times, shortest first.
 func (p *pair) podConnect(t *testing.T, ctx context.Context) []time.Duration {
 	t.Helper()
-	srv := testenv.Start(t, "ip", "netns", "exec", p.netns["a"], "python3", "-m", "http.server", "8099", "--bind", p.addr["a"])
+	srv := testenv.Start(t, "ip", "netns", "exec", p.Netns["a"], "python3", "-m", "http.server", "8099", "--bind", p.Addr["a"])
 	defer func() { _ = srv.Process.Kill() }()
 	ver, err := exec.Command("curl", "--version").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
 	image := "localhost/strait-lab/curl:" + strings.Fields(string(ver))[1]
-	url := "http://" + p.addr["a"] + ":8099/"
+	url := "http://" + p.Addr["a"] + ":8099/"
 	args := []string{"-sS", "--retry", "30", "--retry-delay", "1", "--retry-connrefused", "-o", "/dev/null", "-w", "%{time_connect}\n"}
 	for i := 0; i < 5; i++ {
 		args = append(args, url)
