@@ -591,15 +591,22 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	}
 
 	// Stall: for each agent of the killed broker, kill → its next session.
+	// An agent that had already sent and received everything may reconnect
+	// only after the catalog is everywhere (its backoff), so wait for it.
 	if !killAt.IsZero() {
 		for i, t := range traces {
 			if conns[clusters[i]] != res.Killed {
 				continue
 			}
-			if at, ok := connectAfter(t, killAt); ok {
-				res.Stall = max(res.Stall, at.Sub(killAt))
-			} else {
-				return res, fmt.Errorf("%s never reconnected after %s was killed", clusters[i], res.Killed)
+			for {
+				if at, ok := connectAfter(t, killAt); ok {
+					res.Stall = max(res.Stall, at.Sub(killAt))
+					break
+				}
+				if time.Now().After(deadline) || ctx.Err() != nil {
+					return res, fmt.Errorf("%s never reconnected after %s was killed (waited %s)", clusters[i], res.Killed, cfg.Timeout)
+				}
+				time.Sleep(20 * time.Millisecond)
 			}
 		}
 	}
