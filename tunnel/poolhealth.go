@@ -97,7 +97,11 @@ func (p *Pool) openFailed(i int) {
 func (p *Pool) checkHealthLocked(now time.Time) {
 	window := p.cfg.ProbeInterval * time.Duration(p.cfg.ProbeMisses)
 	// A check that runs late means this process was not running: frames
-	// may wait unread in the sockets, so silence proves nothing now.
+	// may wait unread in the sockets, so silence proves nothing now. It
+	// proves nothing either way: a late check keeps a live gateway live
+	// but does not revive a dead one, which needs a frame read (a stalled
+	// check that revived a gateway whose link was down sent new flows
+	// into the dead link).
 	late := p.cfg.ProbeInterval > 0 && !p.lastCheck.IsZero() && now.Sub(p.lastCheck) > 2*p.cfg.ProbeInterval
 	if now.After(p.lastCheck) {
 		p.lastCheck = now
@@ -127,13 +131,10 @@ func (p *Pool) checkHealthLocked(now time.Time) {
 			heard[gi] = false
 		}
 		hasSession[gi] = true
-		if p.cfg.ProbeInterval == 0 || late || now.Sub(sl.lastRecv) < window {
+		if p.cfg.ProbeInterval == 0 || (late && sl.gw.up.Load()) || now.Sub(sl.lastRecv) < window {
 			alive[gi] = true
 		}
 	}
-	// Silence from every gateway at once is more likely this side's own
-	// stall (or the path they share) than all of them dying together; with
-	// none left the table would route nowhere, so keep them all.
 	// Frames on sessions the gateway dialed to us prove it alive as well
 	// (Attach); a gateway still needs a session of ours to be routed to.
 	// inboundAlive also forgets ended sessions, so it runs for every
@@ -143,8 +144,18 @@ func (p *Pool) checkHealthLocked(now time.Time) {
 			alive[i] = true
 		}
 	}
+	// Silence from every gateway at once is more likely this side's own
+	// stall (or the path they share) than all of them dying together; with
+	// none left the table would route nowhere, so keep those that were
+	// live, or, when none was, every one with a session. A gateway already
+	// found dead stays dead while another is kept.
 	if !slices.Contains(alive, true) {
-		copy(alive, hasSession)
+		for i, r := range p.gws {
+			alive[i] = hasSession[i] && r.up.Load()
+		}
+		if !slices.Contains(alive, true) {
+			copy(alive, hasSession)
+		}
 	}
 	changed := false
 	for i, r := range p.gws {
@@ -329,7 +340,7 @@ func (p *Pool) inboundAlive(r *remote, now time.Time, window time.Duration, late
 		if f := in.s.Stats().FramesReceived; f != in.frames {
 			in.frames, in.lastRecv = f, now
 		}
-		if !in.lastRecv.IsZero() && (p.cfg.ProbeInterval == 0 || late || now.Sub(in.lastRecv) < window) {
+		if !in.lastRecv.IsZero() && (p.cfg.ProbeInterval == 0 || (late && r.up.Load()) || now.Sub(in.lastRecv) < window) {
 			alive = true
 		}
 		return false
