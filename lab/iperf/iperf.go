@@ -117,43 +117,57 @@ type Ping struct {
 }
 
 var (
-	pingReply   = regexp.MustCompile(`icmp_seq=\d+ .*time=([0-9.]+) ms`)
+	pingReply   = regexp.MustCompile(`icmp_seq=(\d+) .*time=([0-9.]+) ms`)
 	pingSummary = regexp.MustCompile(`(?m)^(\d+) packets transmitted, (\d+) received`)
 )
 
 // ParsePing reads iputils ping's output (not -q): one line per reply and
-// the summary.
-func ParsePing(out []byte) (*Ping, error) {
+// the summary. Only the replies to the first count echo requests count
+// (icmp_seq 1..count, each once): run with a deadline (-w), ping waits for
+// count replies and keeps sending until it has them, so it may send more
+// than count, and its own loss figure then counts requests beyond count.
+// Sent is count, or what ping transmitted if it stopped before.
+func ParsePing(out []byte, count int) (*Ping, error) {
+	if count < 1 {
+		return nil, fmt.Errorf("ping: count %d, want ≥ 1", count)
+	}
 	s := string(out)
 	m := pingSummary.FindStringSubmatch(s)
 	if m == nil {
 		return nil, errors.New("ping: no summary line (n packets transmitted, m received)")
 	}
-	p := &Ping{}
-	var err1, err2 error
-	p.Sent, err1 = strconv.Atoi(m[1])
-	p.Received, err2 = strconv.Atoi(m[2])
-	if err1 != nil || err2 != nil || p.Sent < 1 || p.Received > p.Sent {
+	sent, err1 := strconv.Atoi(m[1])
+	received, err2 := strconv.Atoi(m[2])
+	if err1 != nil || err2 != nil || sent < 1 || received > sent {
 		return nil, fmt.Errorf("ping: summary %q: want 0 ≤ received ≤ transmitted, transmitted ≥ 1", m[0])
 	}
+	p := &Ping{Sent: min(sent, count)}
+	seen := map[int]bool{}
 	for _, line := range strings.Split(s, "\n") {
 		r := pingReply.FindStringSubmatch(line)
 		if r == nil {
 			continue
 		}
-		v, err := strconv.ParseFloat(r[1], 64)
+		seq, err := strconv.Atoi(r[1])
+		if err != nil || seq < 1 {
+			return nil, fmt.Errorf("ping: reply %q: bad icmp_seq", strings.TrimSpace(line))
+		}
+		v, err := strconv.ParseFloat(r[2], 64)
 		if err != nil || !finite(v) || v < 0 {
 			return nil, fmt.Errorf("ping: reply %q: bad time", strings.TrimSpace(line))
 		}
+		// Duplicates (DUP!) are not replies of their own; the icmp_seq
+		// wraps at 65536, beyond any count the experiment allows.
+		if seq > p.Sent || seen[seq] {
+			continue
+		}
+		seen[seq] = true
 		p.RTTms = append(p.RTTms, v)
 	}
-	if len(p.RTTms) != p.Received {
-		// Duplicates (DUP!) are replies too; the summary counts them apart.
-		if len(p.RTTms) < p.Received {
-			return nil, fmt.Errorf("ping: %d reply lines for %d received", len(p.RTTms), p.Received)
-		}
-		p.RTTms = p.RTTms[:p.Received]
+	if len(p.RTTms) > received {
+		return nil, fmt.Errorf("ping: %d reply lines but %d received", len(p.RTTms), received)
 	}
+	p.Received = len(p.RTTms)
 	p.LostPercent = 100 * float64(p.Sent-p.Received) / float64(p.Sent)
 	return p, nil
 }

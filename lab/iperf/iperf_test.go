@@ -56,7 +56,7 @@ func TestParsePing(t *testing.T) {
 3 packets transmitted, 2 received, 33.3333% packet loss, time 21ms
 rtt min/avg/max/mdev = 0.061/5.280/10.500/5.219 ms
 `
-	p, err := ParsePing([]byte(out))
+	p, err := ParsePing([]byte(out), 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,10 +64,34 @@ rtt min/avg/max/mdev = 0.061/5.280/10.500/5.219 ms
 		t.Errorf("%+v", p)
 	}
 	for _, bad := range []string{"", "3 packets transmitted, 4 received", "0 packets transmitted, 0 received",
-		"64 bytes from x: icmp_seq=1 time=1 ms\n2 packets transmitted, 2 received"} {
-		if _, err := ParsePing([]byte(bad)); err == nil {
+		"64 bytes from x: icmp_seq=1 time=1 ms\n64 bytes from x: icmp_seq=2 time=1 ms\n2 packets transmitted, 1 received"} {
+		if _, err := ParsePing([]byte(bad), 3); err == nil {
 			t.Errorf("ParsePing(%q): no error", bad)
 		}
+	}
+	if _, err := ParsePing([]byte(out), 0); err == nil {
+		t.Error("count 0: no error")
+	}
+}
+
+// TestParsePingDeadline: run with -w, ping sent 5 requests for a count of
+// 3 and got replies to all 5, one duplicated; replies to requests 4 and 5
+// do not count, nor does the duplicate, and the loss is of the first 3.
+func TestParsePingDeadline(t *testing.T) {
+	out := `64 bytes from 10.0.0.2: icmp_seq=2 ttl=62 time=40.1 ms
+64 bytes from 10.0.0.2: icmp_seq=2 ttl=62 time=40.3 ms (DUP!)
+64 bytes from 10.0.0.2: icmp_seq=4 ttl=62 time=9.2 ms
+64 bytes from 10.0.0.2: icmp_seq=1 ttl=62 time=50.0 ms
+64 bytes from 10.0.0.2: icmp_seq=5 ttl=62 time=1.0 ms
+
+5 packets transmitted, 4 received, +1 duplicates, 20% packet loss, time 40ms
+`
+	p, err := ParsePing([]byte(out), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Sent != 3 || p.Received != 2 || len(p.RTTms) != 2 || p.RTTms[0] != 40.1 || p.RTTms[1] != 50 {
+		t.Errorf("%+v, want 2 of 3 replies (seq 2 and 1)", p)
 	}
 }
 
@@ -83,7 +107,7 @@ func FuzzParse(f *testing.F) {
 		if r, err := Parse(b, 0.5, 50); err == nil && (len(r.TrialGbps) == 0 || len(r.TrialGbps) > 50) {
 			t.Fatalf("accepted with %d trials", len(r.TrialGbps))
 		}
-		if p, err := ParsePing(b); err == nil && (len(p.RTTms) != p.Received || p.Received > p.Sent) {
+		if p, err := ParsePing(b, 50); err == nil && (len(p.RTTms) != p.Received || p.Received > p.Sent || p.Sent > 50) {
 			t.Fatalf("accepted %+v", p)
 		}
 	})

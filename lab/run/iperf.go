@@ -149,13 +149,21 @@ func (r *runner) measureIperf(ctx context.Context, env tool.Env, c report.IperfC
 	}
 	path := iperfPath(r.dir, c, rep)
 	if c.Protocol == string(tool.ICMP) {
+		// Without a deadline (-w) ping stops waiting max(2 × the largest
+		// RTT so far, the interval) after its last echo request and counts
+		// every reply still on its way as lost: a userspace tunnel that
+		// was descheduled for a few intervals "lost" half the pings. With
+		// -w it waits for Count replies up to the deadline (the sending
+		// time plus 5 s), sending on meanwhile; ParsePing counts only the
+		// replies to the first Count requests.
+		deadline := int(math.Ceil(float64(ip.Ping.Count)*ip.Ping.interval.Seconds())) + 5
 		cmd, err := env.Lab.Command(ctx, env.Client.ID, "ping", "-n", "-c", strconv.Itoa(ip.Ping.Count),
-			"-i", strconv.FormatFloat(ip.Ping.interval.Seconds(), 'f', -1, 64), "-W", "2", host)
+			"-i", strconv.FormatFloat(ip.Ping.interval.Seconds(), 'f', -1, 64), "-W", "2", "-w", strconv.Itoa(deadline), host)
 		if err != nil {
 			return 0, "", err
 		}
 		out, err := cmd.CombinedOutput()
-		p, perr := iperf.ParsePing(out)
+		p, perr := iperf.ParsePing(out, ip.Ping.Count)
 		if perr != nil {
 			return 0, "", fmt.Errorf("ping %s: %v: %w", host, err, perr)
 		}
