@@ -82,6 +82,36 @@ func Start() (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	// envtest picks etcd's and the API server's ports by binding port 0
+	// and closing, and its own retries reuse the ports of the first try:
+	// a port some other process took in between (any outgoing connection
+	// on a busy host can) failed all five. Each attempt here is a new
+	// Environment, with new ports.
+	const attempts = 3
+	for i := 1; ; i++ {
+		env, stderr := environment(dir)
+		cfg, err := env.Start()
+		if err != nil {
+			_ = env.Stop()
+			err = fmt.Errorf("start api server (attempt %d of %d): %w; kube-apiserver's stderr ends:\n%s", i, attempts, err, stderr.tail())
+			if i < attempts {
+				fmt.Fprintln(os.Stderr, "k8stest:", err)
+				continue
+			}
+			return nil, err
+		}
+		c, err := client.New(cfg, client.Options{Scheme: api.NewScheme()})
+		if err != nil {
+			_ = env.Stop()
+			return nil, err
+		}
+		return &Cluster{Env: env, Config: cfg, Client: c}, nil
+	}
+}
+
+// environment is one envtest Environment of the API server, with strait's
+// CRDs, and what the API server writes to stderr.
+func environment(dir string) (*envtest.Environment, *tailBuffer) {
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: dir,
 		CRDDirectoryPaths:     []string{filepath.Join(Root(), "deploy", "crds")},
@@ -97,17 +127,33 @@ func Start() (*Cluster, error) {
 	}
 	// The other flags this needs (service-cluster-ip-range 10.0.0.0/24, the
 	// ServiceAccount admission plugin off, RBAC) are envtest's defaults.
-	env.ControlPlane.GetAPIServer().Configure().Set("endpoint-reconciler-type", "none")
-	cfg, err := env.Start()
-	if err != nil {
-		return nil, fmt.Errorf("start api server: %w", err)
+	apiServer := env.ControlPlane.GetAPIServer()
+	apiServer.Configure().Set("endpoint-reconciler-type", "none")
+	stderr := &tailBuffer{}
+	apiServer.Err = stderr
+	return env, stderr
+}
+
+// tailBuffer keeps the last 4 KiB written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if over := len(b.buf) - 4096; over > 0 {
+		b.buf = append(b.buf[:0], b.buf[over:]...)
 	}
-	c, err := client.New(cfg, client.Options{Scheme: api.NewScheme()})
-	if err != nil {
-		_ = env.Stop()
-		return nil, err
-	}
-	return &Cluster{Env: env, Config: cfg, Client: c}, nil
+	return len(p), nil
+}
+
+func (b *tailBuffer) tail() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
 }
 
 // Stop stops the API server and etcd and removes their data.
