@@ -1035,7 +1035,13 @@ func startGateway(cfg Config, dir, cluster string) (*proc, error) {
 	}
 	p := &proc{cmd: cmd, done: make(chan struct{}), admin: gateway.NewAdminClient(sock), metrics: maddr}
 	go func() { _ = cmd.Wait(); logf.Close(); close(p.done) }()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		select {
+		case <-p.done:
+			log, _ := os.ReadFile(logf.Name())
+			return nil, fmt.Errorf("gateway %s exited while starting: %v; its log:\n%s", cluster, cmd.ProcessState, log)
+		default:
+		}
 		_, err := p.admin.Status()
 		if err == nil {
 			// The metrics listener opens after the admin socket.

@@ -1,16 +1,25 @@
 // Package freeport hands out loopback TCP addresses for processes a test
 // or a benchmark is about to start.
 //
-// Asking the kernel for port 0 and closing the listener is racy on its own:
-// the kernel may give the port it just released to the very next bind, so
-// two daemons started one after the other (etcd's client and peer URLs, say)
-// can be handed the same port and the second dies with "address already in
-// use". Addr never returns a port it returned before in this process.
+// Asking the kernel for port 0 and closing the listener is racy twice
+// over. The kernel may give the port it just released to the very next
+// bind, so two daemons started one after the other (etcd's client and peer
+// URLs, say) can be handed the same port and the second dies with "address
+// already in use". And the port comes from the ephemeral range, from which
+// the kernel also picks the local port of every outgoing connection on the
+// host: on a busy host one of those can take it before the daemon binds.
+//
+// Addr therefore picks ports below the ephemeral range
+// (net.ipv4.ip_local_port_range), which the kernel never hands out on its
+// own, checks that nothing listens there, and never returns a port it
+// returned before in this process.
 package freeport
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 )
@@ -20,13 +29,61 @@ var (
 	given = map[int]bool{}
 )
 
+// lowest is the first port Addr picks from: above the registered ports
+// daemons and labs commonly use (8080, 9090, 5201, ...).
+const lowest = 10000
+
 // Addr returns "127.0.0.1:port" for a port nothing listened on when it was
 // picked and that this process has not been given before.
 func Addr() (string, error) {
 	mu.Lock()
 	defer mu.Unlock()
-	// Hold every listener until a new port turns up, so the kernel cannot
-	// hand back the same one on the next try.
+	if a, ok := addrIn(pickRange()); ok {
+		return a, nil
+	}
+	return kernelAddr()
+}
+
+// addrIn tries random ports of [lo, hi) not handed out before.
+func addrIn(lo, hi int) (string, bool) {
+	if hi <= lo {
+		return "", false
+	}
+	for range 1000 {
+		port := lo + rand.IntN(hi-lo)
+		if given[port] {
+			continue
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue // in use
+		}
+		l.Close()
+		given[port] = true
+		return addr, true
+	}
+	return "", false
+}
+
+// pickRange is [lowest, the ephemeral range's start), or an empty range
+// where that range starts too low to leave room.
+func pickRange() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	var start, end int
+	if _, err := fmt.Sscan(string(b), &start, &end); err != nil || start-lowest < 1000 {
+		return 0, 0
+	}
+	return lowest, start
+}
+
+// kernelAddr asks the kernel for an ephemeral port, holding every listener
+// until one not yet handed out turns up, so the kernel cannot hand back
+// the same one on the next try.
+func kernelAddr() (string, error) {
 	var held []net.Listener
 	defer func() {
 		for _, l := range held {
