@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"html"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -347,6 +348,24 @@ func TestRunOnClusters(t *testing.T) {
 		}
 		if len(md.Clusters.Direct) != 1 {
 			t.Errorf("direct paths %v: want the resumed unit's", md.Clusters.Direct)
+		}
+		// The report shows what the metadata records about the clusters.
+		raw, err := os.ReadFile(filepath.Join(dirs[0], "report.html"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		page := html.UnescapeString(string(raw)) // html/template escapes ' and +
+		facts := []string{`id="clusters"`, "nodeport: a NodePort Service on the server pod's node"}
+		for _, c := range []string{"a", "b"} {
+			if ci := md.Clusters.Clusters[c]; ci != nil && len(ci.Nodes) == 1 {
+				n := ci.Nodes[0]
+				facts = append(facts, ci.Server, ci.Version, n.Kernel, n.ContainerRuntime, n.OSImage, strings.ReplaceAll(n.PodCIDRs, ",", ", "))
+			}
+		}
+		for _, want := range facts {
+			if !strings.Contains(page, want) {
+				t.Errorf("report.html does not show %q", want)
+			}
 		}
 		if left := p.leftovers(t); left != "" {
 			t.Fatalf("left after the run: %s", left)
