@@ -61,8 +61,8 @@ func TestClustersSection(t *testing.T) {
 	}
 	for id, want := range map[string][]string{
 		"clusters-table": {
-			"a | server | https://10.201.0.1:6443 | v1.34.1 | unknown (no known CNI DaemonSet or node annotation; node-level plugins are not visible through the API) | 10.200.128.1 (seen by cluster b's load pod over NodePort 10.202.0.1:31234)",
-			"b | client | https://10.202.0.1:6443 | v1.34.1 | flannel (DaemonSet kube-flannel/kube-flannel-ds) | not detected: no answer from cluster a's peer over NodePort 10.201.0.1:30001",
+			"a | server | https://10.201.0.1:6443 | v1.34.1 | unknown (no known CNI DaemonSet or node annotation; node-level plugins are not visible through the API) | 10.200.128.1 (seen by cluster b's pod load: NodePort 10.202.0.1:31234 saw 10.200.128.1; no answer by pod IP 10.245.0.4:18084)",
+			"b | client | https://10.202.0.1:6443 | v1.34.1 | flannel (DaemonSet kube-flannel/kube-flannel-ds) | not detected: cluster b's pod strait-lab-x1/load reached no peer listener of cluster a (NodePort 10.201.0.1:30001)",
 		},
 		"cluster-nodes": {
 			"a | n1 | linux/amd64 | 6.18.0-test | Debian GNU/Linux 13 (trixie) | containerd://1.7.24 | v1.34.1 | 10.244.0.0/24 | 10.201.0.1 | yes",
