@@ -127,27 +127,38 @@ func (u *unit) seenAs(ctx context.Context, from *conn, fromPod, fromCtr string, 
 	var failed []string
 	for i, p := range paths {
 		// The URL's path names the attempt, so the log says by which
-		// path a source address came. One try: within the connect
-		// timeout the kernel resends a lost SYN, and where pod IPs are
-		// not routed a second try only waits.
-		out, err := u.exec(ctx, from, fromPod, fromCtr, []string{"/strait", "load", "seq", "--url", "http://" + p.target + "/" + strconv.Itoa(i),
-			"--requests", "1", "--connect-timeout", "2s", "--response-timeout", "5s", "--csv", "-", "--quiet"})
-		if ctx.Err() != nil {
-			return &Source{Error: ctx.Err().Error()}
+		// path a source address came. One try by pod IP: within the
+		// connect timeout the kernel resends a lost SYN, and where pod
+		// IPs are not routed a second try only waits. Three by NodePort,
+		// a second apart: kube-proxy programs a new Service's port a
+		// moment after the API has it.
+		tries := 1
+		if strings.HasPrefix(p.what, "NodePort") {
+			tries = 3
 		}
-		ok := false
-		if err == nil {
-			samples, err := load.ReadCSV(bytes.NewReader(out))
-			ok = err == nil && len(samples) == 1 && samples[0].OK()
+		var last string
+		for try := 0; try < tries; try++ {
+			if try > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+			last = u.askPeer(ctx, from, fromPod, fromCtr, "http://"+p.target+"/"+strconv.Itoa(i))
+			if ctx.Err() != nil {
+				return &Source{Error: ctx.Err().Error()}
+			}
+			if last == "" {
+				answered = append(answered, i)
+				break
+			}
 		}
-		if ok {
-			answered = append(answered, i)
-		} else {
-			failed = append(failed, p.what)
+		if last != "" {
+			failed = append(failed, p.what+": "+last)
 		}
 	}
 	if len(answered) == 0 {
-		return &Source{Error: fmt.Sprintf("cluster %s's pod %s/%s reached no peer listener of cluster %s (%s)", from.name, u.ns, fromPod, to.name, strings.Join(failed, ", "))}
+		return &Source{Error: fmt.Sprintf("cluster %s's pod %s/%s reached no peer listener of cluster %s (%s)", from.name, u.ns, fromPod, to.name, strings.Join(failed, "; "))}
 	}
 	// The kubelet's log lags the container's output a little: poll until
 	// every answered request is in it.
@@ -185,9 +196,29 @@ func (u *unit) seenAs(ctx context.Context, from *conn, fromPod, fromCtr string, 
 	}
 	s.How = fmt.Sprintf("seen by cluster %s's pod %s: %s", to.name, toPod.Name, strings.Join(how, "; "))
 	if len(failed) > 0 {
-		s.How += "; no answer by " + strings.Join(failed, ", ")
+		s.How += "; no answer by " + strings.Join(failed, "; ")
 	}
 	return s
+}
+
+// askPeer sends one request to url from a container and says why it got
+// no answer ("" when it did).
+func (u *unit) askPeer(ctx context.Context, from *conn, pod, container, url string) string {
+	out, err := u.exec(ctx, from, pod, container, []string{"/strait", "load", "seq", "--url", url,
+		"--requests", "1", "--connect-timeout", "2s", "--response-timeout", "5s", "--csv", "-", "--quiet"})
+	if err != nil {
+		return err.Error()
+	}
+	samples, err := load.ReadCSV(bytes.NewReader(out))
+	switch {
+	case err != nil:
+		return err.Error()
+	case len(samples) != 1:
+		return fmt.Sprintf("%d requests in the CSV, want 1", len(samples))
+	case !samples[0].OK():
+		return fmt.Sprintf("status %d, error %q", samples[0].Status, samples[0].Err)
+	}
+	return ""
 }
 
 // peerNodePort exposes pod's peer listener on a NodePort of its node with
