@@ -130,8 +130,9 @@ func (u *unit) seenAs(ctx context.Context, from *conn, fromPod, fromCtr string, 
 		// path a source address came. One try by pod IP: within the
 		// connect timeout the kernel resends a lost SYN, and where pod
 		// IPs are not routed a second try only waits. Three by NodePort,
-		// a second apart: kube-proxy programs a new Service's port a
-		// moment after the API has it.
+		// a second apart: the Service is new, and kube-proxy programs
+		// its port some time after the API has it (in one run on this
+		// host's clusters a single try got no answer from one side).
 		tries := 1
 		if strings.HasPrefix(p.what, "NodePort") {
 			tries = 3
@@ -150,6 +151,10 @@ func (u *unit) seenAs(ctx context.Context, from *conn, fromPod, fromCtr string, 
 			}
 			if last == "" {
 				answered = append(answered, i)
+				if try > 0 {
+					// Say so: a slow path is worth knowing about.
+					paths[i].what += fmt.Sprintf(" (answered at try %d)", try+1)
+				}
 				break
 			}
 		}
