@@ -131,8 +131,8 @@ func (u *unit) seenAs(ctx context.Context, from *conn, fromPod, fromCtr string, 
 		// connect timeout the kernel resends a lost SYN, and where pod
 		// IPs are not routed a second try only waits. Three by NodePort,
 		// a second apart: the Service is new, and kube-proxy programs
-		// its port some time after the API has it (in one run on this
-		// host's clusters a single try got no answer from one side).
+		// its port some time after the API has it (on this host's
+		// clusters the first try often gets no answer, the second does).
 		tries := 1
 		if strings.HasPrefix(p.what, "NodePort") {
 			tries = 3
