@@ -38,10 +38,15 @@ const (
 	Static Kind = "static"
 	// Hello answers 200 with "Hello, World!" (seed 001 hello-world).
 	Hello Kind = "hello"
+	// Peer answers 200 with the address the request came from as this
+	// server saw it, and writes it to Config.Peers. It is no seed's
+	// workload: lab/kube asks a pod in one cluster which source address a
+	// pod of another cluster has there (docs/lab-clusters.md, "Where").
+	Peer Kind = "peer"
 )
 
 // Kinds lists every workload, in the order help texts show them.
-var Kinds = []Kind{Echo, Recv, Static, Hello}
+var Kinds = []Kind{Echo, Recv, Static, Hello, Peer}
 
 // HelloBody is what the hello workload answers.
 const HelloBody = "Hello, World!"
@@ -80,6 +85,10 @@ type Config struct {
 	// Logger receives start and stop messages and server errors; nil
 	// discards them.
 	Logger *slog.Logger
+	// Peers receives, for the peer workload, a line "peer ADDRESS PATH"
+	// per request: its source address and path, so that whoever runs the
+	// server learns the address without being the client. Nil: nowhere.
+	Peers io.Writer
 }
 
 // Validate reports the first invalid field.
@@ -166,6 +175,8 @@ func Handler(cfg Config) http.Handler {
 		return &fixed{h: h, body: StaticBody(cfg.StaticSize), contentType: "text/plain; charset=utf-8"}
 	case Hello:
 		return &fixed{h: h, body: []byte(HelloBody), contentType: "text/plain; charset=utf-8"}
+	case Peer:
+		return &peer{h: h, out: cfg.Peers}
 	default:
 		return http.HandlerFunc(h.echo)
 	}
@@ -402,4 +413,34 @@ func (f *fixed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("Content-Length", strconv.Itoa(len(f.body)))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(f.body)
+}
+
+// peer answers with the request's source address (the host part of
+// RemoteAddr: the connection's, not a header a proxy could set).
+type peer struct {
+	h   *handler
+	mu  sync.Mutex
+	out io.Writer
+}
+
+func (p *peer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !p.h.discard(w, r) {
+		return
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	if p.out != nil {
+		p.mu.Lock()
+		// The path goes out quoted: a line per request whatever it holds.
+		_, _ = fmt.Fprintf(p.out, "peer %s %q\n", host, r.URL.Path)
+		p.mu.Unlock()
+	}
+	body := host + "\n"
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/plain; charset=utf-8")
+	hdr.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.WriteString(w, body)
 }

@@ -10,11 +10,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -101,6 +103,8 @@ func TestKinds(t *testing.T) {
 		{Static, "DELETE", "/x", "", want{200, static}, "1000"},
 		{Hello, "GET", "/", "", want{200, "Hello, World!"}, "13"},
 		{Hello, "POST", "/hello", "body", want{200, "Hello, World!"}, "13"},
+		{Peer, "GET", "/", "", want{200, "127.0.0.1\n"}, "10"},
+		{Peer, "POST", "/x", "ignored body", want{200, "127.0.0.1\n"}, "10"},
 	}
 	urls := map[Kind]string{}
 	for _, k := range Kinds {
@@ -451,5 +455,49 @@ func TestGracefulShutdown(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return after the last request")
+	}
+}
+
+// lockedBuffer is a bytes.Buffer the server's handlers write while the
+// test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestPeerReports checks that the peer workload tells whoever runs it each
+// request's source address and path, a line per request whatever the path
+// holds.
+func TestPeerReports(t *testing.T) {
+	var out lockedBuffer
+	url := start(t, Config{Kind: Peer, Peers: &out})
+	var want string
+	for _, path := range []string{"/nodeport", "/a%0Ab"} {
+		resp, err := http.Get(url + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != "127.0.0.1\n" {
+			t.Errorf("GET %s: body %q, want the client's address", path, body)
+		}
+		p, _ := neturl.PathUnescape(path)
+		want += fmt.Sprintf("peer 127.0.0.1 %q\n", p)
+	}
+	if out.String() != want {
+		t.Errorf("peers reported\n%q\nwant\n%q", out.String(), want)
 	}
 }

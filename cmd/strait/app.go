@@ -19,6 +19,7 @@ var appShort = map[apps.Kind]string{
 	apps.Recv:   "Read and discard the body, answer 200 with no body (seed 000 payload-recv)",
 	apps.Static: "Answer every request with a fixed 1000-byte body (seed 000 static-reply)",
 	apps.Hello:  `Answer every request with "Hello, World!" (seed 001 hello-world)`,
+	apps.Peer:   `Answer every request with its source address and print "peer ADDRESS PATH" (the lab on clusters asks it which address another cluster's pods have)`,
 }
 
 func newAppCmd(kind apps.Kind) *cobra.Command {
@@ -31,6 +32,9 @@ func newAppCmd(kind apps.Kind) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg.Logger = logger()
+			if kind == apps.Peer {
+				cfg.Peers = cmd.OutOrStdout()
+			}
 			srv, err := apps.Listen(cmd.Context(), cfg)
 			if err != nil {
 				return err

@@ -75,6 +75,9 @@ type Backend struct {
 
 	mu   sync.Mutex
 	meta Metadata
+	// sourcesDone: a unit has looked for the clusters' source addresses
+	// (detectSources); the run's later units use what it found.
+	sourcesDone bool
 }
 
 // conn is one cluster's client.
@@ -141,7 +144,9 @@ func (b *Backend) Check(ctx context.Context, p run.BackendPlan) error {
 	if b.server == b.client {
 		return fmt.Errorf("server %s and client %s are in one cluster: runs on clusters measure between two", p.Server, p.Client)
 	}
+	emulated := false
 	for _, sc := range p.Scenarios {
+		emulated = emulated || !sc.LAN.IsZero() || !sc.WAN.IsZero()
 		if (!sc.LAN.IsZero() || !sc.WAN.IsZero() || sc.MTU != 0 || sc.AsDeclared) && b.opts.Emulator == nil {
 			return fmt.Errorf("scenario %s (lan %s, wan %s): link emulation on clusters is not available in this build; run unimpaired scenarios (e.g. --scenarios lcl)", sc.Name, sc.LAN, sc.WAN)
 		}
@@ -181,7 +186,7 @@ func (b *Backend) Check(ctx context.Context, p run.BackendPlan) error {
 	}
 	for _, name := range []string{b.server, b.client} {
 		export := hasTool(p.Tools, "strait") || (hasTool(p.Tools, run.InstalledTool) && b.opts.Clusters.Export)
-		info, err := preflight(ctx, b.conns[name], name == b.server, name == b.client, p.Tools, export)
+		info, err := preflight(ctx, b.conns[name], name == b.server, name == b.client, p.Tools, export, emulated)
 		if err != nil {
 			return err
 		}
@@ -229,6 +234,9 @@ type ClusterInfo struct {
 	Version string     `json:"version"` // the API server's git version
 	CNI     string     `json:"cni"`     // best effort; says how it was found
 	Nodes   []NodeInfo `json:"nodes"`
+	// Source is the address the other cluster saw this cluster's pods'
+	// traffic come from; nil where no impaired unit looked.
+	Source *Source `json:"source,omitempty"`
 }
 
 // NodeInfo is what a node reports about itself (node.status.nodeInfo).

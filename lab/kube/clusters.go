@@ -27,7 +27,7 @@ import (
 //
 //	clusters:
 //	  a: {kubeconfig: a.kubeconfig, context: kind-a}
-//	  b: {kubeconfig: /home/me/.kube/config, context: kind-b, remote: [10.200.128.2]}
+//	  b: {kubeconfig: /home/me/.kube/config, context: kind-b, remote: [10.96.0.0/12]}
 //	direct: auto            # auto, pod or nodeport
 //	image: ghcr.io/strait-net/strait:v0.3.0
 //	installed: "{service}.{namespace}.svc.clusterset.local"
@@ -62,11 +62,13 @@ type Cluster struct {
 	// Context is the kubeconfig context; empty: its current context.
 	Context string `yaml:"context"`
 	// Remote lists addresses or prefixes the cluster's traffic has on the
-	// other clusters' nodes besides its nodes' addresses and pod CIDRs,
-	// which the API reports: e.g. the address its nodes masquerade pod
-	// traffic to where that is not a node address, or a Service CIDR.
-	// Link emulation impairs the other clusters' egress toward them too
-	// (docs/lab-clusters.md, "Link emulation").
+	// other clusters' nodes besides what a run finds itself: its nodes'
+	// addresses and pod CIDRs (the API reports them) and its source
+	// address as the other cluster sees it (the address its nodes
+	// masquerade pod traffic to, asked of a pod there): e.g. a Service
+	// CIDR, or a source address where no pod of the other cluster can be
+	// asked. Link emulation impairs the other clusters' egress toward
+	// them too (docs/lab-clusters.md, "Link emulation").
 	Remote []string `yaml:"remote"`
 
 	remote []netip.Prefix

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"html"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -348,6 +349,24 @@ func TestRunOnClusters(t *testing.T) {
 		if len(md.Clusters.Direct) != 1 {
 			t.Errorf("direct paths %v: want the resumed unit's", md.Clusters.Direct)
 		}
+		// The report shows what the metadata records about the clusters.
+		raw, err := os.ReadFile(filepath.Join(dirs[0], "report.html"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		page := html.UnescapeString(string(raw)) // html/template escapes ' and +
+		facts := []string{`id="clusters"`, "nodeport: a NodePort Service on the server pod's node"}
+		for _, c := range []string{"a", "b"} {
+			if ci := md.Clusters.Clusters[c]; ci != nil && len(ci.Nodes) == 1 {
+				n := ci.Nodes[0]
+				facts = append(facts, ci.Server, ci.Version, n.Kernel, n.ContainerRuntime, n.OSImage, strings.ReplaceAll(n.PodCIDRs, ",", ", "))
+			}
+		}
+		for _, want := range facts {
+			if !strings.Contains(page, want) {
+				t.Errorf("report.html does not show %q", want)
+			}
+		}
 		if left := p.leftovers(t); left != "" {
 			t.Fatalf("left after the run: %s", left)
 		}
@@ -357,9 +376,10 @@ func TestRunOnClusters(t *testing.T) {
 		if runDir == "" {
 			t.Skip("no finished unimpaired run to compare with")
 		}
-		// Each cluster's remote: the address its node masquerades pod
-		// traffic to (its address on the link, the next hop the other
-		// node routes it by), which the API does not report.
+		// The address each cluster's node masquerades pod traffic to (its
+		// address on the link, the next hop the other node routes it by),
+		// which the API does not report: the run must find it itself
+		// (the clusters file has no remote:) and impair the replies to it.
 		remote := map[string]string{}
 		for c, other := range map[string]string{"a": "b", "b": "a"} {
 			route := strings.Fields(testenv.Run(t, "ip", "-n", p.nodeNetns(other), "route", "get", p.Addr[c]))
@@ -372,14 +392,12 @@ func TestRunOnClusters(t *testing.T) {
 				t.Fatalf("%s: no next hop toward %s: %v", other, p.Addr[c], route)
 			}
 		}
-		emuClusters := write("clusters-emu.yaml", fmt.Sprintf("clusters:\n  a: {kubeconfig: %s, remote: [%s]}\n  b: {kubeconfig: %s, remote: [%s]}\n",
-			p.Kubeconfig["a"], remote["a"], p.Kubeconfig["b"], remote["b"]))
 		// LAN 2 ms, WAN 5 ms: the path is 9 ms each way (PathParams), a
 		// round trip 18 ms longer than lcl's.
 		const added = 18 * time.Millisecond
 		emuExp := write("experiment-emu.yaml", strings.Replace(experiment, "scenarios: [lcl]",
 			"define-scenarios: [{name: d9, lan: {delay: 2ms}, wan: {delay: 5ms}}]\nscenarios: [d9]", 1))
-		cmd, log := labRun(t, p, bin, tmp, emuExp, "--clusters", emuClusters, "--out", filepath.Join(tmp, "results-emu"), "--tools", "direct")
+		cmd, log := labRun(t, p, bin, tmp, emuExp, "--clusters", clusters, "--out", filepath.Join(tmp, "results-emu"), "--tools", "direct")
 		if err := cmd.Wait(); err != nil {
 			t.Fatalf("emulated run: %v\n%s", err, log)
 		}
@@ -428,12 +446,30 @@ func TestRunOnClusters(t *testing.T) {
 		if err := json.Unmarshal(b, &md); err != nil {
 			t.Fatal(err)
 		}
+		for c, want := range remote {
+			src := md.Clusters.Clusters[c].Source
+			if src == nil || !slices.Contains(src.Addresses, want) {
+				t.Errorf("cluster %s: source %+v, want %s (its node's address on the link)", c, src, want)
+			}
+		}
+		clustersJSON, _ := json.MarshalIndent(md.Clusters, "", "  ")
+		t.Logf("metadata.json clusters: %s", clustersJSON)
 		if len(md.Clusters.Emulation) != 1 {
 			t.Errorf("metadata emulation %+v: want the unit's", md.Clusters.Emulation)
 		}
 		for unit, e := range md.Clusters.Emulation {
 			if !strings.HasPrefix(e.Params, "delay 9ms") || !slices.Contains(e.Remote["a"], remote["b"]+"/32") || !slices.Contains(e.Remote["b"], remote["a"]+"/32") {
 				t.Errorf("unit %s: emulation %+v: want delay 9ms toward each other's masquerade address", unit, e)
+			}
+		}
+		raw, err := os.ReadFile(filepath.Join(dirs[0], "report.html"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		page := html.UnescapeString(string(raw))
+		for _, want := range []string{"delay 9ms", remote["a"] + " (seen by cluster b's pod load:", remote["b"] + " (seen by cluster a's pod server-", remote["a"] + "/32"} {
+			if !strings.Contains(page, want) {
+				t.Errorf("report.html does not show %q", want)
 			}
 		}
 		if left := p.leftovers(t); left != "" {

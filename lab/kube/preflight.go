@@ -31,8 +31,10 @@ func (a access) String() string {
 
 // accesses lists what a unit does in a cluster that serves the workloads,
 // runs the load generator, or both, with tools; export: a tool creates
-// ServiceExports.
-func accesses(server, client bool, tools []string, export bool) []access {
+// ServiceExports; emulated: a scenario is impaired, so a unit asks each
+// cluster's pods which source address the other's have (detectSources:
+// an exec and a NodePort Service on each side).
+func accesses(server, client bool, tools []string, export, emulated bool) []access {
 	a := []access{
 		{verb: "create", resource: "namespaces"},
 		{verb: "delete", resource: "namespaces"},
@@ -56,6 +58,14 @@ func accesses(server, client bool, tools []string, export bool) []access {
 			access{verb: "create", resource: "pods", namespaced: true},
 			access{verb: "create", resource: "pods", subresource: "exec", namespaced: true})
 	}
+	if emulated && server {
+		a = append(a, access{verb: "create", resource: "pods", subresource: "exec", namespaced: true})
+	}
+	if emulated && client {
+		a = append(a,
+			access{verb: "create", resource: "services", namespaced: true},
+			access{verb: "get", resource: "nodes"})
+	}
 	if hasTool(tools, "strait") {
 		a = append(a,
 			access{verb: "create", group: "strait.dev", resource: "accesspolicies"},
@@ -70,12 +80,12 @@ const unitNamespacePrefix = "strait-lab-"
 
 // preflight checks one reachable cluster: the user may do what a unit
 // does, the nodes run Linux; and it returns what the metadata records.
-func preflight(ctx context.Context, c *conn, server, client bool, tools []string, export bool) (*ClusterInfo, error) {
+func preflight(ctx context.Context, c *conn, server, client bool, tools []string, export, emulated bool) (*ClusterInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	info := &ClusterInfo{Server: c.cfg.Host}
 	var denied []string
-	for _, a := range accesses(server, client, tools, export) {
+	for _, a := range accesses(server, client, tools, export, emulated) {
 		ra := &authv1.ResourceAttributes{Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource}
 		if a.namespaced {
 			ra.Namespace = unitNamespacePrefix + "x"

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,9 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/strait-net/strait/internal/testenv"
 	"github.com/strait-net/strait/k8s/k8stest"
+	"github.com/strait-net/strait/lab/emulation"
 	"github.com/strait-net/strait/lab/run"
 	"github.com/strait-net/strait/lab/scenario"
 	"github.com/strait-net/strait/lab/tool"
@@ -23,11 +26,17 @@ import (
 // clusters as the file gives them.
 func checkWith(t *testing.T, clusters string, dir string, tools []string, scenarios ...string) error {
 	t.Helper()
+	return checkEmu(t, clusters, dir, nil, tools, scenarios...)
+}
+
+// checkEmu is checkWith with an Emulator (nil refuses impaired scenarios).
+func checkEmu(t *testing.T, clusters string, dir string, e Emulator, tools []string, scenarios ...string) error {
+	t.Helper()
 	m, err := ParseClusterMap([]byte(clusters), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := New(Options{Clusters: m})
+	b, err := New(Options{Clusters: m, Emulator: e})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +99,11 @@ func TestPreflight(t *testing.T) {
 		err := checkWith(t, "clusters: {a: {kubeconfig: nobody.kubeconfig}, b: {kubeconfig: admin.kubeconfig}}\n", dir, []string{"direct"}, "lcl")
 		wantErr(t, err, "cluster a: RBAC: the kubeconfig's user may not create namespaces (cluster-wide)")
 		wantErr(t, err, "create deployments.apps (in namespaces strait-lab-*)")
+		// An impaired scenario: each side's pods are asked which source
+		// address the other's have (an exec in the server's cluster, a
+		// NodePort Service in the client's).
+		err = checkEmu(t, "clusters: {a: {kubeconfig: nobody.kubeconfig}, b: {kubeconfig: admin.kubeconfig}}\n", dir, refusingEmulator{}, []string{"direct"}, "edg10")
+		wantErr(t, err, "create pods/exec (in namespaces strait-lab-*)")
 	})
 	t.Run("NoNodes", func(t *testing.T) {
 		wantErr(t, checkWith(t, admin, dir, []string{"direct"}, "lcl"), "cluster a: no ready, schedulable Linux node to run the workloads on (nodes: )")
@@ -127,6 +141,16 @@ func TestPreflight(t *testing.T) {
 			t.Errorf("metadata of a: %+v", a)
 		}
 	})
+	t.Run("RBACClientEmulated", func(t *testing.T) {
+		// a passes (it has a Linux node now): b's denials are listed.
+		err := checkEmu(t, "clusters: {a: {kubeconfig: admin.kubeconfig}, b: {kubeconfig: nobody.kubeconfig}}\n", dir, refusingEmulator{}, []string{"direct"}, "edg10")
+		wantErr(t, err, "cluster b: RBAC")
+		wantErr(t, err, "create services (in namespaces strait-lab-*); get nodes (cluster-wide)")
+		err = checkEmu(t, "clusters: {a: {kubeconfig: admin.kubeconfig}, b: {kubeconfig: nobody.kubeconfig}}\n", dir, refusingEmulator{}, []string{"direct"}, "lcl")
+		if err == nil || strings.Contains(err.Error(), "create services") {
+			t.Errorf("unimpaired: %v, want no services asked of the client's cluster", err)
+		}
+	})
 	t.Run("StraitNotInstalled", func(t *testing.T) {
 		wantErr(t, checkWith(t, admin, dir, []string{"direct", "strait"}, "lcl"), "cluster a: tool strait: no Deployment strait-system/strait-gateway: install deploy/ first")
 	})
@@ -141,4 +165,16 @@ func TestPreflight(t *testing.T) {
 		b, _ := New(Options{Clusters: m})
 		wantErr(t, b.Check(ctx, run.BackendPlan{Server: "a/server", Client: "a/client"}), "are in one cluster")
 	})
+}
+
+// refusingEmulator is an Emulator the preflight accepts and no unit may
+// use: Check never applies emulation.
+type refusingEmulator struct{}
+
+func (refusingEmulator) Apply(context.Context, string, []EmuTarget, emulation.Params) (Applied, error) {
+	return nil, errors.New("refusingEmulator: no emulation in a preflight test")
+}
+
+func (refusingEmulator) Down(context.Context, *rest.Config, string) error {
+	return errors.New("refusingEmulator: no emulation in a preflight test")
 }

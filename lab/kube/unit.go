@@ -46,6 +46,10 @@ type unit struct {
 	services       []tool.Service
 	applied        Applied
 	serverPod      *corev1.Pod
+	// detect: this unit finds the clusters' source addresses
+	// (detectSources): the server pod and the load pod run peer
+	// listeners.
+	detect bool
 }
 
 // Unit creates the unit's namespace in both clusters (MCS namespace
@@ -61,7 +65,13 @@ func (b *Backend) Unit(ctx context.Context, spec run.BackendUnitSpec) (_ run.Bac
 	// (a unit's scenario does not change on resume), and cleaning runs a
 	// pod on every node: skip it for the others.
 	sc := spec.Scenario
-	if e := b.opts.Emulator; e != nil && (!sc.LAN.IsZero() || !sc.WAN.IsZero()) {
+	impaired := !sc.LAN.IsZero() || !sc.WAN.IsZero()
+	if impaired {
+		b.mu.Lock()
+		u.detect = !b.sourcesDone
+		b.mu.Unlock()
+	}
+	if e := b.opts.Emulator; e != nil && impaired {
 		for _, c := range []*conn{u.server, u.client} {
 			if err := e.Down(ctx, c.cfg, u.id); err != nil {
 				return nil, fmt.Errorf("cluster %s: remove a previous run's emulation of unit %s: %w", c.name, u.id, err)
@@ -91,10 +101,14 @@ func (b *Backend) Unit(ctx context.Context, spec run.BackendUnitSpec) (_ run.Bac
 	if u.serverPod, err = u.waitReady(ctx, u.server, "app="+serverName); err != nil {
 		return nil, err
 	}
-	if _, err := u.waitReady(ctx, u.client, "app="+loadName); err != nil {
+	loadPod, err := u.waitReady(ctx, u.client, "app="+loadName)
+	if err != nil {
 		return nil, err
 	}
-	if !sc.LAN.IsZero() || !sc.WAN.IsZero() {
+	if impaired {
+		if u.detect {
+			u.detectSources(ctx, loadPod)
+		}
 		if err := u.emulate(ctx, spec); err != nil {
 			return nil, err
 		}
@@ -137,10 +151,12 @@ func (u *unit) emulate(ctx context.Context, spec run.BackendUnitSpec) error {
 }
 
 // remote lists where traffic toward cluster name goes, as its preflight
-// saw it: every node's addresses and pod CIDRs, and what the clusters file
-// lists under the cluster's remote (e.g. the address its nodes masquerade
-// pod traffic to). (Service CIDRs are not in the API; traffic to another
-// cluster's Service leaves as traffic to its nodes or pods after DNAT.)
+// saw it: every node's addresses and pod CIDRs, the source address the
+// other cluster saw its pods' traffic come from (detectSources: e.g. the
+// address its nodes masquerade pod traffic to), and what the clusters file
+// lists under the cluster's remote. (Service CIDRs are not in the API;
+// traffic to another cluster's Service leaves as traffic to its nodes or
+// pods after DNAT.)
 func (b *Backend) remote(name string) []netip.Prefix {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -149,6 +165,13 @@ func (b *Backend) remote(name string) []netip.Prefix {
 	info := b.meta.Clusters[name]
 	if info == nil {
 		return out
+	}
+	if info.Source != nil {
+		for _, a := range info.Source.Addresses {
+			if ip, err := netip.ParseAddr(a); err == nil {
+				out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+			}
+		}
 	}
 	for _, n := range info.Nodes {
 		for _, a := range strings.Split(n.Addresses, ",") {
@@ -177,6 +200,13 @@ func (u *unit) createServer(ctx context.Context) error {
 			Ports: []corev1.ContainerPort{{Name: portName(s.Name), ContainerPort: int32(s.Port)}},
 			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(int32(s.Port))}},
 				PeriodSeconds: 1},
+		})
+	}
+	if u.detect {
+		containers = append(containers, corev1.Container{
+			Name: peerName, Image: u.b.opts.Clusters.Image,
+			Args:           []string{"app", "peer", "--listen", net.JoinHostPort("0.0.0.0", strconv.Itoa(peerPort))},
+			ReadinessProbe: peerReady(),
 		})
 	}
 	one := int32(1)
@@ -222,12 +252,18 @@ func portName(workload string) string {
 // cell's `strait load seq` is an exec into a warm pod rather than a pod
 // start, and its CSV comes back on the exec's standard output.
 func (u *unit) createLoad(ctx context.Context) error {
+	// An unprivileged port: the image runs as a user (65532).
+	args := []string{"app", "hello", "--listen", "127.0.0.1:18083"}
+	var probe *corev1.Probe
+	if u.detect {
+		// The server's cluster asks it which address its pods have here.
+		args = []string{"app", "peer", "--listen", net.JoinHostPort("0.0.0.0", strconv.Itoa(peerPort))}
+		probe = peerReady()
+	}
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: loadName, Labels: merge(u.labels(), map[string]string{"app": loadName})},
 		Spec: podSpec([]corev1.Container{{
-			Name: loadName, Image: u.b.opts.Clusters.Image,
-			// An unprivileged port: the image runs as a user (65532).
-			Args: []string{"app", "hello", "--listen", "127.0.0.1:18083"},
+			Name: loadName, Image: u.b.opts.Clusters.Image, Args: args, ReadinessProbe: probe,
 		}}),
 	}
 	p.Spec.RestartPolicy = corev1.RestartPolicyNever
@@ -364,14 +400,14 @@ func logTail(ctx context.Context, c *conn, p *corev1.Pod) string {
 
 // Load runs `strait load ARGS` in the load generator's pod (run.BackendUnit).
 func (u *unit) Load(ctx context.Context, args []string) ([]byte, error) {
-	return u.exec(ctx, u.client, loadName, append([]string{"/strait", "load"}, args...))
+	return u.exec(ctx, u.client, loadName, loadName, append([]string{"/strait", "load"}, args...))
 }
 
-// exec runs argv in a pod's first container and returns its standard
-// output; an error carries its standard error.
-func (u *unit) exec(ctx context.Context, c *conn, pod string, argv []string) ([]byte, error) {
+// exec runs argv in a pod's container and returns its standard output;
+// an error carries its standard error.
+func (u *unit) exec(ctx context.Context, c *conn, pod, container string, argv []string) ([]byte, error) {
 	req := c.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(u.ns).Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Command: argv, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+		VersionedParams(&corev1.PodExecOptions{Container: container, Command: argv, Stdout: true, Stderr: true}, scheme.ParameterCodec)
 	// Exec streams for as long as the command runs: no client timeout.
 	cfg := *c.cfg
 	cfg.Timeout = 0
@@ -442,12 +478,7 @@ func (u *unit) nodePort(ctx context.Context) (map[string]string, string, error) 
 	if err != nil {
 		return nil, "", fmt.Errorf("cluster %s: get node %s: %w", u.server.name, u.serverPod.Spec.NodeName, err)
 	}
-	var addr string
-	for _, a := range node.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP || (addr == "" && a.Type == corev1.NodeExternalIP) {
-			addr = a.Address
-		}
-	}
+	addr := nodeAddress(node)
 	if addr == "" {
 		return nil, "", fmt.Errorf("cluster %s: node %s has no address for a NodePort", u.server.name, node.Name)
 	}

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,7 +64,9 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 	"sortedKeys": func(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) },
 	"anyKeys":    func(m map[string]any) []string { return slices.Sorted(maps.Keys(m)) },
 	"num":        fmtNum,
-	"f3":         func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) },
+	// Node addresses and pod CIDRs are recorded comma separated.
+	"commas": func(s string) string { return strings.ReplaceAll(s, ",", ", ") },
+	"f3":     func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) },
 	"show": func(v any) string {
 		if v == nil || v == "" {
 			return "–"
@@ -122,6 +125,9 @@ type model struct {
 	Reference  []referenceRow
 	// Soak are the soak sections (README "Soak"), nil without.
 	Soak []*soakView
+	// Clusters is a run on Kubernetes clusters' section; nil for a run
+	// in the namespace lab.
+	Clusters *clustersView
 }
 
 type cellKey struct {
@@ -220,7 +226,7 @@ func newModel(run Run) (*model, error) {
 		return nil, fmt.Errorf("write report: run has no cells, rate, throughput, iperf3 or soak results")
 	}
 	m := &model{Run: run, cells: map[cellKey]*cellStats{}, Generated: time.Now().UTC(),
-		Level: 0.95, Resamples: report.DefaultResamples}
+		Level: 0.95, Resamples: report.DefaultResamples, Clusters: newClustersView(run.Metadata.Clusters)}
 	if run.Bootstrap.Level != 0 {
 		m.Level = run.Bootstrap.Level
 	}

@@ -105,6 +105,9 @@ type Metadata struct {
 	Iperf3    map[string]any                  `json:"iperf3,omitempty"`
 	Reference *Reference                      `json:"reference,omitempty"`
 	ToolUsage map[string]*report.UsageSummary `json:"toolUsage,omitempty"`
+	// Clusters describes the clusters of a run on Kubernetes clusters
+	// (`strait lab run --clusters`); nil for the namespace lab.
+	Clusters *Clusters `json:"clusters,omitempty"`
 }
 
 // ScenarioInfo describes a scenario's link emulation.
