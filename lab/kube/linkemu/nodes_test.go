@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -228,9 +229,18 @@ func (p *pair) podConnect(t *testing.T, ctx context.Context) []time.Duration {
 	}
 	image := "localhost/strait-lab/curl:" + strings.Fields(string(ver))[1]
 	url := "http://" + p.Addr["a"] + ":8099/"
-	args := []string{"-sS", "--retry", "30", "--retry-delay", "1", "--retry-connrefused", "-o", "/dev/null", "-w", "%{time_connect}\n"}
+	// The server listens before the first connection, so every connect
+	// time is one handshake, not a retry after a refusal.
+	waitFor(t, "the HTTP server on a's node", func() error {
+		out, err := exec.Command("ip", "netns", "exec", p.Netns["a"], "ss", "-Hltn", "sport = :8099").Output()
+		if err != nil || len(strings.TrimSpace(string(out))) == 0 {
+			return fmt.Errorf("not listening yet (%v)", err)
+		}
+		return nil
+	})
+	args := []string{"-sS", "-w", "%{time_connect}\n"}
 	for i := 0; i < 5; i++ {
-		args = append(args, url)
+		args = append(args, "-o", "/dev/null", url) // -o is per URL
 	}
 	c := kubernetes.NewForConfigOrDie(p.config["b"])
 	name := testenv.UniqueName("linkemu-curl-")
@@ -261,9 +271,10 @@ func (p *pair) podConnect(t *testing.T, ctx context.Context) []time.Duration {
 		t.Fatal(err)
 	}
 	var out []time.Duration
-	for _, f := range strings.Fields(string(logs)) {
-		var s float64
-		if _, err := fmt.Sscan(f, &s); err == nil {
+	// Only whole lines of -w's output are connect times; an error line
+	// ("Failed to connect to ADDR port 8099 after 67 ms") has numbers too.
+	for _, line := range strings.Split(string(logs), "\n") {
+		if s, err := strconv.ParseFloat(strings.TrimSpace(line), 64); err == nil {
 			out = append(out, time.Duration(s*float64(time.Second)))
 		}
 	}
