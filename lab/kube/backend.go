@@ -17,6 +17,7 @@ import (
 
 	"github.com/strait-net/strait/lab/emulation"
 	"github.com/strait-net/strait/lab/run"
+	"github.com/strait-net/strait/report"
 )
 
 // Image is the default image the workloads and the load generator run:
@@ -207,51 +208,15 @@ func (b *Backend) Metadata() any {
 	return m
 }
 
-// Metadata describes the clusters of a run.
-type Metadata struct {
-	Server   string                  `json:"server"`
-	Client   string                  `json:"client"`
-	Clusters map[string]*ClusterInfo `json:"clusters"`
-	// Direct is, per unit, how the direct tool reached the server: "pod"
-	// (pod IPs routed between the clusters) or "nodeport" (a NodePort
-	// Service on the server pod's node).
-	Direct map[string]string `json:"direct"`
-	// Emulation is, per unit of an impaired scenario, what was applied.
-	Emulation map[string]AppliedEmulation `json:"emulation,omitempty"`
-}
-
-// AppliedEmulation is a unit's link emulation: Params (emulation.Params'
-// String) on each cluster's egress toward Remote, per cluster.
-type AppliedEmulation struct {
-	Scenario string              `json:"scenario"`
-	Params   string              `json:"params"` // per direction: the path composed (PathParams)
-	Remote   map[string][]string `json:"remote"`
-}
-
-// ClusterInfo is one cluster's versions, nodes and network.
-type ClusterInfo struct {
-	Server  string     `json:"server"`  // API server URL
-	Version string     `json:"version"` // the API server's git version
-	CNI     string     `json:"cni"`     // best effort; says how it was found
-	Nodes   []NodeInfo `json:"nodes"`
-	// Source is the address the other cluster saw this cluster's pods'
-	// traffic come from; nil where no impaired unit looked.
-	Source *Source `json:"source,omitempty"`
-}
-
-// NodeInfo is what a node reports about itself (node.status.nodeInfo).
-type NodeInfo struct {
-	Name             string `json:"name"`
-	OS               string `json:"os"`
-	Arch             string `json:"arch"`
-	Kernel           string `json:"kernel"`
-	OSImage          string `json:"osImage"`
-	ContainerRuntime string `json:"containerRuntime"`
-	Kubelet          string `json:"kubelet"`
-	PodCIDRs         string `json:"podCIDRs,omitempty"`
-	Addresses        string `json:"addresses,omitempty"` // InternalIP and ExternalIP
-	Ready            bool   `json:"ready"`
-}
+// The run's record of the clusters is the report's (report.ClusterRun),
+// so the report page reads what the run wrote.
+type (
+	Metadata         = report.ClusterRun
+	AppliedEmulation = report.ClusterEmulation
+	ClusterInfo      = report.ClusterInfo
+	NodeInfo         = report.ClusterNode
+	Source           = report.ClusterSource
+)
 
 func (b *Backend) setDirect(unit, how string) {
 	b.mu.Lock()

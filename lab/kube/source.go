@@ -19,22 +19,6 @@ import (
 	"github.com/strait-net/strait/load"
 )
 
-// Source is the address a cluster's pod traffic has when it reaches the
-// other cluster, as a pod there saw it: link emulation must impair the
-// other cluster's replies toward it, and where the nodes masquerade pod
-// traffic to an address the API does not report (a node's address on
-// another interface, a cloud NAT gateway) nothing else finds it
-// (docs/lab-clusters.md, "Where").
-type Source struct {
-	Addresses []string `json:"addresses,omitempty"`
-	// How says where and by which paths it was seen ("seen by cluster
-	// a's pod server-…: NodePort 10.0.0.1:30123 saw 10.200.0.2").
-	How string `json:"how,omitempty"`
-	// Error is why nothing was seen; the run goes on with what the API
-	// and the clusters file's remote: give.
-	Error string `json:"error,omitempty"`
-}
-
 // peerPort is where a unit's peer listeners serve (`strait app peer`):
 // unprivileged, as the image runs as a user, and apart from every
 // workload's port (lab/run's 8080–8083).

@@ -107,7 +107,7 @@ type Metadata struct {
 	ToolUsage map[string]*report.UsageSummary `json:"toolUsage,omitempty"`
 	// Clusters describes the clusters of a run on Kubernetes clusters
 	// (`strait lab run --clusters`); nil for the namespace lab.
-	Clusters *Clusters `json:"clusters,omitempty"`
+	Clusters *report.ClusterRun `json:"clusters,omitempty"`
 }
 
 // ScenarioInfo describes a scenario's link emulation.
