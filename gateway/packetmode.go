@@ -199,8 +199,10 @@ func (c *Config) proberConfig(log *slog.Logger) (packet.ProberConfig, bool) {
 	if c.Packet.ProbePort < 0 {
 		return packet.ProberConfig{}, false
 	}
-	return packet.ProberConfig{Port: uint16(c.Packet.ProbePort), Interval: c.Packet.ProbeInterval,
-		Misses: c.Packet.ProbeMisses, Log: log}, true
+	pc := c.packetConfig()
+	// The peers' VXLAN port and VNI are this node's: peers must agree.
+	return packet.ProberConfig{Port: uint16(c.Packet.ProbePort), TunnelPort: pc.TunnelPort, VNI: pc.VNI,
+		Interval: c.Packet.ProbeInterval, Misses: c.Packet.ProbeMisses, Log: log}, true
 }
 
 func (c *Config) packetConfig() packet.Config {
@@ -965,6 +967,10 @@ func underlayAddr(gw string) (netip.Addr, error) {
 	return a.Unmap(), nil
 }
 
+// maxPacketRings bounds the Maglev tables kept (each of ring.DefaultSize
+// buckets): one per member set in use, a few peers' worth.
+const maxPacketRings = 16
+
 // packetTable is a peer's Maglev table with its dead gateways' buckets
 // given to heirs, as the pool's own view does.
 // Tables already built for a member set come from rings (nil: none kept):
@@ -984,6 +990,9 @@ func packetTable(gws map[string]netip.Addr, live map[string]bool, rings map[stri
 			return packetTableSpec{}, err
 		}
 		if rings != nil {
+			if len(rings) >= maxPacketRings {
+				clear(rings) // member sets changed often: keep the memory bounded
+			}
 			rings[members] = t
 		}
 	}

@@ -109,6 +109,7 @@ type Prober struct {
 	targets   map[netip.Addr]*probeTarget
 	lastRound time.Time
 	closed    bool
+	buf       [512]byte // an answer's payload; longer ones are no answers
 }
 
 type probeTarget struct {
@@ -269,9 +270,8 @@ func (p *Prober) round(now time.Time) {
 // target's state changed.
 func (p *Prober) drain(ns int64) bool {
 	changed := false
-	buf := make([]byte, 512)
 	for {
-		n, from, err := unix.Recvfrom(p.fd, buf, unix.MSG_DONTWAIT)
+		n, from, err := unix.Recvfrom(p.fd, p.buf[:], unix.MSG_DONTWAIT)
 		switch {
 		case errors.Is(err, unix.ECONNREFUSED), errors.Is(err, unix.EHOSTUNREACH), errors.Is(err, unix.ENETUNREACH), errors.Is(err, unix.EINTR):
 			// ICMP errors of earlier sends (a peer node without a VXLAN
@@ -288,7 +288,7 @@ func (p *Prober) drain(ns int64) bool {
 		if !ok {
 			continue
 		}
-		pl, err := ParseProbePayload(buf[:n])
+		pl, err := ParseProbePayload(p.buf[:n])
 		if err != nil || pl.Nonce != p.nonce || pl.Sent > ns {
 			continue
 		}
