@@ -118,7 +118,7 @@ type probeTarget struct {
 	heard    int64   // send time of the latest answered probe, -1: none
 	pending  []int64 // send times of the probes sent after heard
 	state    ProbeState
-	downAt   int64 // when it was found dead: probes sent since revive it
+	downAt   int64 // when it was found dead: an answer to a probe sent since revives it
 }
 
 // NewProber opens the prober's UDP socket (its port never the probe port,
@@ -227,16 +227,28 @@ func (p *Prober) Run(ctx context.Context) error {
 func (p *Prober) round(now time.Time) {
 	// A round that runs late means this process was not running: the
 	// answers of the probes it sent before may wait unread, and it sent no
-	// new ones meanwhile, so silence proves nothing now. A late round
-	// kills nothing; an answer read revives, late or not (as the sessions'
-	// health checker, tunnel/poolhealth.go).
+	// new ones meanwhile, so silence proves nothing now, and what it reads
+	// may be old. A late round neither kills nor revives: it reads and
+	// sends, and the next round on time judges (a stalled check that
+	// revived a gateway whose link was down sent new flows into it,
+	// tunnel/poolhealth.go).
 	late := !p.lastRound.IsZero() && now.Sub(p.lastRound) > 2*p.cfg.Interval
 	p.lastRound = now
 	ns := now.Sub(p.start).Nanoseconds()
 	changed := p.drain(ns)
 	if !late {
 		for a, t := range p.targets {
-			if !t.state.Live || !t.state.Answered {
+			if !t.state.Answered {
+				continue
+			}
+			if !t.state.Live {
+				// Back with an answer to a probe sent after it was found
+				// dead (in that round or later).
+				if t.heard >= t.downAt {
+					t.state.Live = true
+					changed = true
+					p.cfg.Log.Info("packet probe: peer gateway health", "addr", a, "live", true, "why", "answering")
+				}
 				continue
 			}
 			missed := 0
@@ -303,15 +315,12 @@ func (p *Prober) drain(ns int64) bool {
 			}
 			t.pending = kept
 		}
-		switch {
-		case !t.state.Answered:
+		if !t.state.Answered {
+			// Its first answer: the probes judge it from now on (it was
+			// live, judged by its sessions).
 			t.state.Answered, t.state.Live = true, true
 			changed = true
 			p.cfg.Log.Info("packet probe: peer gateway health", "addr", netip.AddrFrom4(sa.Addr), "live", true, "why", "first answer")
-		case !t.state.Live && pl.Sent >= t.downAt: // sent after the judgement, in its round or later
-			t.state.Live = true
-			changed = true
-			p.cfg.Log.Info("packet probe: peer gateway health", "addr", netip.AddrFrom4(sa.Addr), "live", true, "why", "answering")
 		}
 	}
 }
