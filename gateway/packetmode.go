@@ -1094,10 +1094,11 @@ var (
 	descPktGwUp    = prometheus.NewDesc("strait_packet_gateway_up", "1 while the packet mode's maps send new flows to the peer gateway, 0 while they take it out as dead (docs/packet.md, Health).", []string{"peer", "gateway"}, nil)
 	descPktAnswers = prometheus.NewDesc("strait_packet_probe_answers_total", "Answers of the peer gateway's programs to this gateway's liveness probes.", []string{"peer", "gateway"}, nil)
 	descPktDowns   = prometheus.NewDesc("strait_packet_probe_downs_total", "Times the liveness probes found the peer gateway's programs silent.", []string{"peer", "gateway"}, nil)
+	descPktLate    = prometheus.NewDesc("strait_packet_probe_late_rounds_total", "Probe rounds that ran late (this process stalled for more than two intervals) and so judged nothing.", nil, nil)
 )
 
 func (c packetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPktPackets, descPktDrops, descPktEvents, descPktRule, descPktActive, descPktGwUp, descPktAnswers, descPktDowns} {
+	for _, d := range []*prometheus.Desc{descPktPackets, descPktDrops, descPktEvents, descPktRule, descPktActive, descPktGwUp, descPktAnswers, descPktDowns, descPktLate} {
 		ch <- d
 	}
 }
@@ -1117,6 +1118,9 @@ func (c packetCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	pr := p.prober.Load()
+	if pr != nil {
+		ch <- prometheus.MustNewConstMetric(descPktLate, prometheus.CounterValue, float64(pr.LateRounds()))
+	}
 	for peer, gws := range p.gwUp {
 		for gw, up := range gws {
 			v := 0.0

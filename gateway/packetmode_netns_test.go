@@ -439,7 +439,9 @@ func TestPacketModeHealth(t *testing.T) {
 		fmt.Sscan(v, &reps)
 	}
 	var took []time.Duration
+	const late = "strait_packet_probe_late_rounds_total"
 	for rep := range reps {
+		late0 := e.a.metric(t, late)
 		downAt := time.Now()
 		testenv.Run(t, "ip", "-n", e.ga, "link", "set", "wan2", "down")
 		ran := time.Since(downAt)
@@ -447,8 +449,8 @@ func TestPacketModeHealth(t *testing.T) {
 		took = append(took, d.Sub(downAt))
 		// A figure for the log, not a threshold. The link goes down while
 		// the command runs, so the figure is at most that much too long.
-		t.Logf("uplink down %d: b2 taken out of a's maps %v after `ip link set down` began (the command took %v; load %s)", rep+1,
-			d.Sub(downAt).Round(100*time.Microsecond), ran.Round(100*time.Microsecond), loadavg())
+		t.Logf("uplink down %d: b2 taken out of a's maps %v after `ip link set down` began (the command took %v; a's prober ran %v rounds late meanwhile; load %s)", rep+1,
+			d.Sub(downAt).Round(100*time.Microsecond), ran.Round(100*time.Microsecond), e.a.metric(t, late)-late0, loadavg())
 		rx1, rx2 = rx(e.b), rx(e.b2)
 		flows := 30
 		if rep > 0 {
@@ -473,8 +475,8 @@ func TestPacketModeHealth(t *testing.T) {
 		q := func(p float64) time.Duration {
 			return took[int(p*float64(len(took)-1)+0.5)].Round(100 * time.Microsecond)
 		}
-		t.Logf("uplink down → taken out of the maps, %d repetitions: median %v, p95 %v, max %v (load %s)",
-			len(took), q(0.5), q(0.95), took[len(took)-1].Round(100*time.Microsecond), loadavg())
+		t.Logf("uplink down → taken out of the maps, %d repetitions: median %v, p95 %v, max %v (load %s; a's prober ran %v rounds late); all: %v",
+			len(took), q(0.5), q(0.95), took[len(took)-1].Round(100*time.Microsecond), loadavg(), e.a.metric(t, late), took)
 	}
 	e.a.waitMetric(t, packetUp2, func(v float64) bool { return v == 1 }, "b2 back")
 	rx2 = rx(e.b2)

@@ -108,6 +108,7 @@ type Prober struct {
 	mu        sync.Mutex // guards below
 	targets   map[netip.Addr]*probeTarget
 	lastRound time.Time
+	late      uint64 // rounds that ran late
 	closed    bool
 	buf       [512]byte // an answer's payload; longer ones are no answers
 }
@@ -200,6 +201,15 @@ func (p *Prober) State(addr netip.Addr) (ProbeState, bool) {
 	return t.state, true
 }
 
+// LateRounds counts the rounds that ran late (more than two intervals
+// after the one before: this process was not running), which judged
+// nothing.
+func (p *Prober) LateRounds() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.late
+}
+
 // Run probes until ctx is done or the prober is closed.
 func (p *Prober) Run(ctx context.Context) error {
 	t := time.NewTicker(p.cfg.Interval)
@@ -234,6 +244,9 @@ func (p *Prober) round(now time.Time) {
 	// tunnel/poolhealth.go).
 	late := !p.lastRound.IsZero() && now.Sub(p.lastRound) > 2*p.cfg.Interval
 	p.lastRound = now
+	if late {
+		p.late++
+	}
 	ns := now.Sub(p.start).Nanoseconds()
 	changed := p.drain(ns)
 	if !late {

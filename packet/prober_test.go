@@ -138,6 +138,9 @@ func TestProberLateRound(t *testing.T) {
 	if st := r.state(t); !st.Live {
 		t.Fatalf("a late round took the target out: %+v", st)
 	}
+	if n := r.p.LateRounds(); n != 1 {
+		t.Errorf("%d late rounds counted, want 1", n)
+	}
 	r.at(310)
 	if st := r.state(t); st.Live {
 		t.Fatalf("still unanswered in the round on time after the stall: %+v, want dead", st)
