@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,6 +70,17 @@ type PacketConfig struct {
 	// programs keep forwarding while the process is gone and the next
 	// start adopts them.
 	TeardownOnExit bool `yaml:"teardown-on-exit"`
+	// ProbePort is the UDP port of the liveness probes that the gateway
+	// nodes' programs answer themselves (0: packet.DefaultProbePort, 4790;
+	// -1: this node neither answers nor sends any). Every gateway of the
+	// clusterset must agree. ProbeInterval and ProbeMisses are how often
+	// this gateway probes each peer gateway it sends imports to, and how
+	// many probes in a row must go unanswered for it to be taken out
+	// (0: 10ms and 3: 30–40 ms after its path died; docs/packet.md,
+	// "Health").
+	ProbePort     int           `yaml:"probe-port"`
+	ProbeInterval time.Duration `yaml:"probe-interval"`
+	ProbeMisses   int           `yaml:"probe-misses"`
 }
 
 // packetHelloInterval is how often a gateway offers the packet mode to a
@@ -166,11 +178,31 @@ func (c *Config) validatePacket() error {
 	if m := c.Packet.UnderlayMTU; m != 0 && (m < 626 || m > 65535) {
 		return fmt.Errorf("packet.underlay-mtu %d: allowed 626..65535 (0: 1500)", m)
 	}
+	if p := c.Packet.ProbePort; p < -1 || p > 65535 {
+		return fmt.Errorf("packet.probe-port %d: allowed 1..65535 (0: %d, -1: no probes)", p, packet.DefaultProbePort)
+	}
+	if i := c.Packet.ProbeInterval; i != 0 && (i < time.Millisecond || i > 10*time.Second) {
+		return fmt.Errorf("packet.probe-interval %v: allowed 1ms..10s (0: %v)", i, packet.DefaultProbeInterval)
+	}
+	if m := c.Packet.ProbeMisses; m < 0 || m > 1000 {
+		return fmt.Errorf("packet.probe-misses %d: allowed 1..1000 (0: %d)", m, packet.DefaultProbeMisses)
+	}
 	pc := c.packetConfig()
 	if err := pc.Validate(); err != nil {
 		return fmt.Errorf("packet.%w", err)
 	}
 	return nil
+}
+
+// proberConfig is the packet section's probing, ok false when it is off.
+func (c *Config) proberConfig(log *slog.Logger) (packet.ProberConfig, bool) {
+	if c.Packet.ProbePort < 0 {
+		return packet.ProberConfig{}, false
+	}
+	pc := c.packetConfig()
+	// The peers' VXLAN port and VNI are this node's: peers must agree.
+	return packet.ProberConfig{Port: uint16(c.Packet.ProbePort), TunnelPort: pc.TunnelPort, VNI: pc.VNI,
+		Interval: c.Packet.ProbeInterval, Misses: c.Packet.ProbeMisses, Log: log}, true
 }
 
 func (c *Config) packetConfig() packet.Config {
@@ -179,7 +211,13 @@ func (c *Config) packetConfig() packet.Config {
 		name = c.Cluster
 	}
 	snat, _ := netip.ParseAddr(c.Packet.SNAT)
-	return packet.Config{Name: name, PinRoot: c.Packet.PinRoot, LAN: c.Packet.LAN, SNAT: snat, UnderlayMTU: c.Packet.UnderlayMTU}
+	pc := packet.Config{Name: name, PinRoot: c.Packet.PinRoot, LAN: c.Packet.LAN, SNAT: snat, UnderlayMTU: c.Packet.UnderlayMTU}
+	if c.Packet.ProbePort < 0 {
+		pc.NoProbes = true
+	} else {
+		pc.ProbePort = uint16(c.Packet.ProbePort)
+	}
+	return pc
 }
 
 // packetPlane is the gateway's packet mode: the datapath (nil when no peer
@@ -190,6 +228,9 @@ type packetPlane struct {
 	log  *slog.Logger
 	dp   *packet.Datapath
 	kick chan struct{}
+	// prober probes the gateways of the peers this one imports from
+	// through their programs (nil until attached, or with probes off).
+	prober atomic.Pointer[packet.Prober]
 
 	mu      sync.Mutex // guards below and the datapath's maps
 	peers   map[string]*packetPeer
@@ -202,6 +243,11 @@ type packetPlane struct {
 	// attachErr is why the programs could not be attached when a Peer
 	// resource asked for the mode, "" if they were or nobody asked.
 	attachErr string
+	// gwUp is what the maps say of each importing peer's gateways
+	// (peer → gateway → alive), for strait_packet_gateway_up.
+	gwUp map[string]map[string]bool
+	// rings are the Maglev tables built, by member set.
+	rings map[string]*ring.Table
 }
 
 // packetPeer is what one peer said about the packet mode.
@@ -234,7 +280,7 @@ type PeerDataPlane struct {
 }
 
 func newPacketPlane(g *Gateway) *packetPlane {
-	return &packetPlane{g: g, log: g.log, kick: make(chan struct{}, 1), peers: map[string]*packetPeer{}}
+	return &packetPlane{g: g, log: g.log, kick: make(chan struct{}, 1), peers: map[string]*packetPeer{}, rings: map[string]*ring.Table{}}
 }
 
 func (p *packetPlane) peer(id string) *packetPeer {
@@ -283,6 +329,20 @@ func (p *packetPlane) attach(ctx context.Context) error {
 	p.attachErr = ""
 	p.mu.Unlock()
 	p.log.Info("packet mode attached", "lan", p.g.cfg.Packet.LAN, "pins", p.pinDir(), "peers", p.g.packetPeers())
+	if pc, ok := p.g.cfg.proberConfig(p.log); ok {
+		pr, err := packet.NewProber(pc)
+		if err != nil {
+			// The programs forward and answer others' probes without it;
+			// the sessions judge the peers' gateways then.
+			p.log.Warn("packet mode: no prober; the sessions' health judges the peers' gateways", "err", err)
+		} else {
+			p.prober.Store(pr)
+			p.g.spawn(func() {
+				_ = pr.Run(ctx)
+				pr.Close()
+			})
+		}
+	}
 	p.g.spawn(func() { p.run(ctx) })
 	p.g.spawn(func() { p.watchHealth(ctx) })
 	return nil
@@ -374,41 +434,66 @@ func (p *packetPlane) run(ctx context.Context) {
 }
 
 // watchHealth rewrites the Maglev tables and the peers' liveness when the
-// health checker (the pools' probes) takes a peer gateway out or back.
+// prober (the programs' answers) or the health checker (the pools' probes)
+// takes a peer gateway out or back: at once for the prober, within a probe
+// interval for the checker.
 func (p *packetPlane) watchHealth(ctx context.Context) {
 	t := time.NewTicker(p.g.cfg.probeInterval())
 	defer t.Stop()
+	var changed <-chan struct{}
+	if pr := p.prober.Load(); pr != nil {
+		changed = pr.Changed()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-changed:
 		}
-		h := p.g.packetHealth()
+		_, h := p.g.packetLiveness()
 		p.mu.Lock()
 		stale := p.synced && h != p.health
 		p.mu.Unlock()
 		if stale {
+			start := time.Now()
 			p.sync()
-			p.log.Info("packet mode: peer gateways' health written to the maps", "health", h)
+			p.log.Info("packet mode: peer gateways' health written to the maps", "health", h, "took", time.Since(start).Round(10*time.Microsecond))
 		}
 	}
 }
 
-// packetHealth is the liveness of every packet peer's gateways, as a
-// string that changes when any of them does.
-func (g *Gateway) packetHealth() string {
+// packetLiveness is the liveness of every packet peer's gateways (peer →
+// gateway → live), and the same as a string that changes when any of them
+// does. A gateway whose programs answered this gateway's prober is judged
+// by their answers alone: its process may be dead or restarting while its
+// pinned programs forward (docs/packet.md, "Health"). One that never
+// answered (its programs answer no probes, or its path was down since this
+// process started) is judged by its sessions, as the stream mode does.
+func (g *Gateway) packetLiveness() (map[string]map[string]bool, string) {
 	var b strings.Builder
+	pr := g.packet.prober.Load()
+	live := map[string]map[string]bool{}
 	for _, id := range g.packetPeers() {
 		pool := g.peer(id)
 		if pool == nil {
 			continue
 		}
+		live[id] = map[string]bool{}
 		for _, h := range pool.Gateways() {
-			fmt.Fprintf(&b, "%s/%s=%v ", id, h.Addr, h.Live)
+			up, by := h.Live, "sessions"
+			if pr != nil {
+				if a, err := underlayAddr(h.Addr); err == nil {
+					if st, ok := pr.State(a); ok && st.Answered {
+						up, by = st.Live, "probes"
+					}
+				}
+			}
+			live[id][h.Addr] = up
+			fmt.Fprintf(&b, "%s/%s=%v(%s) ", id, h.Addr, up, by)
 		}
 	}
-	return b.String()
+	return live, b.String()
 }
 
 // offerAll offers the packet mode to every peer configured for it.
@@ -610,16 +695,7 @@ func (p *packetPlane) settled() bool {
 func (p *packetPlane) sync() {
 	set := p.g.store.Set()
 	rt := p.g.routes.Load()
-	health := p.g.packetHealth()
-	live := map[string]map[string]bool{}
-	for _, id := range p.g.packetPeers() {
-		if pool := p.g.peer(id); pool != nil {
-			live[id] = map[string]bool{}
-			for _, h := range pool.Gateways() {
-				live[id][h.Addr] = h.Live
-			}
-		}
-	}
+	live, health := p.g.packetLiveness()
 	peerRes := map[string]*catalog.Peer{}
 	var names []string
 	for _, r := range set.List(catalog.KindPeer) {
@@ -652,6 +728,8 @@ func (p *packetPlane) sync() {
 	nextID := uint32(1)
 	exportIDs := map[nsName]uint32{}
 	var errs []string
+	var targets []netip.Addr
+	gwUp := map[string]map[string]bool{}
 	for i, id := range names {
 		if mode, _ := p.g.dataPlane(id); mode != DataPlanePacket {
 			if pp, ok := p.peers[id]; ok && pp.active {
@@ -680,11 +758,16 @@ func (p *packetPlane) sync() {
 			w.peers[ip] = packet.Peer{Cluster: clusterID, Alive: !down[addr]}
 		}
 		if importing {
+			gwUp[id] = map[string]bool{}
+			for addr, ip := range gws {
+				targets = append(targets, ip)
+				gwUp[id][addr] = !down[addr]
+			}
 			if len(w.tables) >= p.dp.Tables() {
 				errs = append(errs, fmt.Sprintf("peer %s: more exporting peers than packet tables (%d)", id, p.dp.Tables()))
 			} else {
 				slot := uint32(len(w.tables))
-				t, err := packetTable(gws, live[id])
+				t, err := packetTable(gws, live[id], p.rings)
 				if err != nil {
 					errs = append(errs, fmt.Sprintf("peer %s: %v", id, err))
 				} else {
@@ -747,7 +830,7 @@ func (p *packetPlane) sync() {
 		errs = append(errs, err.Error())
 	case w.same(p.written):
 	default:
-		if err := w.write(p.dp); err != nil {
+		if err := w.write(p.dp, p.written); err != nil {
 			errs = append(errs, err.Error())
 			p.written = nil
 		} else {
@@ -755,6 +838,12 @@ func (p *packetPlane) sync() {
 		}
 	}
 	p.synced, p.health = true, health
+	if p.written != nil {
+		p.gwUp = gwUp
+	}
+	if pr := p.prober.Load(); pr != nil {
+		pr.SetTargets(targets)
+	}
 	msg := strings.Join(errs, "; ")
 	if msg != p.syncErr {
 		if msg != "" {
@@ -810,9 +899,15 @@ func (w *packetWant) same(o *packetWant) bool {
 }
 
 // write fills the maps in the order State.Apply does: tables first and
-// imports last, so that no import points at a table not yet written.
-func (w *packetWant) write(dp *packet.Datapath) error {
+// imports last, so that no import points at a table not yet written. What
+// equals old (what this process wrote last, nil: nothing known) is not
+// written again: a health change rewrites one table and the peers.
+func (w *packetWant) write(dp *packet.Datapath, old *packetWant) error {
 	for i := range dp.Tables() {
+		if old != nil && (i >= len(w.tables) && i >= len(old.tables) ||
+			i < len(w.tables) && i < len(old.tables) && w.tables[i].key == old.tables[i].key) {
+			continue
+		}
 		var err error
 		if i < len(w.tables) {
 			err = dp.SetTable(i, w.tables[i].table, w.tables[i].addrs)
@@ -823,16 +918,25 @@ func (w *packetWant) write(dp *packet.Datapath) error {
 			return err
 		}
 	}
-	if err := dp.SetPeers(w.peers); err != nil {
-		return err
+	if old == nil || !maps.Equal(w.peers, old.peers) {
+		if err := dp.SetPeers(w.peers); err != nil {
+			return err
+		}
 	}
-	if err := dp.SetPolicy(w.policy); err != nil {
-		return err
+	if old == nil || !maps.Equal(w.policy, old.policy) {
+		if err := dp.SetPolicy(w.policy); err != nil {
+			return err
+		}
 	}
-	if err := dp.SetExports(w.exports); err != nil {
-		return err
+	if old == nil || !maps.Equal(w.exports, old.exports) {
+		if err := dp.SetExports(w.exports); err != nil {
+			return err
+		}
 	}
-	return dp.SetImports(w.imports)
+	if old == nil || !maps.Equal(w.imports, old.imports) {
+		return dp.SetImports(w.imports)
+	}
+	return nil
 }
 
 // underlay returns a peer's gateways (as the Peer resource lists them,
@@ -840,30 +944,57 @@ func (w *packetWant) write(dp *packet.Datapath) error {
 func underlay(pr *catalog.Peer) (map[string]netip.Addr, error) {
 	out := map[string]netip.Addr{}
 	for _, gw := range pr.Spec.Gateways {
-		host, _, err := net.SplitHostPort(gw)
+		a, err := underlayAddr(gw)
 		if err != nil {
-			host = gw
+			return nil, fmt.Errorf("peer %s: %w", pr.Metadata.Name, err)
 		}
-		a, err := netip.ParseAddr(host)
-		if err != nil || !a.Unmap().Is4() {
-			return nil, fmt.Errorf("peer %s: gateway %q: the packet mode needs an IPv4 address, not a name (its tunnel packets are accepted by source address)", pr.Metadata.Name, gw)
-		}
-		out[gw] = a.Unmap()
+		out[gw] = a
 	}
 	return out, nil
 }
 
+// underlayAddr is a gateway's IPv4 underlay address, from its host:port or
+// host as a Peer resource lists it.
+func underlayAddr(gw string) (netip.Addr, error) {
+	host, _, err := net.SplitHostPort(gw)
+	if err != nil {
+		host = gw
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil || !a.Unmap().Is4() {
+		return netip.Addr{}, fmt.Errorf("gateway %q: the packet mode needs an IPv4 address, not a name (its tunnel packets are accepted by source address)", gw)
+	}
+	return a.Unmap(), nil
+}
+
+// maxPacketRings bounds the Maglev tables kept (each of ring.DefaultSize
+// buckets): one per member set in use, a few peers' worth.
+const maxPacketRings = 16
+
 // packetTable is a peer's Maglev table with its dead gateways' buckets
 // given to heirs, as the pool's own view does.
-func packetTable(gws map[string]netip.Addr, live map[string]bool) (packetTableSpec, error) {
+// Tables already built for a member set come from rings (nil: none kept):
+// a health change then costs the WithDown view alone, not a new table of
+// ring.DefaultSize buckets.
+func packetTable(gws map[string]netip.Addr, live map[string]bool, rings map[string]*ring.Table) (packetTableSpec, error) {
 	names := make([]string, 0, len(gws))
 	for n := range gws {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	t, err := ring.New(names, ring.Options{})
-	if err != nil {
-		return packetTableSpec{}, err
+	members := strings.Join(names, " ")
+	t := rings[members]
+	if t == nil {
+		var err error
+		if t, err = ring.New(names, ring.Options{}); err != nil {
+			return packetTableSpec{}, err
+		}
+		if rings != nil {
+			if len(rings) >= maxPacketRings {
+				clear(rings) // member sets changed often: keep the memory bounded
+			}
+			rings[members] = t
+		}
 	}
 	down := packetDown(gws, live)
 	var key strings.Builder
@@ -873,12 +1004,12 @@ func packetTable(gws map[string]netip.Addr, live map[string]bool) (packetTableSp
 	return packetTableSpec{table: t.WithDown(down), addrs: gws, key: key.String()}, nil
 }
 
-// packetDown is the set of a peer's gateways the health checker has taken
-// out. The checker judges a gateway by its process's sessions, and the
-// programs of a gateway whose process died (or restarts) keep forwarding:
-// when all of a peer's gateways look dead, none is taken out, since
-// sending to them is then no worse than dropping, and it keeps the flows
-// of a peer whose only gateway restarts (docs/packet.md, "The gateway").
+// packetDown is the set of a peer's gateways taken out: those live says
+// dead (packetLiveness: by their programs' answers to the probes, or by
+// their sessions when they never answered). When all of a peer's
+// gateways look dead, none is taken out, since sending to them is then no
+// worse than dropping, and it keeps the flows of a peer whose only gateway
+// restarts while judged by its sessions (docs/packet.md, "Health").
 func packetDown(gws map[string]netip.Addr, live map[string]bool) map[string]bool {
 	down := map[string]bool{}
 	if live == nil {
@@ -960,10 +1091,14 @@ var (
 	descPktEvents  = prometheus.NewDesc("strait_packet_events_total", "Other events of the packet mode's programs: flows placed, repinned, SYNs clamped, fragments seen.", []string{"event"}, nil)
 	descPktRule    = prometheus.NewDesc("strait_packet_policy_drops_total", "New flows the packet mode's policy map denied, by deciding AccessPolicy (\"\" is the default deny).", []string{"policy"}, nil)
 	descPktActive  = prometheus.NewDesc("strait_packet_peer_active", "1 while the packet mode carries the peer's traffic, 0 while the stream mode does.", []string{"peer"}, nil)
+	descPktGwUp    = prometheus.NewDesc("strait_packet_gateway_up", "1 while the packet mode's maps send new flows to the peer gateway, 0 while they take it out as dead (docs/packet.md, Health).", []string{"peer", "gateway"}, nil)
+	descPktAnswers = prometheus.NewDesc("strait_packet_probe_answers_total", "Answers of the peer gateway's programs to this gateway's liveness probes.", []string{"peer", "gateway"}, nil)
+	descPktDowns   = prometheus.NewDesc("strait_packet_probe_downs_total", "Times the liveness probes found the peer gateway's programs silent.", []string{"peer", "gateway"}, nil)
+	descPktLate    = prometheus.NewDesc("strait_packet_probe_late_rounds_total", "Probe rounds that ran late (this process stalled for more than two intervals) and so judged nothing.", nil, nil)
 )
 
 func (c packetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPktPackets, descPktDrops, descPktEvents, descPktRule, descPktActive} {
+	for _, d := range []*prometheus.Desc{descPktPackets, descPktDrops, descPktEvents, descPktRule, descPktActive, descPktGwUp, descPktAnswers, descPktDowns, descPktLate} {
 		ch <- d
 	}
 }
@@ -981,6 +1116,25 @@ func (c packetCollector) Collect(ch chan<- prometheus.Metric) {
 	defer p.mu.Unlock()
 	if p.dp == nil {
 		return
+	}
+	pr := p.prober.Load()
+	if pr != nil {
+		ch <- prometheus.MustNewConstMetric(descPktLate, prometheus.CounterValue, float64(pr.LateRounds()))
+	}
+	for peer, gws := range p.gwUp {
+		for gw, up := range gws {
+			v := 0.0
+			if up {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(descPktGwUp, prometheus.GaugeValue, v, peer, gw)
+			if a, err := underlayAddr(gw); err == nil && pr != nil {
+				if st, ok := pr.State(a); ok {
+					ch <- prometheus.MustNewConstMetric(descPktAnswers, prometheus.CounterValue, float64(st.Answers), peer, gw)
+					ch <- prometheus.MustNewConstMetric(descPktDowns, prometheus.CounterValue, float64(st.Downs), peer, gw)
+				}
+			}
+		}
 	}
 	counters, err := p.dp.Counters()
 	if err != nil {

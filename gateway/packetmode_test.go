@@ -26,6 +26,9 @@ func TestPacketConfigErrors(t *testing.T) {
 		{"relative pin root", packetPeer + "packet: {lan: eth1, snat: 10.0.0.9, pin-root: bpf}\n", `packet.pin-root "bpf": want an absolute path`},
 		{"small mtu", packetPeer + "packet: {lan: eth1, snat: 10.0.0.9, underlay-mtu: 600}\n", "packet.underlay-mtu 600: allowed 626..65535"},
 		{"bad name", packetPeer + "packet: {lan: eth1, snat: 10.0.0.9, name: GW}\n", `packet.name "GW"`},
+		{"probe port", packetPeer + "packet: {lan: eth1, snat: 10.0.0.9, probe-port: 70000}\n", "packet.probe-port 70000: allowed 1..65535"},
+		{"probe interval", packetPeer + "packet: {lan: eth1, snat: 10.0.0.9, probe-interval: 100us}\n", "packet.probe-interval 100µs: allowed 1ms..10s"},
+		{"probe misses", packetPeer + "packet: {lan: eth1, snat: 10.0.0.9, probe-misses: -2}\n", "packet.probe-misses -2: allowed 1..1000"},
 		// A section without packet peers is for Peer resources that ask for
 		// the mode: checked all the same.
 		{"section alone, no snat", goodConfig + "packet: {lan: eth1}\n", `packet.snat "": required`},
@@ -42,6 +45,7 @@ func TestPacketConfigErrors(t *testing.T) {
 	for _, y := range []string{
 		goodConfig + "peers: {b: {data-plane: stream}, c: {}}\n",
 		packetPeer + "packet: {lan: eth1, snat: 10.0.0.9, pin-root: /run/strait/bpf, teardown-on-exit: true}\n",
+		packetPeer + "packet: {lan: eth1, snat: 10.0.0.9, probe-port: -1, probe-interval: 5ms, probe-misses: 8}\n",
 	} {
 		c, err := LoadConfig(writeConfig(t, t.TempDir(), y))
 		if err != nil {
@@ -93,11 +97,11 @@ func TestPacketDown(t *testing.T) {
 	if d := packetDown(gws, nil); len(d) != 0 {
 		t.Errorf("no pool: down %v, want none", d)
 	}
-	a, err := packetTable(gws, map[string]bool{"g1:4443": true})
+	a, err := packetTable(gws, map[string]bool{"g1:4443": true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := packetTable(gws, map[string]bool{"g1:4443": true, "g2:4443": true})
+	b, _ := packetTable(gws, map[string]bool{"g1:4443": true, "g2:4443": true}, nil)
 	if a.key == b.key {
 		t.Errorf("tables with different dead gateways have one key %q", a.key)
 	}

@@ -12,7 +12,9 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -34,6 +36,11 @@ const (
 	DefaultFlowEntries = 65536
 	DefaultNATEntries  = 65536
 	DefaultTables      = 8
+	// DefaultProbePort is the port of the liveness probes the programs
+	// answer (docs/packet.md, "Health"). It is matched only inside tunnel
+	// packets from a peer gateway to this node's own underlay address that
+	// belong to no flow and no service, so it takes no port of the node.
+	DefaultProbePort = 4790
 
 	// vxlanOverhead is what VXLAN adds in front of an inner Ethernet
 	// frame: outer IPv4 (20), UDP (8), VXLAN (8) and inner Ethernet (14).
@@ -86,6 +93,13 @@ type Config struct {
 	// Tables is how many exporting clusters' Maglev tables fit (default
 	// 8, at most 64), each of ring.DefaultSize buckets.
 	Tables int
+	// ProbePort is the UDP port of the liveness probes peer gateways'
+	// probers send through the tunnel (default DefaultProbePort; peers
+	// must agree). NoProbes makes the programs answer none: this node
+	// then looks dead to peers' probers, which judge it by its sessions
+	// only if it never answered.
+	ProbePort uint16
+	NoProbes  bool
 }
 
 func (c *Config) defaults() {
@@ -121,6 +135,9 @@ func (c *Config) defaults() {
 	}
 	if c.Tables == 0 {
 		c.Tables = DefaultTables
+	}
+	if c.ProbePort == 0 {
+		c.ProbePort = DefaultProbePort
 	}
 }
 
@@ -177,7 +194,18 @@ type Datapath struct {
 	log  *slog.Logger
 	coll *ebpf.Collection
 	dir  string
+	// buckets is each table slot's buckets as this process last wrote
+	// them: a rewrite writes only the buckets that changed (a health
+	// change moves a dead gateway's share, not the whole table).
+	buckets map[int][][4]byte
+	// maglev is the maglev map's memory, nil when pins of an earlier
+	// version have it without a mapping.
+	maglev []byte
 }
+
+// maglevStride is a bucket's place in the mapped memory: the kernel rounds
+// an array's values up to 8 bytes.
+const maglevStride = 8
 
 // link pin names in the gateway's directory.
 const (
@@ -215,6 +243,18 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 	spec.Maps["nat"].MaxEntries = uint32(cfg.NATEntries)
 	spec.Maps["rnat"].MaxEntries = uint32(cfg.NATEntries)
 	spec.Maps["maglev"].MaxEntries = uint32(cfg.Tables * ring.DefaultSize)
+	// The buckets are written through a memory mapping: a health change
+	// rewrites a dead gateway's share of 65537 buckets, which took ~8 ms
+	// of map updates on the loaded lab host against microseconds of
+	// stores (docs/packet.md, "Health"). Pins of a version without the
+	// mapping are adopted as they are, and written with map updates.
+	spec.Maps["maglev"].Flags |= unix.BPF_F_MMAPABLE
+	if old, err := ebpf.LoadPinnedMap(filepath.Join(dir, "maglev"), &ebpf.LoadPinOptions{ReadOnly: true}); err == nil {
+		if info, err := old.Info(); err == nil && info.Flags&unix.BPF_F_MMAPABLE == 0 {
+			spec.Maps["maglev"].Flags &^= unix.BPF_F_MMAPABLE
+		}
+		old.Close()
+	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{
 		Maps: ebpf.MapOptions{PinPath: dir},
 	})
@@ -228,7 +268,15 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		}
 		return nil, fmt.Errorf("load programs: %w", err)
 	}
-	return &Datapath{cfg: cfg, log: log, coll: coll, dir: dir}, nil
+	d := &Datapath{cfg: cfg, log: log, coll: coll, dir: dir}
+	if spec.Maps["maglev"].Flags&unix.BPF_F_MMAPABLE != 0 {
+		size := (int(spec.Maps["maglev"].MaxEntries)*maglevStride + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1)
+		if d.maglev, err = unix.Mmap(coll.Maps["maglev"].FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+			coll.Close()
+			return nil, fmt.Errorf("map the maglev buckets: %w", err)
+		}
+	}
+	return d, nil
 }
 
 func checkBPFFS(dir string) error {
@@ -272,6 +320,9 @@ func (d *Datapath) Attach(ctx context.Context) error {
 	s := settings{
 		TunIfindex: uint32(tun.Index), VNI: d.cfg.VNI, SNAT: d.cfg.SNAT, MSS: d.cfg.MSS(),
 		PortMin: d.cfg.PortMin, PortMax: d.cfg.PortMax, Idle: d.cfg.Idle,
+	}
+	if !d.cfg.NoProbes {
+		s.ProbePort = d.cfg.ProbePort
 	}
 	if err := d.coll.Maps["config"].Update(uint32(0), s, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write settings: %w", err)
@@ -359,6 +410,10 @@ func trimOut(b []byte) string { return strings.TrimSpace(string(b)) }
 // Close releases this process's handles. Pinned maps and links stay, and
 // so does forwarding. Close is idempotent.
 func (d *Datapath) Close() error {
+	if d.maglev != nil {
+		_ = unix.Munmap(d.maglev)
+		d.maglev = nil
+	}
 	if d.coll != nil {
 		d.coll.Close()
 		d.coll = nil
@@ -476,6 +531,8 @@ func (d *Datapath) SetTable(index int, t *ring.Table, addrs map[string]netip.Add
 		return fmt.Errorf("table %d: allowed 0..%d", index, d.cfg.Tables-1)
 	}
 	tables := d.coll.Maps["tables"]
+	prev := d.buckets[index]
+	delete(d.buckets, index) // until this write succeeded
 	if t == nil {
 		return tables.Update(uint32(index), tableInfo{}, ebpf.UpdateAny)
 	}
@@ -493,22 +550,43 @@ func (d *Datapath) SetTable(index int, t *ring.Table, addrs map[string]netip.Add
 		byIndex[i] = a.Unmap().As4()
 	}
 	base := uint32(index * ring.DefaultSize)
-	keys := make([]uint32, len(owners))
-	vals := make([][4]byte, len(owners))
+	all := make([][4]byte, len(owners))
+	keys := make([]uint32, 0, len(owners))
+	vals := make([][4]byte, 0, len(owners))
 	for i, o := range owners {
-		keys[i] = base + uint32(i)
 		if o != ring.NoMember {
-			vals[i] = byIndex[o]
+			all[i] = byIndex[o]
+		}
+		if len(prev) != len(owners) || prev[i] != all[i] {
+			keys = append(keys, base+uint32(i))
+			vals = append(vals, all[i])
 		}
 	}
-	if _, err := d.coll.Maps["maglev"].BatchUpdate(keys, vals, nil); err != nil {
-		return fmt.Errorf("table %d: write buckets: %w", index, err)
+	switch {
+	case len(keys) == 0:
+	case d.maglev != nil:
+		// Each bucket is one atomic aligned 4-byte store: the programs
+		// read a bucket's old or new gateway, never a mix of the two.
+		for i, k := range keys {
+			if int(k)*maglevStride+4 > len(d.maglev) {
+				return fmt.Errorf("table %d: bucket %d beyond the mapped map", index, k)
+			}
+			(*atomic.Uint32)(unsafe.Pointer(&d.maglev[k*maglevStride])).Store(ne.Uint32(vals[i][:]))
+		}
+	default:
+		if _, err := d.coll.Maps["maglev"].BatchUpdate(keys, vals, nil); err != nil {
+			return fmt.Errorf("table %d: write buckets: %w", index, err)
+		}
 	}
 	// The size goes in last: the program reads buckets only below it.
 	info := tableInfo{Seed: seed, Size: uint32(len(owners)), Base: base}
 	if err := tables.Update(uint32(index), info, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("table %d: %w", index, err)
 	}
+	if d.buckets == nil {
+		d.buckets = map[int][][4]byte{}
+	}
+	d.buckets[index] = all
 	return nil
 }
 

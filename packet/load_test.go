@@ -11,7 +11,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/strait-net/strait/internal/testenv"
+	"github.com/strait-net/strait/ring"
 )
 
 func loadTest(t testing.TB, cfg Config) *Datapath {
@@ -124,5 +127,54 @@ func TestIncompatiblePins(t *testing.T) {
 	var v []byte
 	if err := d2.coll.Maps["peers"].Lookup([]byte{192, 0, 2, 1}, &v); err == nil {
 		t.Error("a peer survived teardown")
+	}
+}
+
+// TestMaglevMapping: the buckets are written through the mapped memory, a
+// rewrite writes the changed ones, and what the map holds is what a lookup
+// returns; pins of a version whose maglev map has no mapping are adopted
+// and written with map updates, to the same contents.
+func TestMaglevMapping(t *testing.T) {
+	gws := map[string]netip.Addr{"g1": netip.MustParseAddr("192.0.2.1"), "g2": netip.MustParseAddr("192.0.2.2")}
+	tb, err := ring.New([]string{"g1", "g2"}, ring.Options{})
+	must(t, err)
+	check := func(d *Datapath, view *ring.Table) {
+		t.Helper()
+		_, owners := view.Owners()
+		members := view.Members()
+		for i := 0; i < len(owners); i += 97 {
+			var v [4]byte
+			must(t, d.coll.Maps["maglev"].Lookup(uint32(ring.DefaultSize+i), &v))
+			if got, want := netip.AddrFrom4(v), gws[members[owners[i]]]; got != want {
+				t.Fatalf("bucket %d: %v, want %v", i, got, want)
+			}
+		}
+	}
+	for _, mapped := range []bool{true, false} {
+		pins := testenv.BPFFS(t)
+		if !mapped {
+			// A maglev map pinned as earlier versions made it.
+			spec, err := loadPacket()
+			must(t, err)
+			ms := spec.Maps["maglev"].Copy()
+			ms.MaxEntries = uint32(DefaultTables * ring.DefaultSize)
+			ms.Pinning = ebpf.PinNone
+			m, err := ebpf.NewMap(ms)
+			must(t, err)
+			must(t, os.MkdirAll(filepath.Join(pins, "test"), 0o700))
+			must(t, m.Pin(filepath.Join(pins, "test", "maglev")))
+			m.Close()
+		}
+		d := loadTest(t, Config{PinRoot: pins})
+		if (d.maglev != nil) != mapped {
+			t.Fatalf("mapped %v, want %v", d.maglev != nil, mapped)
+		}
+		must(t, d.SetTable(1, tb, gws))
+		check(d, tb)
+		down := tb.WithDown(map[string]bool{"g2": true})
+		must(t, d.SetTable(1, down, gws))
+		check(d, down)
+		must(t, d.SetTable(1, tb, gws))
+		check(d, tb)
 	}
 }

@@ -422,6 +422,7 @@ type settings struct {
 	MSS        uint16
 	PortMin    uint16
 	PortMax    uint16
+	ProbePort  uint16 // 0: the programs answer no probe
 	Idle       time.Duration
 }
 
@@ -439,6 +440,7 @@ func (s settings) MarshalBinary() ([]byte, error) {
 	ne.PutUint16(b[12:], s.MSS)
 	ne.PutUint16(b[14:], s.PortMin)
 	ne.PutUint16(b[16:], s.PortMax)
+	ne.PutUint16(b[18:], s.ProbePort)
 	if s.Idle < 0 {
 		return nil, fmt.Errorf("idle %v: must not be negative", s.Idle)
 	}
@@ -450,7 +452,7 @@ func (s *settings) UnmarshalBinary(b []byte) error {
 	if err := checkLen("settings", b, settingsLen); err != nil {
 		return err
 	}
-	if err := checkZero("settings", b[18:24]); err != nil {
+	if err := checkZero("settings", b[20:24]); err != nil {
 		return err
 	}
 	idle := ne.Uint64(b[24:])
@@ -460,7 +462,7 @@ func (s *settings) UnmarshalBinary(b []byte) error {
 	*s = settings{
 		TunIfindex: ne.Uint32(b), VNI: ne.Uint32(b[4:]), SNAT: getAddr(b[8:]),
 		MSS: ne.Uint16(b[12:]), PortMin: ne.Uint16(b[14:]), PortMax: ne.Uint16(b[16:]),
-		Idle: time.Duration(idle),
+		ProbePort: ne.Uint16(b[18:]), Idle: time.Duration(idle),
 	}
 	return nil
 }

@@ -12,7 +12,9 @@
 //     gateway, and so are ICMP errors about such flows.
 // tun_ingress runs on the VXLAN device (collect_md): it drops what did not
 // come from a known peer gateway, then either DNATs/SNATs a packet for an
-// export toward its target, or delivers a reply to a local client.
+// export toward its target, or delivers a reply to a local client; a peer
+// gateway's liveness probe is sent back to it, and the answer to this
+// node's own probe goes to the prober's socket.
 //
 // Struct layouts here are mirrored by package packet's Go encoders
 // (maps.go); change both together.
@@ -201,7 +203,7 @@ struct config {
 	__u16 mss;        // TCP MSS clamp, 0 = none
 	__u16 port_min;   // SNAT port range, host order
 	__u16 port_max;
-	__u16 pad;
+	__u16 probe_port; // liveness probes' port, host order; 0 = none answered
 	__u64 idle_ns; // a NAT entry idle this long in both directions may be reused
 };
 
@@ -919,6 +921,45 @@ static __always_inline int export_flow(struct __sk_buff *skb, const __u32 l2, st
 	return to_next_hop(nv.ifindex, nv.nh);
 }
 
+// probe answers a peer gateway's liveness probe and delivers the answers to
+// this node's own (docs/packet.md, "Health"). A probe is a UDP packet from
+// the peer's underlay address to this node's, to the probe port: sent back
+// through the tunnel with addresses and ports swapped, it proves to the
+// peer's prober the whole path — underlay, VXLAN device, this program and
+// its peers entry — whether or not this node's gateway process runs. An
+// answer (from the probe port) goes to the local stack, where the
+// prober's UDP socket reads it. Both must come from the tunnel packet's
+// outer source to its outer destination, so a peer can neither make this
+// node send elsewhere nor reach any other local or forwarded address; an
+// answer is recognised first, so a packet with both ports set cannot
+// bounce between two nodes.
+static __always_inline int probe(struct __sk_buff *skb, const __u32 l2, struct config *cfg, struct pkt *p,
+				 __be32 peer, __be32 local)
+{
+	__be16 port = bpf_htons(cfg->probe_port);
+	if (p->saddr != peer || p->daddr != local || (p->sport != port && p->dport != port)) {
+		count(C_UNKNOWN_SERVICE_DROPS);
+		return TC_ACT_SHOT;
+	}
+	if (p->sport == port) {
+		bpf_skb_change_type(skb, 0); // PACKET_HOST, as in to_kernel
+		return TC_ACT_OK;
+	}
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct iphdr *ip = data + IP_OFF;
+	__be16 *ports = data + L4_OFF;
+	if ((void *)(ip + 1) > end || (void *)(ports + 2) > end)
+		return TC_ACT_SHOT;
+	// One's-complement sums do not depend on the order of their words:
+	// swapped addresses and ports leave every checksum as it was.
+	ip->saddr = local;
+	ip->daddr = peer;
+	ports[0] = p->dport;
+	ports[1] = p->sport;
+	return to_tunnel(skb, l2, cfg, peer);
+}
+
 SEC("tc")
 int tun_ingress(struct __sk_buff *skb)
 {
@@ -967,6 +1008,9 @@ int tun_ingress(struct __sk_buff *skb)
 			count(C_REPLY_RX_PACKETS);
 			return to_local(skb, cfg, p.saddr, p.daddr);
 		}
+		// Last, so that no packet of a flow or service pays for it.
+		if (p.proto == IPPROTO_UDP && cfg->probe_port)
+			return probe(skb, l2, cfg, &p, peer, bpf_htonl(key.local_ipv4));
 	} else if (p.proto == IPPROTO_ICMP &&
 		   (p.icmp_type == ICMP_DEST_UNREACH || p.icmp_type == ICMP_TIME_EXCEEDED)) {
 		// An error about an import flow: the quoted packet went from
