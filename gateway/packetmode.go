@@ -573,13 +573,19 @@ func (p *packetPlane) helloFor(peer string) *packetHello {
 }
 
 // packetServices are the clusterset addresses, ports and protocols of imp
-// that the packet mode carries to peer: those of an import whose only
-// source cluster is peer (an import of several clusters fails over
-// between them, which only its streams do), IPv4 and TCP or UDP.
+// that the packet mode may carry to peer: those of an import that lists
+// peer among its source clusters, IPv4 and TCP or UDP. Whether it does
+// is sync's choice (packetImportCluster): an import of several clusters
+// is offered to each of them, so that each fills its exports map.
 func packetServices(imp *catalog.ServiceImport, peer string) []packet.Service {
-	if cs := imp.SourceClusters(); len(cs) != 1 || cs[0] != peer {
+	if !slices.Contains(imp.SourceClusters(), peer) {
 		return nil
 	}
+	return packetAddrs(imp)
+}
+
+// packetAddrs are imp's IPv4 addresses × TCP and UDP ports.
+func packetAddrs(imp *catalog.ServiceImport) []packet.Service {
 	var out []packet.Service
 	for _, ipStr := range imp.Spec.IPs {
 		ip, err := netip.ParseAddr(ipStr)
@@ -730,6 +736,11 @@ func (p *packetPlane) sync() {
 	var errs []string
 	var targets []netip.Addr
 	gwUp := map[string]map[string]bool{}
+	// The importing peers' tables: slot, gateways, and whether all of
+	// them are dead (which packetDown does not take out).
+	slots := map[string]uint32{}
+	peerGws := map[string]map[string]netip.Addr{}
+	dead := map[string]bool{}
 	for i, id := range names {
 		if mode, _ := p.g.dataPlane(id); mode != DataPlanePacket {
 			if pp, ok := p.peers[id]; ok && pp.active {
@@ -766,25 +777,14 @@ func (p *packetPlane) sync() {
 			if len(w.tables) >= p.dp.Tables() {
 				errs = append(errs, fmt.Sprintf("peer %s: more exporting peers than packet tables (%d)", id, p.dp.Tables()))
 			} else {
-				slot := uint32(len(w.tables))
 				t, err := packetTable(gws, live[id], p.rings)
 				if err != nil {
 					errs = append(errs, fmt.Sprintf("peer %s: %v", id, err))
 				} else {
+					slots[id] = uint32(len(w.tables))
 					w.tables = append(w.tables, t)
-					for _, imp := range imports {
-						svcs := packetServices(imp, id)
-						if len(svcs) == 0 {
-							continue
-						}
-						sid := nextID
-						nextID++
-						services = append(services, packet.ServiceRef{ID: sid, Dest: policy.Destination{
-							Export: imp.Metadata.Name, Namespace: imp.Metadata.Namespace, Labels: imp.Metadata.Labels}})
-						for _, s := range svcs {
-							w.imports[s] = packet.Import{ID: sid, Table: slot}
-						}
-					}
+					peerGws[id] = gws
+					dead[id] = allDead(gws, live[id])
 				}
 			}
 		}
@@ -820,6 +820,40 @@ func (p *packetPlane) sync() {
 					w.exports[s] = packet.Export{Target: netip.AddrPortFrom(ta.Addr().Unmap(), ta.Port()), ID: sid}
 				}
 			}
+		}
+	}
+	// Imports: each on the table of the cluster it prefers among those
+	// alive, as the stream mode tries its clusters in order
+	// (docs/packet.md, "Imports of several clusters").
+	failed := map[string]bool{}
+	for _, imp := range imports {
+		svcs := packetAddrs(imp)
+		if len(svcs) == 0 {
+			continue
+		}
+		c, ok, skipped := packetImportCluster(imp.SourceClusters(), slots, dead)
+		if !ok {
+			continue // a source cluster the packet mode does not carry: streams carry the import
+		}
+		for _, s := range skipped {
+			failed[s] = true
+		}
+		sid := nextID
+		nextID++
+		services = append(services, packet.ServiceRef{ID: sid, Dest: policy.Destination{
+			Export: imp.Metadata.Name, Namespace: imp.Metadata.Namespace, Labels: imp.Metadata.Labels}})
+		for _, s := range svcs {
+			w.imports[s] = packet.Import{ID: sid, Table: slots[c]}
+		}
+	}
+	// A dead cluster that an import failed over from: its gateways are
+	// dead in peers, so that the flows pinned to them move (to the table
+	// their import now names); packetDown alone keeps an all-dead
+	// cluster's gateways, having nowhere else to send.
+	for id := range failed {
+		for addr, ip := range peerGws[id] {
+			w.peers[ip] = packet.Peer{Cluster: w.peers[ip].Cluster, Alive: false}
+			gwUp[id][addr] = false
 		}
 	}
 	var err error
@@ -1024,6 +1058,45 @@ func packetDown(gws map[string]netip.Addr, live map[string]bool) map[string]bool
 		return map[string]bool{}
 	}
 	return down
+}
+
+// packetImportCluster is the cluster whose table carries an import of the
+// source clusters cs (in order of preference) in the packet mode: the
+// first whose gateways are not all dead, else the first — the stream
+// mode's choice too (egress.go tries the clusters in order and moves on
+// only when a cluster has no live gateway). ok is false when some source
+// cluster has no table (not in the packet mode, or no room): the whole
+// import then stays on streams, which alone can reach that cluster.
+// skipped are the dead clusters passed over for c.
+func packetImportCluster(cs []string, slots map[string]uint32, dead map[string]bool) (c string, ok bool, skipped []string) {
+	if len(cs) == 0 {
+		return "", false, nil
+	}
+	for _, id := range cs {
+		if _, has := slots[id]; !has {
+			return "", false, nil
+		}
+	}
+	for i, id := range cs {
+		if !dead[id] {
+			return id, true, cs[:i]
+		}
+	}
+	return cs[0], true, nil
+}
+
+// allDead reports whether live says every one of gws is dead (nil: no
+// verdict yet, none is).
+func allDead(gws map[string]netip.Addr, live map[string]bool) bool {
+	if live == nil || len(gws) == 0 {
+		return false
+	}
+	for n := range gws {
+		if live[n] {
+			return false
+		}
+	}
+	return true
 }
 
 // packetSources turns wire sources into policy sources; IPv6 ones hold no

@@ -110,8 +110,8 @@ func TestPacketDown(t *testing.T) {
 	}
 }
 
-// TestPacketServices: only single-cluster imports of that peer, IPv4
-// addresses and TCP or UDP ports go to the packet mode.
+// TestPacketServices: only imports of that peer (one of their source
+// clusters), IPv4 addresses and TCP or UDP ports are offered.
 func TestPacketServices(t *testing.T) {
 	imp := &catalog.ServiceImport{Spec: catalog.ServiceImportSpec{
 		IPs:      []string{"10.96.0.10", "fd00::10"},
@@ -130,8 +130,43 @@ func TestPacketServices(t *testing.T) {
 		t.Errorf("another peer's import: %v", s)
 	}
 	imp.Spec.Clusters = append(imp.Spec.Clusters, catalog.ClusterStatus{Cluster: "c"})
-	if s := packetServices(imp, "b"); len(s) != 0 {
-		t.Errorf("a two-cluster import went to the packet mode: %v", s)
+	for _, peer := range []string{"b", "c"} {
+		if s := packetServices(imp, peer); len(s) != 2 {
+			t.Errorf("a two-cluster import offered to %s: %v, want its 2 services", peer, s)
+		}
+	}
+}
+
+// TestPacketImportCluster: an import takes the first of its clusters
+// whose gateways are not all dead, as the stream mode tries them in
+// order; a cluster without a table keeps the whole import on streams.
+func TestPacketImportCluster(t *testing.T) {
+	slots := map[string]uint32{"b": 0, "c": 1}
+	for _, tc := range []struct {
+		cs      []string
+		dead    map[string]bool
+		want    string
+		ok      bool
+		skipped []string
+	}{
+		{cs: []string{"c", "b"}, want: "c", ok: true},
+		{cs: []string{"b", "c"}, want: "b", ok: true},
+		{cs: []string{"c", "b"}, dead: map[string]bool{"c": true}, want: "b", ok: true, skipped: []string{"c"}},
+		{cs: []string{"c", "b"}, dead: map[string]bool{"b": true}, want: "c", ok: true},
+		// All dead: the first, and nothing failed over.
+		{cs: []string{"c", "b"}, dead: map[string]bool{"b": true, "c": true}, want: "c", ok: true},
+		{cs: []string{"c", "d"}}, // d: streams
+		{cs: []string{"d"}},
+		{cs: nil},
+	} {
+		c, ok, skipped := packetImportCluster(tc.cs, slots, tc.dead)
+		if c != tc.want || ok != tc.ok || !slices.Equal(skipped, tc.skipped) {
+			t.Errorf("clusters %v, dead %v: got %q %v %v, want %q %v %v", tc.cs, tc.dead, c, ok, skipped, tc.want, tc.ok, tc.skipped)
+		}
+	}
+	gws := map[string]netip.Addr{"g1": netip.MustParseAddr("192.0.2.1"), "g2": netip.MustParseAddr("192.0.2.2")}
+	if allDead(gws, nil) || allDead(gws, map[string]bool{"g2": true}) || !allDead(gws, map[string]bool{"g1": false}) {
+		t.Error("allDead: wrong verdict")
 	}
 }
 
