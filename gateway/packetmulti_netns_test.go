@@ -1,14 +1,18 @@
 package gateway_test
 
 import (
+	byteorder "encoding/binary"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/strait-net/strait/gateway"
 	"github.com/strait-net/strait/internal/testenv"
@@ -225,6 +229,44 @@ func (e *multiEnv) whoUDP(t *testing.T, sport int) string {
 	return ""
 }
 
+// importTable is the table slot a's imports map gives the import's TCP
+// port.
+func (e *multiEnv) importTable(t *testing.T) uint32 {
+	t.Helper()
+	return importTableIn(t, e.pinnedMap(t, e.ga, "imports"))
+}
+
+func importTableIn(t *testing.T, m *ebpf.Map) uint32 {
+	t.Helper()
+	// svc_key: address and port in network order, protocol, pad.
+	var k [8]byte
+	vip := netip.MustParseAddr(packetVIP).As4()
+	copy(k[:4], vip[:])
+	byteorder.BigEndian.PutUint16(k[4:], 80)
+	k[6] = 6
+	var v [8]byte // import_val: service ID, table
+	if err := m.Lookup(k, &v); err != nil {
+		t.Fatalf("a's imports map has no entry for %s:80/TCP: %v", packetVIP, err)
+	}
+	return byteorder.NativeEndian.Uint32(v[4:])
+}
+
+// waitImportTable polls importTable every millisecond until cond holds
+// and returns when it saw it so.
+func (e *multiEnv) waitImportTable(t *testing.T, cond func(uint32) bool, what string) time.Time {
+	t.Helper()
+	m := e.pinnedMap(t, e.ga, "imports")
+	for deadline := time.Now().Add(patience); ; time.Sleep(time.Millisecond) {
+		now := time.Now()
+		if cond(importTableIn(t, m)) {
+			return now
+		}
+		if now.After(deadline) {
+			t.Fatalf("%s: not after %v", what, patience)
+		}
+	}
+}
+
 // flows asks n new TCP flows and counts the answers per cluster.
 func (e *multiEnv) flows(t *testing.T, n int) map[string]int {
 	t.Helper()
@@ -274,10 +316,15 @@ func TestPacketModeMultiCluster(t *testing.T) {
 		t.Fatalf("a's programs sent nothing into the tunnel")
 	}
 
+	onC := e.importTable(t)
 	downAt := time.Now()
 	testenv.Run(t, "ip", "-n", e.ga, "link", "set", cUplink, "down")
+	ran := time.Since(downAt)
+	sw := e.waitImportTable(t, func(tb uint32) bool { return tb != onC }, "the import moved to b's table after c's uplink died")
 	d := e.waitPeerAlive(t, e.c.addr, false, "c's gateway dead in a's maps after its uplink died")
-	t.Logf("c's uplink down: its gateway dead in a's peers map %v later (load %s)", d.Sub(downAt).Round(100*time.Microsecond), loadavg())
+	// Figures for the log, not thresholds.
+	t.Logf("c's uplink down: the import on b's table %v later, c's gateway dead in a's peers map %v later (the command took %v; load %s)",
+		sw.Sub(downAt).Round(100*time.Microsecond), d.Sub(downAt).Round(100*time.Microsecond), ran.Round(100*time.Microsecond), loadavg())
 	if v := e.a.metric(t, upC); v != 0 {
 		t.Errorf("%s = %v with c's uplink down", upC, v)
 	}
@@ -295,6 +342,7 @@ func TestPacketModeMultiCluster(t *testing.T) {
 	// Down took the device's routes, the source-address one included.
 	testenv.Run(t, "ip", "-n", e.ga, "route", "replace", "192.0.4.0/24", "dev", cUplink, "src", "192.0.2.1")
 	e.waitPeerAlive(t, e.c.addr, true, "c's gateway back in a's maps")
+	e.waitImportTable(t, func(tb uint32) bool { return tb == onC }, "the import back on c's table")
 	// The import's entry names c's table again in the write that revives
 	// c; poll a few flows only to bound a slow host's write.
 	for i := 0; e.who(t) != "c"; i++ {
@@ -313,6 +361,35 @@ func TestPacketModeMultiCluster(t *testing.T) {
 	}
 	if got := e.a.metric(t, streams); got != streams0 {
 		t.Errorf("a's stream mode opened %v streams: the programs should carry the import", got-streams0)
+	}
+
+	// STRAIT_PACKET_FAILOVER_REPS=N repeats the uplink part for figures.
+	reps := 1
+	if v := os.Getenv("STRAIT_PACKET_FAILOVER_REPS"); v != "" {
+		fmt.Sscan(v, &reps)
+	}
+	took := []time.Duration{sw.Sub(downAt)}
+	for rep := 1; rep < reps; rep++ {
+		downAt := time.Now()
+		testenv.Run(t, "ip", "-n", e.ga, "link", "set", cUplink, "down")
+		sw := e.waitImportTable(t, func(tb uint32) bool { return tb != onC }, "the import moved to b's table")
+		took = append(took, sw.Sub(downAt))
+		e.waitPeerAlive(t, e.c.addr, false, "c's gateway dead in a's maps")
+		if got := e.flows(t, 3); got["b"] != 3 {
+			t.Errorf("repetition %d: 3 new flows with c's uplink down: %v, want all on b", rep+1, got)
+		}
+		testenv.Run(t, "ip", "-n", e.ga, "link", "set", cUplink, "up")
+		testenv.Run(t, "ip", "-n", e.ga, "route", "replace", "192.0.4.0/24", "dev", cUplink, "src", "192.0.2.1")
+		e.waitPeerAlive(t, e.c.addr, true, "c's gateway back in a's maps")
+		e.waitImportTable(t, func(tb uint32) bool { return tb == onC }, "the import back on c's table")
+	}
+	if len(took) > 1 {
+		slices.Sort(took)
+		q := func(p float64) time.Duration {
+			return took[int(p*float64(len(took)-1)+0.5)].Round(100 * time.Microsecond)
+		}
+		t.Logf("uplink down → the import on b's table, %d repetitions: median %v, p95 %v, max %v (load %s); all: %v",
+			len(took), q(0.5), q(0.95), took[len(took)-1].Round(100*time.Microsecond), loadavg(), took)
 	}
 
 	// c's Peer resource on a says stream: the programs cannot reach c, so
