@@ -393,7 +393,11 @@ func TestPacketModeMultiCluster(t *testing.T) {
 	}
 
 	// c's Peer resource on a says stream: the programs cannot reach c, so
-	// the whole import goes back to streams, which prefer c as before.
+	// the whole import goes back to streams, which prefer c as before —
+	// once a's sessions to c live again (the uplink's last fall may have
+	// ended them; the probes revived c in the maps, not the sessions).
+	e.a.waitMetric(t, `strait_peer_gateway_up{gateway="192.0.4.2:4443",peer="c"}`, func(v float64) bool { return v == 1 },
+		"a's sessions to c live")
 	e.a.apply(t, "apiVersion: strait.dev/v1alpha1\nkind: Peer\nmetadata: {name: c}\nspec: {gateways: [\"192.0.4.2:4443\"], dataPlane: stream}\n")
 	dataPlane(t, e.a, "c", func(d gateway.PeerDataPlane) bool { return !d.Active && d.Configured == gateway.DataPlaneStream },
 		"a's data plane for c back to streams by its Peer resource")
