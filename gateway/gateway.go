@@ -155,6 +155,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	errc := make(chan error, 5)
 	g.spawn(func() { errc <- ignoreClosed(g.id.Run(ctx)) })
+	g.spawn(func() { g.reclaimLoop(ctx) })
 	if err := g.reconcile(); err != nil {
 		g.log.Warn("resources not fully applied", "err", err)
 	}

@@ -57,6 +57,9 @@ type metrics struct {
 
 	udp udpMetrics
 
+	// Memory returned to the system after bursts (reclaim.go).
+	reclaims, reclaimedBytes, reclaimCPU prometheus.Counter
+
 	// packetRefusals counts the packet mode refused for a peer (once per
 	// reason; packetmode.go).
 	packetRefusals *prometheus.CounterVec
@@ -105,6 +108,9 @@ func newMetrics() *metrics {
 		m.bytesIn[p] = bytes.WithLabelValues(name, "in")
 		m.denials[p] = denials.WithLabelValues(name)
 	}
+	m.reclaims = counter("strait_memory_reclaims_total", "Times the gateway returned free memory to the system after a burst of connections ended (README, Concurrency limits).")
+	m.reclaimedBytes = counter("strait_memory_reclaimed_bytes_total", "Heap bytes those reclaims returned to the system.")
+	m.reclaimCPU = counter("strait_memory_reclaim_cpu_seconds_total", "Process CPU time spent in those reclaims (two collections and a scavenge each).")
 	m.packetRefusals = counterVec("strait_packet_refusals_total", "Times the packet mode was refused for a peer (the stream mode carries it): each reason counted once, see the log and status.", "peer")
 	m.packetUnsent = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "strait_packet_workloads_unsent",
 		Help: "Workload addresses left out of the last packet-mode hello to a peer (past its bounds): the peer's ingress policy sees them as the configured source holding them (docs/packet.md, Workloads)."}, []string{"peer"})
@@ -118,6 +124,12 @@ func newMetrics() *metrics {
 	m.reg.MustRegister(m.openTime, m.firstByte, m.rtt, &m.udp,
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewGoCollector())
 	return m
+}
+
+func (m *metrics) reclaimed(r reclaimed) {
+	m.reclaims.Inc()
+	m.reclaimedBytes.Add(float64(r.released))
+	m.reclaimCPU.Add(r.cpu.Seconds())
 }
 
 func (m *metrics) denied(point int) { m.denials[point].Inc() }

@@ -77,10 +77,12 @@ type Config struct {
 	PerImport int // connections per import and echo server (0: 10000), under the ephemeral port range
 	// Settle is how long the bench waits, after everything closed, for
 	// the gateways' resident memory to come back within 10 % of the start
-	// (0: it does not wait).
-	Settle time.Duration
-	Dir    string // keeps configs and logs ("": a removed temp dir)
-	Logger *slog.Logger
+	// plus SettlePerStream bytes per connection held at the peak (0: it
+	// does not wait).
+	Settle          time.Duration
+	SettlePerStream int
+	Dir             string // keeps configs and logs ("": a removed temp dir)
+	Logger          *slog.Logger
 }
 
 func (c *Config) interval() time.Duration { return cmp(c.Interval, time.Second) }
@@ -107,7 +109,7 @@ func (c *Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"idle", c.Idle}, {"active", c.Active}, {"max-streams", c.MaxStreams}, {"max-streams-exporting", c.MaxStreamsExporting}, {"flood", c.Flood}, {"stalled", c.Stalled}, {"rate-workers", c.RateWorkers}, {"per-import", c.PerImport}} {
+	}{{"idle", c.Idle}, {"active", c.Active}, {"max-streams", c.MaxStreams}, {"max-streams-exporting", c.MaxStreamsExporting}, {"flood", c.Flood}, {"stalled", c.Stalled}, {"rate-workers", c.RateWorkers}, {"per-import", c.PerImport}, {"settle-per-stream", c.SettlePerStream}} {
 		if f.v < 0 {
 			return fmt.Errorf("%s %d: must not be negative", f.name, f.v)
 		}
@@ -127,11 +129,18 @@ func (c *Config) Validate() error {
 // Snapshot is both gateways measured once; index 0 is the importing
 // gateway (clients' side), 1 the exporting one (targets' side).
 type Snapshot struct {
-	Phase      string
-	Streams    int // connections the bench held through the gateways
-	RSS        [2]int64
-	Heap       [2]int64 // Go heap in use (go_memstats_heap_inuse_bytes)
-	Objects    [2]int64 // live and unswept heap objects (go_memstats_heap_objects)
+	Phase   string
+	Streams int // connections the bench held through the gateways
+	RSS     [2]int64
+	Heap    [2]int64 // Go heap in use (go_memstats_heap_inuse_bytes)
+	Objects [2]int64 // live and unswept heap objects (go_memstats_heap_objects)
+	// Where the rest of the resident memory can sit: heap spans free but
+	// not yet returned to the system (heap idle minus released), goroutine
+	// stacks, and the heap size at which the next collection starts.
+	Retained   [2]int64 // go_memstats_heap_idle_bytes - go_memstats_heap_released_bytes
+	Stacks     [2]int64 // go_memstats_stack_inuse_bytes
+	NextGC     [2]int64 // go_memstats_next_gc_bytes
+	Reclaims   [2]int   // strait_memory_reclaims_total
 	FDs        [2]int
 	Goroutines [2]int
 	Carried    [2]int     // strait_connections_carried
@@ -164,7 +173,7 @@ type Result struct {
 	// StalledBytes is what the non-reading clients wrote before blocking.
 	StalledBytes int64
 	// SettledAfter is how long after the close the RSS was back within
-	// 10 % (or Settle, if it was not).
+	// 10 % plus the allowance (or Settle, if it was not).
 	SettledAfter time.Duration
 	LoadAvg      string // /proc/loadavg at the end
 }
@@ -759,10 +768,14 @@ func (b *bench) released(ctx context.Context) error {
 	if b.cfg.Settle <= 0 {
 		return ctx.Err()
 	}
-	// The Go runtime gives freed memory back to the system after a
-	// collection (forced every two minutes when nothing allocates) and
-	// its scavenger: wait for the resident memory to come back within 10 %.
+	// The gateway returns freed memory to the system a few seconds after
+	// its connections fell (gateway/reclaim.go); before, only the Go
+	// runtime's collection forced every two minutes and its scavenger did:
+	// wait for the resident memory to come back within 10 %, plus what is
+	// allowed per stream held at the peak.
 	start := time.Now()
+	peak := int64(b.cfg.streams()+b.cfg.Stalled) * int64(b.cfg.SettlePerStream)
+	settled := func(s Snapshot, i int) bool { return float64(s.RSS[i]) <= 1.1*float64(base.RSS[i])+float64(peak) }
 	for {
 		t := time.NewTimer(time.Second)
 		select {
@@ -775,7 +788,7 @@ func (b *bench) released(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if (float64(s.RSS[0]) <= 1.1*float64(base.RSS[0]) && float64(s.RSS[1]) <= 1.1*float64(base.RSS[1])) || time.Since(start) > b.cfg.Settle {
+		if (settled(s, 0) && settled(s, 1)) || time.Since(start) > b.cfg.Settle {
 			b.r.Snapshots = append(b.r.Snapshots, s)
 			b.r.SettledAfter = time.Since(start)
 			return nil
@@ -803,6 +816,10 @@ func (b *bench) measure(phase string, streams int) (Snapshot, error) {
 		}
 		s.Heap[i] = int64(m["go_memstats_heap_inuse_bytes"])
 		s.Objects[i] = int64(m["go_memstats_heap_objects"])
+		s.Retained[i] = int64(m["go_memstats_heap_idle_bytes"] - m["go_memstats_heap_released_bytes"])
+		s.Stacks[i] = int64(m["go_memstats_stack_inuse_bytes"])
+		s.NextGC[i] = int64(m["go_memstats_next_gc_bytes"])
+		s.Reclaims[i] = int(m["strait_memory_reclaims_total"])
 		s.FDs[i] = int(m["process_open_fds"])
 		s.Goroutines[i] = int(m["go_goroutines"])
 		s.Carried[i] = int(m["strait_connections_carried"])
@@ -1080,11 +1097,12 @@ func WriteTable(w io.Writer, r *Result) {
 	}
 	fmt.Fprintf(w, "RLIMIT_NOFILE %d (raised by the bench: %v), max-streams %d/%d (importing/exporting), %d imports\n",
 		r.NoFile, r.Raised, r.MaxStreams[0], r.MaxStreams[1], r.Imports)
-	fmt.Fprintf(w, "%-10s %-8s %8s %9s %9s %9s %7s %10s %8s %8s\n", "gateway", "phase", "streams", "rss", "heap", "objects", "fds", "goroutines", "carried", "refused")
+	fmt.Fprintf(w, "%-10s %-8s %8s %9s %9s %9s %9s %9s %9s %7s %10s %8s %8s %8s\n", "gateway", "phase", "streams", "rss", "heap", "retained", "stacks", "next-gc", "objects", "fds", "goroutines", "carried", "refused", "reclaims")
+	mb := func(v int64) float64 { return float64(v) / (1 << 20) }
 	for i := range 2 {
 		for _, s := range r.Snapshots {
-			fmt.Fprintf(w, "%-10s %-8s %8d %7.1fMB %7.1fMB %9d %7d %10d %8d %8.0f\n", gwNames[i], s.Phase, s.Streams,
-				float64(s.RSS[i])/(1<<20), float64(s.Heap[i])/(1<<20), s.Objects[i], s.FDs[i], s.Goroutines[i], s.Carried[i], s.Refused[i])
+			fmt.Fprintf(w, "%-10s %-8s %8d %7.1fMB %7.1fMB %7.1fMB %7.1fMB %7.1fMB %9d %7d %10d %8d %8.0f %8d\n", gwNames[i], s.Phase, s.Streams,
+				mb(s.RSS[i]), mb(s.Heap[i]), mb(s.Retained[i]), mb(s.Stacks[i]), mb(s.NextGC[i]), s.Objects[i], s.FDs[i], s.Goroutines[i], s.Carried[i], s.Refused[i], s.Reclaims[i])
 		}
 	}
 	per := func(label, from, to string) {

@@ -1,0 +1,138 @@
+package gateway
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"runtime/debug"
+	rtmetrics "runtime/metrics"
+	"syscall"
+	"time"
+
+	"github.com/strait-net/strait/internal/usage"
+)
+
+// Returning memory after a burst (README, "Concurrency limits", "Memory
+// after a burst").
+//
+// Once thousands of streams close, their buffers, goroutine stacks and
+// connection state are garbage, but the Go runtime hands the pages back to
+// the system only slowly: the heap goal stays at twice the burst's live
+// heap until the next collection, which nothing triggers in a gateway that
+// has gone quiet but the runtime's forced one every two minutes, and the
+// background scavenger then releases what lies above 110 % of the new goal
+// at about 1 % of a CPU. Measured (README, "Memory after a burst"): a
+// minute after 10 000 streams closed, RSS stayed 2.7–3.3 times the start. A long-running daemon should
+// look like it did before the burst, so the gateway reclaims once: when
+// the connections it carries have stayed at most half their peak since the
+// last reclaim for reclaimQuiet, it collects twice (the first collection
+// moves sync.Pool'd copy buffers to the pools' victim caches, the second
+// drops them) and returns every free page (debug.FreeOSMemory). The peak
+// then restarts from what is carried, so a steady load never triggers it;
+// reclaimMinGap bounds how often a load that bursts again and again pays
+// for it.
+const (
+	reclaimTick   = time.Second
+	reclaimQuiet  = 5 * time.Second
+	reclaimMinGap = 30 * time.Second
+	// reclaimMinPeak: a peak below this many connections leaves too little
+	// behind to be worth two collections.
+	reclaimMinPeak = 256
+)
+
+// reclaimTrigger decides, from the connections carried sampled over time,
+// when a burst is over. It holds no clock of its own: step is given the
+// time, so the decision is tested without waiting.
+type reclaimTrigger struct {
+	quiet, minGap time.Duration
+	minPeak       int64
+
+	peak       int64
+	belowSince time.Time // zero: not below half the peak
+	last       time.Time // the last reclaim (zero: none yet)
+}
+
+func newReclaimTrigger() *reclaimTrigger {
+	return &reclaimTrigger{quiet: reclaimQuiet, minGap: reclaimMinGap, minPeak: reclaimMinPeak}
+}
+
+// step records that active connections were carried at now and reports
+// whether to reclaim; if it says so, the peak restarts from active.
+func (t *reclaimTrigger) step(now time.Time, active int64) bool {
+	t.peak = max(t.peak, active)
+	if t.peak < t.minPeak || active*2 > t.peak {
+		t.belowSince = time.Time{}
+		return false
+	}
+	if t.belowSince.IsZero() {
+		t.belowSince = now
+	}
+	if now.Sub(t.belowSince) < t.quiet || (!t.last.IsZero() && now.Sub(t.last) < t.minGap) {
+		return false
+	}
+	t.last, t.peak, t.belowSince = now, active, time.Time{}
+	return true
+}
+
+// reclaimed is what one reclaim did.
+type reclaimed struct {
+	peak                int64         // the connections' peak it followed
+	rssBefore, rssAfter int64         // this process's resident memory (0: unknown)
+	released            int64         // heap bytes the runtime returned to the system
+	wall, cpu           time.Duration // its duration and this process's CPU time meanwhile
+}
+
+// reclaimMemory collects twice and returns every free page to the system.
+func reclaimMemory() reclaimed {
+	var r reclaimed
+	pid := os.Getpid()
+	r.rssBefore, _ = usage.RSS(pid)
+	s := []rtmetrics.Sample{{Name: "/memory/classes/heap/released:bytes"}}
+	rtmetrics.Read(s)
+	before := s[0].Value.Uint64()
+	cpu0, start := processCPU(), time.Now()
+	runtime.GC()
+	debug.FreeOSMemory()
+	r.wall, r.cpu = time.Since(start), processCPU()-cpu0
+	rtmetrics.Read(s)
+	if after := s[0].Value.Uint64(); after > before {
+		r.released = int64(after - before)
+	}
+	r.rssAfter, _ = usage.RSS(pid)
+	return r
+}
+
+// processCPU is this process's user and system CPU time so far: during a
+// reclaim on a quiet gateway, nearly all of it is the collections'.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reclaimLoop samples the connections carried every reclaimTick and
+// reclaims once a burst is over, until ctx ends.
+func (g *Gateway) reclaimLoop(ctx context.Context) {
+	t := newReclaimTrigger()
+	tick := time.NewTicker(reclaimTick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			peak := t.peak
+			if !t.step(now, g.limit.active.Load()) {
+				continue
+			}
+			r := reclaimMemory()
+			r.peak = peak // step restarted t.peak from what is carried
+			g.metrics.reclaimed(r)
+			g.log.Info("memory returned after a burst of connections", "peak", r.peak, "carried", t.peak,
+				"rss-before", r.rssBefore, "rss-after", r.rssAfter, "released", r.released,
+				"took", r.wall.Round(time.Microsecond).String(), "cpu", r.cpu.Round(time.Microsecond).String())
+		}
+	}
+}
