@@ -511,8 +511,13 @@ func testTargetRestarts(t *testing.T, e *env) {
 	if got := e.a.metric(t, refused) - before; got != 1 {
 		t.Errorf("streams refused on a went up by %v, want 1", got)
 	}
-	if !strings.Contains(e.a.proc.out.String(), "export target "+e.target+" unreachable") {
-		t.Errorf("a's log does not say the target is unreachable")
+	// The gateway may log after the client saw the refusal: wait for it.
+	want := "export target " + e.target + " unreachable"
+	for deadline := time.Now().Add(patience); !strings.Contains(e.a.proc.out.String(), want); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("a's log does not say the target is unreachable (%q)", want)
+			break
+		}
 	}
 	e.startEcho(t)
 	e.mustEcho(t, portEcho, "first after target restart")
