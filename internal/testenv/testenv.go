@@ -37,13 +37,19 @@ var (
 	buildOnce sync.Once
 	buildPath string
 	buildErr  error
+	// inMain is set by Main: only then is the binary removed at the end.
+	inMain bool
 )
 
 // StraitBinary builds cmd/strait once per test process and returns its path.
 // Tests start it with `ip netns exec` rather than entering namespaces
-// themselves.
+// themselves. The package's TestMain must be Main, which removes the
+// binary: without it every run left a 100 MB directory in /tmp.
 func StraitBinary(t testing.TB) string {
 	t.Helper()
+	if !inMain {
+		t.Fatal("testenv.StraitBinary needs the package's TestMain to be testenv.Main, which removes the binary it builds (add func TestMain(m *testing.M) { testenv.Main(m) })")
+	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "strait-test-bin-")
 		if err != nil {
@@ -166,6 +172,7 @@ func ProcessAlive(pid int) bool {
 //
 //	func TestMain(m *testing.M) { testenv.Main(m) }
 func Main(m *testing.M) {
+	inMain = true
 	code := m.Run()
 	if buildPath != "" {
 		os.RemoveAll(filepath.Dir(buildPath))
