@@ -4,10 +4,10 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
+	"github.com/strait-net/strait/internal/testenv"
 	"github.com/strait-net/strait/ring"
 	"github.com/strait-net/strait/tunnel"
 )
@@ -109,12 +109,10 @@ func TestPoolRingMovesOnlyDeadFlows(t *testing.T) {
 // reports itself ready.
 func TestPoolWaitLive(t *testing.T) {
 	tr := newTLS(t, nil, func(c *tunnel.Config) { c.KeepaliveInterval = 10 * time.Millisecond })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there until the gateway starts below
+	// Nothing listens there until the gateway starts below; the port is
+	// held meanwhile (a port picked and closed was taken by the time the
+	// gateway started: "address already in use" under load).
+	addr := testenv.FreeAddr(t)
 	pool := startPool(t, tunnel.PoolConfig{Transport: tr, Peer: "cluster-b", Addrs: []string{addr},
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, ProbeInterval: 10 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
