@@ -121,10 +121,11 @@ func TestPoolWaitLive(t *testing.T) {
 		t.Fatal("WaitLive returned true with no gateway listening")
 	}
 	startGatewayAt(t, tr, "A", addr)
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	// patience bounds a hang, like the package's other waits.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), patience)
 	defer cancel2()
 	if !pool.WaitLive(ctx2) {
-		t.Fatal("WaitLive still false 10s after the gateway started")
+		t.Fatalf("WaitLive still false %v after the gateway started", patience)
 	}
 	if g := pool.Gateways(); !g[0].Live {
 		t.Errorf("WaitLive returned but the gateway is not live: %+v", g)
