@@ -189,7 +189,11 @@ func TestServerTCPAndUDP(t *testing.T) {
 }
 
 func TestServerTCPLimits(t *testing.T) {
-	s := startServer(t, Config{MaxTCPConns: 1, TCPIdleTimeout: 200 * time.Millisecond})
+	// The first connection must still be open when the second arrives:
+	// with a short idle timeout a stall of this process between the two
+	// (250 ms was enough against 200) let the server close the first, take
+	// the second and reject nothing. The idle close is tested alone below.
+	s := startServer(t, Config{MaxTCPConns: 1, TCPIdleTimeout: 2 * patience})
 	addr := s.Addr().String()
 	c1, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -203,18 +207,34 @@ func TestServerTCPLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c2.Close()
-	// The deadlines only bound a hung test: the server closes both
-	// connections (EOF or reset), and a read that times out means it did
+	// The deadlines only bound a hung test: the server closes the
+	// connection (EOF or reset), and a read that times out means it did
 	// not.
 	c2.SetReadDeadline(time.Now().Add(patience))
 	if _, err := c2.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("second connection over MaxTCPConns=1: %v, want closed by server", err)
 	}
 	waitFor(t, func() bool { return s.Stats().TCPRejected == 1 })
-	// The idle one is closed after TCPIdleTimeout.
-	c1.SetReadDeadline(time.Now().Add(patience))
-	if _, err := c1.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+	if n := s.tcpConns.Load(); n != 1 {
+		t.Errorf("%d TCP connections counted after the rejection, want the first one", n)
+	}
+}
+
+// TestServerTCPIdle: a TCP connection that sends no query is closed after
+// TCPIdleTimeout.
+func TestServerTCPIdle(t *testing.T) {
+	s := startServer(t, Config{TCPIdleTimeout: 200 * time.Millisecond})
+	c, err := net.Dial("tcp", s.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(patience))
+	if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("idle connection: %v, want closed by server", err)
+	}
+	if st := s.Stats(); st.TCPRejected != 0 {
+		t.Errorf("the idle close counted as a rejection: %+v", st)
 	}
 }
 

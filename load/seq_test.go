@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/strait-net/strait/apps"
+	"github.com/strait-net/strait/internal/testenv"
 )
 
 // startApp runs a real workload server on a free loopback port.
@@ -290,10 +291,10 @@ func TestErrorRowsAndLoopGoesOn(t *testing.T) {
 		t.Errorf("three 100ms timeouts took %v, as long as the default timeout %v", el, DefaultResponseTimeout)
 	}
 
-	// Nothing listens: connection refused, every time.
-	ln2, _ := net.Listen("tcp", "127.0.0.1:0")
-	dead := ln2.Addr().String()
-	ln2.Close()
+	// Nothing listens: connection refused, every time. The port is held
+	// (testenv.FreeAddr): one picked and closed may be listened on by
+	// another program by the time the requests go out.
+	dead := testenv.FreeAddr(t)
 	for _, s := range run(t, SeqConfig{URL: "http://" + dead + "/", Requests: 2}) {
 		if !strings.HasPrefix(s.Err, "connect "+dead+": ") || !strings.Contains(s.Err, "refused") {
 			t.Errorf("refused: %+v", s)

@@ -4,10 +4,10 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
+	"github.com/strait-net/strait/internal/testenv"
 	"github.com/strait-net/strait/ring"
 	"github.com/strait-net/strait/tunnel"
 )
@@ -109,12 +109,10 @@ func TestPoolRingMovesOnlyDeadFlows(t *testing.T) {
 // reports itself ready.
 func TestPoolWaitLive(t *testing.T) {
 	tr := newTLS(t, nil, func(c *tunnel.Config) { c.KeepaliveInterval = 10 * time.Millisecond })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there until the gateway starts below
+	// Nothing listens there until the gateway starts below; the port is
+	// held meanwhile (a port picked and closed was taken by the time the
+	// gateway started: "address already in use" under load).
+	addr := testenv.FreeAddr(t)
 	pool := startPool(t, tunnel.PoolConfig{Transport: tr, Peer: "cluster-b", Addrs: []string{addr},
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, ProbeInterval: 10 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -123,10 +121,11 @@ func TestPoolWaitLive(t *testing.T) {
 		t.Fatal("WaitLive returned true with no gateway listening")
 	}
 	startGatewayAt(t, tr, "A", addr)
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	// patience bounds a hang, like the package's other waits.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), patience)
 	defer cancel2()
 	if !pool.WaitLive(ctx2) {
-		t.Fatal("WaitLive still false 10s after the gateway started")
+		t.Fatalf("WaitLive still false %v after the gateway started", patience)
 	}
 	if g := pool.Gateways(); !g[0].Live {
 		t.Errorf("WaitLive returned but the gateway is not live: %+v", g)

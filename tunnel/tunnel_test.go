@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/strait-net/strait/internal/testenv"
 	"github.com/strait-net/strait/tunnel"
 	"github.com/strait-net/strait/tunnel/tunneltest"
 )
@@ -468,8 +469,12 @@ type gateway struct {
 	wg   sync.WaitGroup
 }
 
+// startGateway starts a gateway on a port of its own until the test ends:
+// one killed and started again on its address (startGatewayAt) finds the
+// port free, where one that had asked for port 0 lost it to any other bind
+// or outgoing connection meanwhile (testenv.FreeAddr).
 func startGateway(t *testing.T, tr tunnel.Transport, name string) *gateway {
-	return startGatewayAt(t, tr, name, "127.0.0.1:0")
+	return startGatewayAt(t, tr, name, testenv.FreeAddr(t))
 }
 
 func startGatewayAt(t *testing.T, tr tunnel.Transport, name, addr string) *gateway {

@@ -871,7 +871,9 @@ func (b *bench) scrape(i int) (map[string]float64, error) {
 
 // rate dials, echoes 64 bytes and closes in a loop from RateWorkers
 // workers for RateTime, spreading over addrs; it returns connections per
-// second and the failures.
+// second and the failures. Every worker finishes at least one connection,
+// even one that first runs after RateTime (a stalled host): the rate is
+// then that count over the time it took, not 0.
 func (b *bench) rate(ctx context.Context, addrs []string) (float64, int) {
 	var ok, failed atomic.Int64
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.rateTime())
@@ -882,7 +884,7 @@ func (b *bench) rate(ctx context.Context, addrs []string) (float64, int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := w; ctx.Err() == nil; i++ {
+			for i := w; i == w || ctx.Err() == nil; i++ {
 				if err := echoOnce(addrs[i%len(addrs)], 64); err != nil {
 					failed.Add(1)
 				} else {

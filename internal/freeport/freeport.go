@@ -22,6 +22,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"syscall"
 )
 
 var (
@@ -54,16 +55,27 @@ func addrIn(lo, hi int) (string, bool) {
 		if given[port] {
 			continue
 		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
+		if !unbound(port) {
 			continue // in use
 		}
-		l.Close()
 		given[port] = true
-		return addr, true
+		return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), true
 	}
 	return "", false
+}
+
+// unbound reports whether no socket is bound to 127.0.0.1:port. The check
+// binds without SO_REUSEADDR, which net.Listen would set: with it the bind
+// succeeds beside a socket that is bound but does not listen, such as the
+// one testenv.FreeAddr holds a port with while its server is down, and
+// another test process would be given that port.
+func unbound(port int) bool {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer syscall.Close(fd)
+	return syscall.Bind(fd, &syscall.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}) == nil
 }
 
 // pickRange is [lowest, the ephemeral range's start), or an empty range

@@ -3,6 +3,7 @@ package freeport
 import (
 	"net"
 	"strconv"
+	"syscall"
 	"testing"
 )
 
@@ -74,4 +75,33 @@ func bindable(port int) bool {
 	}
 	l.Close()
 	return true
+}
+
+// A port bound by a socket that does not listen, as testenv.FreeAddr
+// holds one while its server is down, is not handed out: net.Listen would
+// bind beside it (both set SO_REUSEADDR) and call it free.
+func TestAddrSkipsHeldPorts(t *testing.T) {
+	mu.Lock()
+	defer mu.Unlock()
+	for p := lowest; p < 65536; p++ {
+		if given[p] || !bindable(p) {
+			continue
+		}
+		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer syscall.Close(fd)
+		if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Bind(fd, &syscall.SockaddrInet4{Port: p, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+			continue // taken meanwhile
+		}
+		if a, ok := addrIn(p, p+1); ok {
+			t.Fatalf("addrIn(%d, %d) = %s, a port held by a bound socket", p, p+1, a)
+		}
+		return
+	}
+	t.Fatal("no free port to hold")
 }

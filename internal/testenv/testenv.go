@@ -7,7 +7,9 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,13 +39,19 @@ var (
 	buildOnce sync.Once
 	buildPath string
 	buildErr  error
+	// inMain is set by Main: only then is the binary removed at the end.
+	inMain bool
 )
 
 // StraitBinary builds cmd/strait once per test process and returns its path.
 // Tests start it with `ip netns exec` rather than entering namespaces
-// themselves.
+// themselves. The package's TestMain must be Main, which removes the
+// binary: without it every run left a 100 MB directory in /tmp.
 func StraitBinary(t testing.TB) string {
 	t.Helper()
+	if !inMain {
+		t.Fatal("testenv.StraitBinary needs the package's TestMain to be testenv.Main, which removes the binary it builds (add func TestMain(m *testing.M) { testenv.Main(m) })")
+	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "strait-test-bin-")
 		if err != nil {
@@ -139,13 +147,56 @@ func Start(t testing.TB, name string, args ...string) *exec.Cmd {
 
 // FreeAddr returns a loopback address ("127.0.0.1:port") for a process the
 // test starts; no two calls in a test binary return the same port.
+//
+// Until the test ends the port stays bound by a socket of this process that
+// never listens: connections to the address are refused while nothing
+// listens there, and a listener still binds it because both set
+// SO_REUSEADDR (Go's net.Listen always does). Meanwhile the kernel hands the
+// port to no other bind(0) and uses it as no outgoing connection's source
+// port, so a server killed and started again on its address, or started
+// only after a while, finds it free. A port picked and closed was fair game
+// for both: TestPoolWaitLive started its gateway 200 ms after closing the
+// port it was given and got "address already in use" under load.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	a, err := freeport.Addr()
-	if err != nil {
-		t.Fatal(err)
+	for range 64 {
+		a, err := freeport.Addr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd, err := holdPort(a)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			continue // taken between freeport's pick and the hold
+		}
+		if err != nil {
+			t.Fatalf("hold %s: %v", a, err)
+		}
+		t.Cleanup(func() { syscall.Close(fd) })
+		return a
 	}
-	return a
+	t.Fatal("free loopback port: every port picked was taken before it could be held")
+	return ""
+}
+
+// holdPort binds a TCP socket with SO_REUSEADDR to addr without listening.
+func holdPort(addr string) (int, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return -1, err
+	}
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	if err := syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err != nil {
+		syscall.Close(fd)
+		return -1, err
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}); err != nil {
+		syscall.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }
 
 // ProcessAlive reports whether pid runs. A zombie counts as dead: a daemon
@@ -166,6 +217,7 @@ func ProcessAlive(pid int) bool {
 //
 //	func TestMain(m *testing.M) { testenv.Main(m) }
 func Main(m *testing.M) {
+	inMain = true
 	code := m.Run()
 	if buildPath != "" {
 		os.RemoveAll(filepath.Dir(buildPath))
