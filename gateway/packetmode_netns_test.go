@@ -63,6 +63,25 @@ const (
 	packetMetrB = "strait_packet_packets_total{direction=\"export_rx\"}"
 )
 
+// startPacketTest checks what the packet-mode tests need, builds the
+// binary, makes tmpDir and returns an environment with its BPF filesystem
+// and a unique prefix for its namespaces.
+func startPacketTest(t *testing.T, prefix string) (*packetEnv, string) {
+	testenv.RequireRoot(t)
+	for _, tool := range []string{"curl", "python3"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s", tool)
+		}
+	}
+	binary = testenv.StraitBinary(t)
+	var err error
+	if tmpDir, err = os.MkdirTemp("", testenv.UniqueName(prefix)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(tmpDir) })
+	return &packetEnv{pins: testenv.BPFFS(t)}, testenv.UniqueName(prefix)
+}
+
 // setupPacket starts the clusters with a's data-plane for b set to
 // modeA and b's for a to modeB; twoB adds a second gateway to cluster b.
 func setupPacket(t *testing.T, modeA, modeB string, twoB bool) *packetEnv {
@@ -72,20 +91,7 @@ func setupPacket(t *testing.T, modeA, modeB string, twoB bool) *packetEnv {
 // setupPacketWith is setupPacket with extra fields for a's packet section
 // (", probe-misses: 10").
 func setupPacketWith(t *testing.T, modeA, modeB string, twoB bool, packetA string) *packetEnv {
-	testenv.RequireRoot(t)
-	for _, tool := range []string{"curl", "python3"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s", tool)
-		}
-	}
-	binary = testenv.StraitBinary(t)
-	var err error
-	if tmpDir, err = os.MkdirTemp("", testenv.UniqueName("pgw")); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(tmpDir) })
-	id := testenv.UniqueName("pktgw")
-	e := &packetEnv{pins: testenv.BPFFS(t)}
+	e, id := startPacketTest(t, "pktgw")
 	e.ca, e.ga = testenv.Netns(t, id+"-ca"), testenv.Netns(t, id+"-ga")
 	e.gb, e.sb = testenv.Netns(t, id+"-gb"), testenv.Netns(t, id+"-sb")
 	ip := func(args ...string) { testenv.Run(t, "ip", args...) }

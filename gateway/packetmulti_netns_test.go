@@ -72,20 +72,8 @@ type multiEnv struct {
 const cUplink = "wanc"
 
 func setupPacketMulti(t *testing.T) *multiEnv {
-	testenv.RequireRoot(t)
-	for _, tool := range []string{"curl", "python3"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s", tool)
-		}
-	}
-	binary = testenv.StraitBinary(t)
-	var err error
-	if tmpDir, err = os.MkdirTemp("", testenv.UniqueName("pmc")); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(tmpDir) })
-	id := testenv.UniqueName("pktmc")
-	e := &multiEnv{packetEnv: &packetEnv{pins: testenv.BPFFS(t)}}
+	pe, id := startPacketTest(t, "pktmc")
+	e := &multiEnv{packetEnv: pe}
 	e.ca, e.ga = testenv.Netns(t, id+"-ca"), testenv.Netns(t, id+"-ga")
 	e.gb, e.sb = testenv.Netns(t, id+"-gb"), testenv.Netns(t, id+"-sb")
 	e.gc, e.sc = testenv.Netns(t, id+"-gc"), testenv.Netns(t, id+"-sc")
