@@ -219,25 +219,28 @@ func (t *packetTool) healthCheck(ctx context.Context, clientGW, serverGW *topolo
 }
 
 // connectThrough opens TCP connections from the client node to target
-// until one opens, for at most 15 s.
+// (address:port) until one opens, for at most 15 s. It only connects and
+// closes: a request in a protocol the service does not speak would
+// disturb it (iperf3's server reads an HTTP request as a test's cookie and
+// then fails the next client's test). The caller's counters say along
+// which path the connection went.
 func connectThrough(ctx context.Context, env Env, target string) error {
+	addr, err := netip.ParseAddrPort(target)
+	if err != nil {
+		return fmt.Errorf("connect check: target %q: %w", target, err)
+	}
+	dial := fmt.Sprintf("exec 3<>/dev/tcp/%s/%d", addr.Addr(), addr.Port())
 	var last error
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		cmd, err := env.Lab.Command(ctx, env.Client.ID, "curl", "-s", "-o", "/dev/null", "--max-time", "2", "http://"+target+"/")
+		cmd, err := env.Lab.Command(ctx, env.Client.ID, "timeout", "2", "bash", "-c", dial)
 		if err != nil {
 			return err
 		}
-		// The service need not speak HTTP (iperf3's does not): any answer
-		// but curl's "could not connect" (7) and timeout (28) means the
-		// connection opened; the caller's counters say along which path.
-		if out, err := cmd.CombinedOutput(); err != nil {
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() == 7 || ee.ExitCode() == 28 {
-				last = fmt.Errorf("curl %s from %s: %w: %s", target, env.Client.ID, err, strings.TrimSpace(string(out)))
-				continue
-			}
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			return nil
 		}
-		return nil
+		last = fmt.Errorf("connect to %s from %s: %w: %s", target, env.Client.ID, err, strings.TrimSpace(string(out)))
 	}
 	return last
 }
