@@ -470,6 +470,8 @@ func (g *Gateway) reconcileChanges(set *catalog.Set, changed []catalog.Resource,
 	g.setWorkloads(set, workloads, goneWorkloads, false)
 	if peers || rec.peersErr {
 		errs = g.setPeers(set, errs)
+		// A Peer's data plane decides whether streams may serve exports.
+		g.setWarmTargets(g.routes.Load())
 	}
 	for k, imp := range imports {
 		p := plans[k]
@@ -609,13 +611,23 @@ func (g *Gateway) setRoutes(set *catalog.Set, changedExports map[nsName]*catalog
 		}
 	}
 	g.routes.Store(rt)
+	g.setWarmTargets(rt)
+}
 
-	// Warm connections to export targets, per target: a warm connection
-	// to one port's server is no use to another port.
+// setWarmTargets keeps warm connections to the targets of rt's exports,
+// per target (a warm connection to one port's server is no use to
+// another port), while streams may use them. When every peer takes this
+// gateway's exports as packets (docs/packet.md), no stream would: a warm
+// connection would only hold the target, and a server that serves one
+// connection at a time (iperf3) would wait on it while the clients'
+// connections, arriving as packets, sat in its accept queue.
+func (g *Gateway) setWarmTargets(rt *routes) {
 	wantTargets := map[string]bool{}
-	for _, e := range rt.exports {
-		for _, t := range e.Targets() {
-			wantTargets[t] = true
+	if g.streamsMayServeExports() {
+		for _, e := range rt.exports {
+			for _, t := range e.Targets() {
+				wantTargets[t] = true
+			}
 		}
 	}
 	for addr, t := range g.targets {

@@ -130,9 +130,8 @@ func (g *Gateway) dataPlane(peer string) (mode, reason string) {
 	return g.cfg.dataPlane(peer), ""
 }
 
-// packetPeers are the peers whose data plane is the packet mode, by the
-// configuration or their Peer resources, sorted.
-func (g *Gateway) packetPeers() []string {
+// peerIDs are the peers named by the configuration or by Peer resources.
+func (g *Gateway) peerIDs() map[string]bool {
 	ids := map[string]bool{}
 	for id := range g.cfg.Peers {
 		ids[id] = true
@@ -142,14 +141,37 @@ func (g *Gateway) packetPeers() []string {
 			ids[id] = true
 		}
 	}
+	return ids
+}
+
+// packetPeers are the peers whose data plane is the packet mode, by the
+// configuration or their Peer resources, sorted.
+func (g *Gateway) packetPeers() []string {
 	var out []string
-	for id := range ids {
+	for id := range g.peerIDs() {
 		if mode, _ := g.dataPlane(id); mode == DataPlanePacket {
 			out = append(out, id)
 		}
 	}
 	sort.Strings(out)
 	return out
+}
+
+// streamsMayServeExports reports whether a stream may reach this
+// gateway's exports: a peer in the stream mode may open one, and so may
+// any peer before Peers are known. Only when every peer is in the packet
+// mode do its exports get packets alone.
+func (g *Gateway) streamsMayServeExports() bool {
+	ids := g.peerIDs()
+	if len(ids) == 0 {
+		return true
+	}
+	for id := range ids {
+		if mode, _ := g.dataPlane(id); mode != DataPlanePacket {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Config) validatePacket() error {

@@ -250,17 +250,22 @@ func TestPeerResourceDataPlane(t *testing.T) {
 		want    map[string]string // peer → mode
 		packet  []string
 		because string // in b's reason
+		streams bool   // streams may serve this gateway's exports
 	}{
 		{"resource asks packet", Config{Cluster: "a", Packet: PacketConfig{LAN: "eth1", SNAT: "10.1.0.254"}},
 			[]*catalog.Peer{peer("b", catalog.DataPlanePacket), peer("c", "")},
-			map[string]string{"b": DataPlanePacket, "c": DataPlaneStream}, []string{"b"}, ""},
+			map[string]string{"b": DataPlanePacket, "c": DataPlaneStream}, []string{"b"}, "", true},
 		{"resource says stream over the configuration", Config{Cluster: "a", Packet: PacketConfig{LAN: "eth1", SNAT: "10.1.0.254"},
 			Peers: map[string]PeerConfig{"b": {DataPlane: DataPlanePacket}, "c": {DataPlane: DataPlanePacket}}},
 			[]*catalog.Peer{peer("b", catalog.DataPlaneStream), peer("c", "")},
-			map[string]string{"b": DataPlaneStream, "c": DataPlanePacket}, []string{"c"}, ""},
+			map[string]string{"b": DataPlaneStream, "c": DataPlanePacket}, []string{"c"}, "", true},
+		{"every peer in the packet mode", Config{Cluster: "a", Packet: PacketConfig{LAN: "eth1", SNAT: "10.1.0.254"},
+			Peers: map[string]PeerConfig{"b": {DataPlane: DataPlanePacket}}},
+			[]*catalog.Peer{peer("b", ""), peer("c", catalog.DataPlanePacket)},
+			map[string]string{"b": DataPlanePacket, "c": DataPlanePacket}, []string{"b", "c"}, "", false},
 		{"no packet section", Config{Cluster: "a"},
 			[]*catalog.Peer{peer("b", catalog.DataPlanePacket)},
-			map[string]string{"b": DataPlaneStream}, nil, "no packet section (packet.lan, packet.snat)"},
+			map[string]string{"b": DataPlaneStream}, nil, "no packet section (packet.lan, packet.snat)", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := &Gateway{cfg: tc.cfg, metrics: newMetrics(), log: slog.New(slog.DiscardHandler), store: openStore(t)}
@@ -276,6 +281,9 @@ func TestPeerResourceDataPlane(t *testing.T) {
 			}
 			if got := g.packetPeers(); !slices.Equal(got, tc.packet) {
 				t.Errorf("packet peers %v, want %v", got, tc.packet)
+			}
+			if got := g.streamsMayServeExports(); got != tc.streams {
+				t.Errorf("streams may serve exports: %v, want %v", got, tc.streams)
 			}
 			if tc.because != "" {
 				if _, why := g.dataPlane("b"); !strings.Contains(why, tc.because) {
