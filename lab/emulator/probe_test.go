@@ -574,7 +574,7 @@ func TestDelayProbeExperiment(t *testing.T) {
 	var splits []string
 	for i, p := range settings {
 		got := res[i+1]
-		fset, rset, exact := probeSettings(p, uint64(2*i), got)
+		fset, rset, exact := probeSettings(l, i+1, p, uint64(2*i), got)
 		var f, r, in, held, out, wr []int64
 		for k, s := range got {
 			f = append(f, s.fwd()-fset[k])
@@ -589,7 +589,7 @@ func TestDelayProbeExperiment(t *testing.T) {
 		}
 		note := ""
 		if !exact {
-			note = "nominal" // probes were lost: the per-probe draws are unknown
+			note = "nominal" // the per-probe draws are unknown
 		}
 		name := p.Delay.String()
 		if p.Jitter != 0 {
@@ -614,15 +614,18 @@ func TestDelayProbeExperiment(t *testing.T) {
 	t.Logf("on-time: share of packets handed to Write at most %v after their release less the lead; lead-us: how far ahead of its release the writer hands a packet to Write, at the end", OnTimeSlack)
 }
 
-// probeSettings returns, per probe of one emulated path (in the order
+// probeSettings returns, per probe of emulated path path (in the order
 // got holds them), the delay the shaper drew for it forward and back: the
 // link's two directions draw from the engine's random streams stream and
-// stream+1 (seed probeSeed, as newProbeLab's engine), one draw per packet in
-// order, so a twin shaper fed the same packets in the same order at
-// their send times draws the same delays and applies the same FIFO clamp.
-// That holds while every probe came back and nothing else crossed the
-// link; otherwise (exact false) it returns the nominal delay.
-func probeSettings(p emulation.Params, stream uint64, got []probeSample) (fwd, rev []int64, exact bool) {
+// stream+1 (seed probeSeed, as newProbeLab's engine), one draw per packet
+// the emulator read, in the order it read them. The tap saw which probes
+// each direction read (a probe whose reply was lost still took a draw), so
+// a twin shaper fed the same packets in the same order, at their send
+// times, draws the same delays and applies the same FIFO clamp. That holds
+// while nothing but probes crossed the link; a returned probe the tap did
+// not see read makes it give up (exact false) and return the nominal
+// delay.
+func probeSettings(l *probeLab, path int, p emulation.Params, stream uint64, got []probeSample) (fwd, rev []int64, exact bool) {
 	fwd, rev = make([]int64, len(got)), make([]int64, len(got))
 	nominal := func(exact bool) ([]int64, []int64, bool) {
 		for k := range got {
@@ -630,26 +633,48 @@ func probeSettings(p emulation.Params, stream uint64, got []probeSample) (fwd, r
 		}
 		return fwd, rev, exact
 	}
-	if p.Jitter == 0 || len(got) < 2 {
-		return nominal(p.Jitter == 0)
+	if p.Jitter == 0 {
+		return nominal(true)
 	}
-	// Without loss a path's probes have sequence numbers stride apart
-	// from its first; a probe lost on the way would shift every later
-	// draw.
-	stride := got[1].seq - got[0].seq
-	if got[0].seq >= stride {
-		return nominal(false)
+	back := map[uint64]probeSample{}
+	for _, s := range got {
+		back[s.seq] = s
 	}
-	for k := 1; k < len(got); k++ {
-		if got[k].seq != got[k-1].seq+stride {
-			return nominal(false)
+	var seqs []uint64
+	for seq := range l.sentAt {
+		if int(seq%uint64(len(l.targets))) == path {
+			seqs = append(seqs, seq)
 		}
 	}
+	slices.Sort(seqs)
 	fs, rs := newShaper(p, probeSeed, stream), newShaper(p, probeSeed, stream+1)
+	fd, rd := map[uint64]int64{}, map[uint64]int64{}
+	for _, seq := range seqs {
+		s, ok := back[seq]
+		if ts := l.tap.at[tapKey{0, seq}]; ts != nil && ts.read != 0 {
+			at := l.sentAt[seq]
+			if ok {
+				at = s.t0
+			}
+			r, _ := fs.admit(at, probeLen, 0)
+			fd[seq] = r - at
+		}
+		if ts := l.tap.at[tapKey{1, seq}]; ts != nil && ts.read != 0 {
+			at := ts.read
+			if ok {
+				at = s.t2
+			}
+			r, _ := rs.admit(at, probeLen, 0)
+			rd[seq] = r - at
+		}
+	}
 	for k, s := range got {
-		rf, _ := fs.admit(s.t0, probeLen, 0)
-		rr, _ := rs.admit(s.t2, probeLen, 0)
-		fwd[k], rev[k] = rf-s.t0, rr-s.t2
+		f, okf := fd[s.seq]
+		r, okr := rd[s.seq]
+		if !okf || !okr {
+			return nominal(false)
+		}
+		fwd[k], rev[k] = f, r
 	}
 	return fwd, rev, true
 }
