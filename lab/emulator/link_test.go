@@ -398,8 +398,9 @@ func TestRunCreatesDevices(t *testing.T) {
 // of the packets to the device within OnTimeSlack of their release less
 // its lead (see writeLead; one that sleeps to the release without the
 // final spin is late by its nanosleep overshoot, tens of µs, nearly every
-// time); seen from outside,
-// a fixed delay may add at most its setting plus 20 µs to what the same
+// time); every link's writer must have learnt a lead from the kernel's
+// stamps; seen from outside, a fixed delay may add at most its setting
+// plus 20 µs to what the same
 // path takes with no delay (the emulator once added +48 µs; docs/topology.md, "Accuracy"); and no probe
 // may arrive earlier than its delay less the jitter and the writer's
 // look-ahead. The outside view is judged at the lower decile, and only
