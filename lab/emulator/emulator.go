@@ -16,7 +16,11 @@
 // A packet's delay runs from when the kernel queued it on the TUN device,
 // stamped by an eBPF filter on the device, not from when the emulator's
 // reader woke up to read it, which on a virtual machine takes about as
-// long as a whole veth hop (see arrivals).
+// long as a whole veth hop (see arrivals). It ends when the packet enters
+// the receiving namespace's stack, as a netem qdisc's packet enters the
+// device at its time: the writer hands each packet to the device ahead of
+// its release by what its write takes to get there, learnt from the
+// kernel's stamps (see departures and writeLead).
 package emulator
 
 import (
@@ -31,6 +35,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -222,7 +227,8 @@ func Run(ctx context.Context, cfg Config) error {
 				"packets_out", s.PacketsOut, "bytes_out", s.BytesOut,
 				"dropped_loss", s.DroppedLoss, "dropped_limit", s.DroppedLimit,
 				"read_errors", s.ReadErrors, "write_errors", s.WriteErrors, "batches", s.Batches,
-				"on_time", s.OnTime, "late", s.Late, "unstamped", s.Unstamped)
+				"on_time", s.OnTime, "late", s.Late, "unstamped", s.Unstamped,
+				"write_lead", time.Duration(e.pumps[2*i+j].lead.get()))
 		}
 	}
 	return err

@@ -395,10 +395,12 @@ func TestRunCreatesDevices(t *testing.T) {
 // TestDelayAccuracy sends a probe every millisecond through real TUN links,
 // one direction each, of no delay, 500 µs, 3.3 ms and 3.3 ms ± 0.4 ms (see
 // docs/topology.md, "Accuracy"). The writer must hand at least a quarter
-// of the packets to the device within OnTimeSlack of their release (one
-// that sleeps to the release without the final spin is late by its
-// nanosleep overshoot, tens of µs, nearly every time); seen from outside,
-// a fixed delay may add at most its setting plus 20 µs to what the same
+// of the packets to the device within OnTimeSlack of their release less
+// its lead (see writeLead; one that sleeps to the release without the
+// final spin is late by its nanosleep overshoot, tens of µs, nearly every
+// time); every link's writer must have learnt a lead from the kernel's
+// stamps; seen from outside, a fixed delay may add at most its setting
+// plus 20 µs to what the same
 // path takes with no delay (the emulator once added +48 µs; docs/topology.md, "Accuracy"); and no probe
 // may arrive earlier than its delay less the jitter and the writer's
 // look-ahead. The outside view is judged at the lower decile, and only
@@ -465,8 +467,13 @@ func measureDelays(t *testing.T) (bad []string) {
 			t.Errorf("%v: a probe took %v, less than the minimum %v", p, ds[0], least)
 		}
 		s := l.pumps[0].c.snapshot()
-		t.Logf("%v: one-way delay seen by the test: p10 %v, median %v, p90 %v; writer on time (at most %v late) %d, late %d; nanosleep lateness %v",
-			p, ds[n/10], ds[n/2], ds[n*9/10], OnTimeSlack, s.OnTime, s.Late, time.Duration(l.pumps[0].sleepLate.get()))
+		t.Logf("%v: one-way delay seen by the test: p10 %v, median %v, p90 %v; writer on time (at most %v late) %d, late %d; nanosleep lateness %v; lead %v",
+			p, ds[n/10], ds[n/2], ds[n*9/10], OnTimeSlack, s.OnTime, s.Late, time.Duration(l.pumps[0].sleepLate.get()), time.Duration(l.pumps[0].lead.get()))
+		// Every probe is written alone, and the kernel stamps its entry
+		// into B's stack: the writer must have learnt a lead.
+		if lead := l.pumps[0].lead.get(); lead <= 0 || lead > maxLead {
+			t.Errorf("%v: writer's lead %v after %d probes, want within (0, %v]", p, time.Duration(lead), n, time.Duration(maxLead))
+		}
 		if p.Delay > 0 && s.OnTime < (s.OnTime+s.Late)/4 {
 			bad = append(bad, fmt.Sprintf("%v: writer on time for %d packets, late for %d", p, s.OnTime, s.Late))
 		}

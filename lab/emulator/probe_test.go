@@ -43,6 +43,7 @@ const (
 	probePort    = 7171
 	probeMagic   = 0x73747270 // "strp"
 	probeLen     = 48         // magic, path, seq, t0, t1, t2, filler
+	probeSeed    = 42         // the probe lab's engine seed
 )
 
 // probeRole runs the server or client process of the delay probe when the
@@ -208,7 +209,9 @@ func (s probeSample) rev() int64 { return s.t3 - s.t2 }
 
 // probeLab is two namespaces joined by a veth pair (path 0) and by one
 // emulated link per setting (path i+1 for settings[i]), the same
-// settings both ways.
+// settings both ways. The links whose noLead is true hand packets over at
+// their release, without the writer's lead (see writeLead): the emulator
+// before the lead, measured side by side with the one after.
 type probeLab struct {
 	nsA, nsB string
 	targets  []string // server address per path
@@ -218,7 +221,7 @@ type probeLab struct {
 	stop     func()
 }
 
-func newProbeLab(t *testing.T, settings []emulation.Params) *probeLab {
+func newProbeLab(t *testing.T, settings []emulation.Params, noLead []bool) *probeLab {
 	t.Helper()
 	testenv.RequireRoot(t)
 	l := &probeLab{
@@ -252,7 +255,7 @@ func newProbeLab(t *testing.T, settings []emulation.Params) *probeLab {
 				t.Fatalf("create %s in %s: %v", name, ns, err)
 			}
 			devs = append(devs, d)
-			pair[j] = &tapDevice{Device: d, tap: l.tap, dir: j}
+			pair[j] = &tapDevice{Device: d, tap: l.tap, dir: j, noLead: i < len(noLead) && noLead[i]}
 			testenv.Run(t, "ip", "-n", ns, "addr", "add", fmt.Sprintf("10.7.%d.%d/31", i, j), "dev", name)
 			testenv.Run(t, "ip", "-n", ns, "link", "set", name, "up")
 		}
@@ -263,7 +266,7 @@ func newProbeLab(t *testing.T, settings []emulation.Params) *probeLab {
 	epoch := time.Now()
 	l.tap.setClock(epoch)
 	now := func() int64 { return int64(time.Since(epoch)) }
-	e, err := newEngine(Config{Links: links}, pairs, 42, now)
+	e, err := newEngine(Config{Links: links}, pairs, probeSeed, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,16 +398,27 @@ func probeSeq(pkt []byte) (uint64, bool) {
 }
 
 // tapDevice stamps the probes the engine reads from and writes to a
-// device. dir is the direction whose source this device is.
+// device. dir is the direction whose source this device is; noLead hides
+// the device's departure stamps, so its writer has no lead.
 type tapDevice struct {
 	Device
-	tap *probeTap
-	dir int
+	tap    *probeTap
+	dir    int
+	noLead bool
 }
 
 // File lets readWaiter wait on the TUN device's descriptor as it does
 // without the tap.
 func (d *tapDevice) File() *os.File { return d.Device.(interface{ File() *os.File }).File() }
+
+// departures lets the writer date its writes into the TUN device as it
+// does without the tap.
+func (d *tapDevice) departures() *departures {
+	if d.noLead {
+		return nil
+	}
+	return departuresOf(d.Device)
+}
 
 func (d *tapDevice) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	t := monoNow() // the reader is awake: poll(2) returned
@@ -465,14 +479,22 @@ func loadavg() string {
 	return strings.Join(f[:3], " ")
 }
 
-// TestDelayProbeExperiment prints, per emulated link setting, how much
-// later than plain veth plus the setting a probe arrives per direction
-// (mean, median, p99 in µs), and splits the emulated path into: in (client
-// sendto returned to the emulator's reader waking up), held (read to the start of the write,
-// less the setting: the writer's lateness) and out (the write to the server's
-// receive). It is an experiment, not a unit test: it needs root and
-// STRAIT_EMU_PROBE=1; STRAIT_EMU_PROBE_COUNT sets the probes per path
-// (default 2000), one every millisecond across all paths.
+// TestDelayProbeExperiment prints, per emulated link setting and
+// direction, how much later than plain veth plus the setting a probe
+// arrives: the excess mean, median and p99 in µs, where the excess mean is
+// the mean of (one-way delay − setting) less the veth's mean one-way delay
+// in the same direction, and likewise for the median and p99. With jitter
+// the setting is each probe's own draw (see probeSettings). It also
+// splits the forward emulated path into: in (client sendto returned to the
+// emulator's reader waking up), held (read to the start of the write, less
+// the setting: the writer's lateness less its lead) and out (the write to
+// the server's receive). It is an experiment, not a unit test: it needs
+// root and STRAIT_EMU_PROBE=1; STRAIT_EMU_PROBE_COUNT sets the probes per
+// path (default 2000), one every millisecond across all paths;
+// STRAIT_EMU_PROBE_DELAYS replaces the default settings (0, 500µs, 3.3ms,
+// 3.3ms±0.4ms, 5ms) with a comma-separated list of delay[±jitter];
+// STRAIT_EMU_PROBE_COMPARE=1 adds, per setting, a link whose writer has no
+// lead (the emulator before it), probed in the same rounds.
 func TestDelayProbeExperiment(t *testing.T) {
 	if os.Getenv("STRAIT_EMU_PROBE") == "" {
 		t.Skip("set STRAIT_EMU_PROBE=1 (needs root): measures the emulator's delay accuracy with a UDP ping-pong")
@@ -481,26 +503,45 @@ func TestDelayProbeExperiment(t *testing.T) {
 	if n, err := strconv.Atoi(os.Getenv("STRAIT_EMU_PROBE_COUNT")); err == nil && n > 0 {
 		per = n
 	}
-	settings := []emulation.Params{{}, {Delay: 500 * time.Microsecond}, {Delay: 5 * time.Millisecond}}
+	ms := func(d float64) time.Duration { return time.Duration(d * float64(time.Millisecond)) }
+	settings := []emulation.Params{{}, {Delay: ms(0.5)}, {Delay: ms(3.3)}, {Delay: ms(3.3), Jitter: ms(0.4)}, {Delay: ms(5)}}
 	if v := os.Getenv("STRAIT_EMU_PROBE_DELAYS"); v != "" {
 		settings = nil
 		for _, f := range strings.Split(v, ",") {
-			d, err := time.ParseDuration(f)
+			var p emulation.Params
+			ds, js, jit := strings.Cut(f, "±")
+			d, err := time.ParseDuration(ds)
 			if err != nil {
 				t.Fatalf("STRAIT_EMU_PROBE_DELAYS: %v", err)
 			}
-			settings = append(settings, emulation.Params{Delay: d})
+			p.Delay = d
+			if jit {
+				if p.Jitter, err = time.ParseDuration(js); err != nil {
+					t.Fatalf("STRAIT_EMU_PROBE_DELAYS: %v", err)
+				}
+			}
+			settings = append(settings, p)
 		}
 	}
 	if n, err := strconv.Atoi(os.Getenv("STRAIT_EMU_PROBE_PROCS")); err == nil {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(n))
 	}
-	l := newProbeLab(t, settings)
+	// With STRAIT_EMU_PROBE_COMPARE each setting also gets a link
+	// without the writer's lead, probed in the same rounds.
+	var noLead []bool
+	if os.Getenv("STRAIT_EMU_PROBE_COMPARE") != "" {
+		n := len(settings)
+		noLead = make([]bool, 2*n)
+		for i := range n {
+			settings = append(settings, settings[i])
+			noLead[n+i] = true
+		}
+	}
+	l := newProbeLab(t, settings, noLead)
 	load0 := loadavg()
 	res := l.run(t, per*len(l.targets), time.Millisecond)
 	load1 := loadavg()
 	l.stop()
-	t.Logf("load average before %s, after %s; %d probes per path; µs: mean p50 p99", load0, load1, per)
 	if path := os.Getenv("STRAIT_EMU_PROBE_DUMP"); path != "" {
 		var b strings.Builder
 		b.WriteString("path seq t0 fwd rev in held out\n")
@@ -524,29 +565,118 @@ func TestDelayProbeExperiment(t *testing.T) {
 		vr = append(vr, s.rev())
 	}
 	df, dr := summarize(vf), summarize(vr)
-	t.Logf("%-14s fwd %s   rev %s   (one-way delays, %d probes)", "veth", df, dr, len(veth))
+	var tab strings.Builder
+	fmt.Fprintf(&tab, "load average before %s, after %s; %d probes per path, one every %v round robin over %d paths\n", load0, load1, per, time.Duration(len(l.targets))*time.Millisecond, len(l.targets))
+	fmt.Fprintf(&tab, "excess = one-way delay - setting - veth one-way delay (same direction, same statistic), µs\n")
+	fmt.Fprintf(&tab, "%-30s %-3s %6s %9s %9s %9s %8s %9s %7s\n", "link", "dir", "probes", "mean", "p50", "p99", "on-time", "lead-us", "note")
+	fmt.Fprintf(&tab, "%-30s %-3s %6d %9.1f %9.1f %9.1f %8s %9s %7s\n", "veth (one-way)", "fwd", len(veth), df.mean, df.p50, df.p99, "", "", "")
+	fmt.Fprintf(&tab, "%-30s %-3s %6d %9.1f %9.1f %9.1f %8s %9s %7s\n", "veth (one-way)", "rev", len(veth), dr.mean, dr.p50, dr.p99, "", "", "")
+	var splits []string
 	for i, p := range settings {
 		got := res[i+1]
+		fset, rset, exact := probeSettings(l, i+1, p, uint64(2*i), got)
 		var f, r, in, held, out, wr []int64
-		d := int64(p.Delay)
-		for _, s := range got {
-			f = append(f, s.fwd()-d)
-			r = append(r, s.rev()-d)
+		for k, s := range got {
+			f = append(f, s.fwd()-fset[k])
+			r = append(r, s.rev()-rset[k])
 			ts := l.tap.at[tapKey{0, s.seq}]
 			if ts != nil && ts.read != 0 && ts.write != 0 {
 				in = append(in, ts.read-l.sentAt[s.seq])
-				held = append(held, ts.write-ts.read-d)
+				held = append(held, ts.write-ts.read-fset[k])
 				out = append(out, s.t1-ts.write)
 				wr = append(wr, ts.written-ts.write)
 			}
 		}
-		sf, sr := summarize(f), summarize(r)
-		t.Logf("%-14s fwd %s   rev %s   excess over veth: fwd %+6.1f %+6.1f  rev %+6.1f %+6.1f (mean, p50; %d probes)",
-			fmt.Sprintf("emulated %v", p.Delay), sf, sr, sf.mean-df.mean, sf.p50-df.p50, sr.mean-dr.mean, sr.p50-dr.p50, len(got))
-		st := l.pumps[2*i].c.snapshot()
-		t.Logf("%-14s writer a-to-b: %d on time (within %v of release), %d late; nanosleep lateness %v", "", st.OnTime, OnTimeSlack, st.Late, time.Duration(l.pumps[2*i].sleepLate.get()))
-		t.Logf("%-14s fwd split: in %s   held-late %s   out %s (of which Write %s)", "", summarize(in), summarize(held), summarize(out), summarize(wr))
+		note := ""
+		if !exact {
+			note = "nominal" // the per-probe draws are unknown
+		}
+		name := p.Delay.String()
+		if p.Jitter != 0 {
+			name += "±" + p.Jitter.String()
+		}
+		if i < len(noLead) && noLead[i] {
+			name += " no lead"
+		}
+		for d, v := range [][]int64{f, r} {
+			st := l.pumps[2*i+d].c.snapshot()
+			x, base := summarize(v), []dist{df, dr}[d]
+			fmt.Fprintf(&tab, "%-30s %-3s %6d %+9.1f %+9.1f %+9.1f %7.0f%% %9.1f %7s\n", "emulated "+name, []string{"fwd", "rev"}[d], len(got),
+				x.mean-base.mean, x.p50-base.p50, x.p99-base.p99, 100*float64(st.OnTime)/float64(max(st.OnTime+st.Late, 1)), float64(l.pumps[2*i+d].lead.get())/1e3, note)
+		}
+		splits = append(splits, fmt.Sprintf("%-30s fwd split (mean p50 p99 µs): in %s   held-late %s   out %s (of which Write %s); nanosleep lateness %v",
+			"emulated "+name, summarize(in), summarize(held), summarize(out), summarize(wr), time.Duration(l.pumps[2*i].sleepLate.get())))
 	}
+	t.Logf("delay probe results\n%s", tab.String())
+	for _, s := range splits {
+		t.Log(s)
+	}
+	t.Logf("on-time: share of packets handed to Write at most %v after their release less the lead; lead-us: how far ahead of its release the writer hands a packet to Write, at the end", OnTimeSlack)
+}
+
+// probeSettings returns, per probe of emulated path path (in the order
+// got holds them), the delay the shaper drew for it forward and back: the
+// link's two directions draw from the engine's random streams stream and
+// stream+1 (seed probeSeed, as newProbeLab's engine), one draw per packet
+// the emulator read, in the order it read them. The tap saw which probes
+// each direction read (a probe whose reply was lost still took a draw), so
+// a twin shaper fed the same packets in the same order, at their send
+// times, draws the same delays and applies the same FIFO clamp. That holds
+// while nothing but probes crossed the link; a returned probe the tap did
+// not see read makes it give up (exact false) and return the nominal
+// delay.
+func probeSettings(l *probeLab, path int, p emulation.Params, stream uint64, got []probeSample) (fwd, rev []int64, exact bool) {
+	fwd, rev = make([]int64, len(got)), make([]int64, len(got))
+	nominal := func(exact bool) ([]int64, []int64, bool) {
+		for k := range got {
+			fwd[k], rev[k] = int64(p.Delay), int64(p.Delay)
+		}
+		return fwd, rev, exact
+	}
+	if p.Jitter == 0 {
+		return nominal(true)
+	}
+	back := map[uint64]probeSample{}
+	for _, s := range got {
+		back[s.seq] = s
+	}
+	var seqs []uint64
+	for seq := range l.sentAt {
+		if int(seq%uint64(len(l.targets))) == path {
+			seqs = append(seqs, seq)
+		}
+	}
+	slices.Sort(seqs)
+	fs, rs := newShaper(p, probeSeed, stream), newShaper(p, probeSeed, stream+1)
+	fd, rd := map[uint64]int64{}, map[uint64]int64{}
+	for _, seq := range seqs {
+		s, ok := back[seq]
+		if ts := l.tap.at[tapKey{0, seq}]; ts != nil && ts.read != 0 {
+			at := l.sentAt[seq]
+			if ok {
+				at = s.t0
+			}
+			r, _ := fs.admit(at, probeLen, 0)
+			fd[seq] = r - at
+		}
+		if ts := l.tap.at[tapKey{1, seq}]; ts != nil && ts.read != 0 {
+			at := ts.read
+			if ok {
+				at = s.t2
+			}
+			r, _ := rs.admit(at, probeLen, 0)
+			rd[seq] = r - at
+		}
+	}
+	for k, s := range got {
+		f, okf := fd[s.seq]
+		r, okr := rd[s.seq]
+		if !okf || !okr {
+			return nominal(false)
+		}
+		fwd[k], rev[k] = f, r
+	}
+	return fwd, rev, true
 }
 
 // bulkSink accepts one TCP connection on probePort, reads it to the end and
@@ -592,7 +722,8 @@ func TestThroughputExperiment(t *testing.T) {
 	if os.Getenv("STRAIT_EMU_PROBE") == "" {
 		t.Skip("set STRAIT_EMU_PROBE=1 (needs root): measures the emulator's throughput and CPU")
 	}
-	l := newProbeLab(t, []emulation.Params{{Delay: 5 * time.Millisecond}})
+	noLead := os.Getenv("STRAIT_EMU_PROBE_NOLEAD") != ""
+	l := newProbeLab(t, []emulation.Params{{Delay: 5 * time.Millisecond}}, []bool{noLead})
 	for _, ns := range []string{l.nsA, l.nsB} {
 		testenv.Run(t, "ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.tcp_congestion_control=bbr", "net.ipv4.tcp_wmem=4096 65536 16777216", "net.ipv4.tcp_rmem=4096 131072 33554432")
 	}

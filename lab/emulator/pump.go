@@ -21,8 +21,9 @@ type Stats struct {
 	WriteErrors          uint64 // batches the receiving device refused (e.g. link down)
 	Batches              uint64 // Write calls: PacketsOut/Batches is the mean batch
 	// OnTime counts the packets handed to Write at most OnTimeSlack after
-	// their release time, Late the others: a busy host's stalls show here
-	// (see docs/topology.md, "Accuracy").
+	// their release time less the writer's lead (see writeLead), Late the
+	// others: a busy host's stalls show here (see docs/topology.md,
+	// "Accuracy").
 	OnTime, Late uint64
 	// Unstamped counts the reads from a TUN device dated by when the
 	// reader got to them, because the stamping filter could not be
@@ -87,6 +88,13 @@ type pump struct {
 	// sleepLate is how much later than asked the writer's nanosleep
 	// returns (writer goroutine only; see sleep).
 	sleepLate runningMedian
+	// lead is how far ahead of its release the writer hands a packet to
+	// dst (see writeLead); dep dates the packets' entry into dst's
+	// namespace (nil: no stamps, no lead), depOff is the engine's clock
+	// minus the stamps'.
+	lead   writeLead
+	dep    *departures
+	depOff int64
 }
 
 // runningMedian follows the typical value of a stream of latencies: it
@@ -343,6 +351,10 @@ func (p *pump) writeLoop() {
 	lockThread()
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 	p.calibrate()
+	if dep := departuresOf(p.dst); dep != nil && dep.acquire() {
+		p.dep, p.depOff = dep, monoOffset(p.now)
+		defer dep.release()
+	}
 
 	w := newWriter(p.dst.BatchSize())
 	for {
@@ -359,9 +371,9 @@ func (p *pump) writeLoop() {
 			return
 		}
 		now := p.now()
-		if wait := p.q.peek().release - now; wait > 0 {
+		if d := p.untilDue(now); d > 0 {
 			p.mu.Unlock()
-			p.sleep(wait)
+			p.sleep(d)
 			continue
 		}
 		p.collect(now+releaseAhead, w)
@@ -370,6 +382,14 @@ func (p *pump) writeLoop() {
 			return
 		}
 	}
+}
+
+// untilDue is how long the writer waits, from now, before it hands the
+// head of the queue to dst: until its release less the lead (the time its
+// Write takes to bring it into the receiving namespace's stack). The
+// caller holds p.mu; the queue must not be empty.
+func (p *pump) untilDue(now int64) int64 {
+	return p.q.peek().release - p.lead.get() - now
 }
 
 // writer holds the writer's reusable batch state. Its slots are the
@@ -402,7 +422,9 @@ func (p *pump) deliver(w *writer) error {
 	w.out = w.out[:0]
 	var bytes uint64
 	var late uint64
-	now := p.now()
+	// A packet is late when it is handed over more than OnTimeSlack after
+	// its release less the lead: it then enters the stack that late.
+	now := p.now() + p.lead.get()
 	for j, e := range w.due {
 		if now-e.release > int64(OnTimeSlack) {
 			late++
@@ -415,7 +437,18 @@ func (p *pump) deliver(w *writer) error {
 		w.out = append(w.out, b)
 		bytes += uint64(e.n)
 	}
+	var before uint64
+	if p.dep != nil {
+		before = p.dep.count()
+	}
+	start := p.now()
 	_, err := p.dst.Write(w.out, Headroom)
+	if p.dep != nil && len(w.due) == 1 && p.dep.count() == before+1 {
+		// One packet, delivered by this Write: its cost is clean. (A
+		// batch's first packet also waits for the coalescing of the
+		// rest.)
+		p.lead.observe(p.dep.at(before) + p.depOff - start)
+	}
 	p.c.batches.Add(1)
 	// Write may have exchanged the slices between indexes; they are all
 	// still ours.
@@ -464,10 +497,6 @@ func (p *pump) await(timeoutMs int) {
 	}
 }
 
-// sleep waits about d nanoseconds. Long waits block in poll, which frees
-// the thread's P; the last millisecond or two is slept with nanosleep and
-// the final stretch spun (see spinWindow). With reordering a later arrival may be due earlier than the
-// current head, so the writer looks again at least every 100 µs.
 // releaseAhead lets the writer take, with the packet that woke it, the
 // packets due within the next 100 µs. A packet alone (a probe, a ping)
 // still leaves on time; in a dense stream the ones behind the head may
@@ -487,23 +516,20 @@ const releaseAhead = int64(100 * time.Microsecond)
 // wakes once per batch.
 const spinWindow = int64(20 * time.Microsecond)
 
+// sleep waits about d nanoseconds, as planWait says; the writer's loop
+// then looks at the queue again.
 func (p *pump) sleep(d int64) {
-	const ms = int64(time.Millisecond)
-	if p.sh.reorder {
-		d = min(d, 100*int64(time.Microsecond))
-	}
-	if d > 2*ms {
-		p.await(int((d - ms) / ms))
-		return
-	}
-	if s := d - spinWindow - p.sleepLate.get(); s > 0 {
+	switch how, v := planWait(d, p.sleepLate.get(), p.sh.reorder); how {
+	case waitPoll:
+		p.await(int(v))
+	case waitNanosleep:
 		t0 := p.now()
-		ts := unix.NsecToTimespec(s)
+		ts := unix.NsecToTimespec(v)
 		_ = unix.Nanosleep(&ts, nil) // EINTR: the loop looks again
-		p.sleepLate.observe(p.now() - t0 - s)
-		return
-	}
-	for end := p.now() + d; p.now() < end; {
+		p.sleepLate.observe(p.now() - t0 - v)
+	case waitSpin:
+		for end := p.now() + v; p.now() < end; {
+		}
 	}
 }
 

@@ -16,17 +16,13 @@ import (
 // and comes back. wireguard-go's CreateTUN turns on IFF_VNET_HDR with TSO
 // and USO offloads: reads split super-packets, writes coalesce. drains
 // tracks the goroutine that consumes the device's status events (wireguard's
-// listeners block when nobody reads them); it ends after Close.
+// listeners block when nobody reads them); it ends after Close. The
+// device carries departure stamps where they can be had (see departures).
 func createTUN(netns, name string, mtu int, drains *sync.WaitGroup) (Device, error) {
-	var dev tun.Device
+	var dev *tunDevice
 	var err error
 	if netns == "" {
-		dev, err = tun.CreateTUN(name, mtu)
-		if err == nil {
-			if err = setTxQueueLen(name, txQueueLen); err != nil {
-				dev.Close()
-			}
-		}
+		dev, err = createHere(name, mtu)
 	} else {
 		dev, err = createTUNIn(netns, name, mtu)
 	}
@@ -44,9 +40,9 @@ func createTUN(netns, name string, mtu int, drains *sync.WaitGroup) (Device, err
 // switching back fails, that goroutine ends with its thread still locked,
 // and Go then discards the thread instead of letting other goroutines run in
 // the wrong namespace.
-func createTUNIn(netns, name string, mtu int) (tun.Device, error) {
+func createTUNIn(netns, name string, mtu int) (*tunDevice, error) {
 	type result struct {
-		dev tun.Device
+		dev *tunDevice
 		err error
 	}
 	ch := make(chan result, 1)
@@ -63,7 +59,7 @@ func createTUNIn(netns, name string, mtu int) (tun.Device, error) {
 
 // createOnThread locks the OS thread and leaves it locked; ok reports
 // whether the thread is back in its own namespace and may be unlocked.
-func createOnThread(netns, name string, mtu int) (dev tun.Device, err error, ok bool) {
+func createOnThread(netns, name string, mtu int) (dev *tunDevice, err error, ok bool) {
 	runtime.LockOSThread()
 	target, err := unix.Open(filepath.Join("/var/run/netns", netns), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -78,13 +74,7 @@ func createOnThread(netns, name string, mtu int) (dev tun.Device, err error, ok 
 	if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
 		return nil, fmt.Errorf("setns: %w", err), true
 	}
-	dev, err = tun.CreateTUN(name, mtu)
-	if err == nil {
-		if err = setTxQueueLen(name, txQueueLen); err != nil {
-			dev.Close()
-			dev = nil
-		}
-	}
+	dev, err = createHere(name, mtu)
 	if serr := unix.Setns(orig, unix.CLONE_NEWNET); serr != nil {
 		if dev != nil {
 			_ = dev.Close()
@@ -92,6 +82,20 @@ func createOnThread(netns, name string, mtu int) (dev tun.Device, err error, ok 
 		return nil, fmt.Errorf("setns back: %w", serr), false
 	}
 	return dev, err, true
+}
+
+// createHere creates the device in the calling thread's network namespace,
+// sets its queue length and attaches the departure stamps.
+func createHere(name string, mtu int) (*tunDevice, error) {
+	dev, err := tun.CreateTUN(name, mtu)
+	if err != nil {
+		return nil, err
+	}
+	if err := setTxQueueLen(name, txQueueLen); err != nil {
+		dev.Close()
+		return nil, err
+	}
+	return withDepartures(dev, name), nil
 }
 
 // txQueueLen replaces the TUN default of 500 packets for the queue in front
