@@ -36,12 +36,13 @@ import (
 //
 // UDPLength and UDPBuffer make a UDP cell measure the path at a given
 // rate rather than iperf3's defaults: iperf3 sizes datagrams by its control
-// connection's MSS, which differs between tools (a tunnel's clamped MSS, or
-// a full 1448 that a VXLAN device's smaller MTU then makes the client
-// fragment), and the receiver's default socket buffer (rmem_default, 208
-// KiB: 2 ms at 900 Mbit/s) overflows whenever a loaded host deschedules
-// iperf3's server for longer. -w sets the buffers of both ends' data
-// sockets (the kernel caps them at net.core.rmem_max and wmem_max).
+// connection's MSS, which differs between tools (1448 bytes over direct
+// routing, 1398 through the tunnels' smaller MSS: more packets for the same
+// bits), and the receiver's default socket buffer (rmem_default, 208 KiB:
+// 2 ms at 900 Mbit/s) overflows whenever a loaded host deschedules
+// iperf3's server for longer (docs/packet.md, "UDP at 900 Mbit/s"). -w
+// sets the buffers of both ends' data sockets; iperf3 fails the test when
+// the kernel caps them below the request (net.core.rmem_max, wmem_max).
 type Iperf3 struct {
 	Protocols  []string `yaml:"protocols" json:"protocols"`
 	Trials     int      `yaml:"trials" json:"trials"`
