@@ -22,30 +22,45 @@ var CounterNames = []string{
 	"icmp_error_tx_packets",   // ICMP errors about export flows sent back
 	"non_peer_drops",          // tunnel packets from addresses that are no peer
 	"malformed_drops",         // truncated or malformed tunnel packets
-	"fragments",               // IPv4 fragments of translated flows
+	"fragments",               // IPv4 fragments not translated (no first fragment tracked)
 	"ip_options",              // packets with IP options (not translated)
 	"unknown_service_drops",   // tunnel packets for no export and no import
 	"mss_clamped",             // SYNs whose MSS was lowered
 	"fib_pass",                // translated packets left to kernel routing
 }
 
-// Counters sums the per-CPU counters by name.
+// FragmentCounterNames names the per-CPU counters of fragmented datagrams
+// (enum frag_counter of bpf/packet.c, in its order), kept in a map of their
+// own so that pins of versions before them are still adopted. They are
+// exported like CounterNames.
+var FragmentCounterNames = []string{
+	"fragmented_datagrams", // first fragments translated, their datagram tracked
+	"fragments_followed",   // later fragments sent the way of their first
+}
+
+// Counters sums the per-CPU counters by name, CounterNames and
+// FragmentCounterNames.
 func (d *Datapath) Counters() (map[string]uint64, error) {
-	m := d.coll.Maps["counters"]
-	if int(m.MaxEntries()) != len(CounterNames) {
-		return nil, fmt.Errorf("counters map has %d entries, this version names %d", m.MaxEntries(), len(CounterNames))
-	}
-	out := make(map[string]uint64, len(CounterNames))
-	for i, name := range CounterNames {
-		var perCPU []uint64
-		if err := m.Lookup(uint32(i), &perCPU); err != nil {
-			return nil, fmt.Errorf("counter %s: %w", name, err)
+	out := make(map[string]uint64, len(CounterNames)+len(FragmentCounterNames))
+	for _, set := range []struct {
+		m     string
+		names []string
+	}{{"counters", CounterNames}, {"frag_counters", FragmentCounterNames}} {
+		m := d.coll.Maps[set.m]
+		if int(m.MaxEntries()) != len(set.names) {
+			return nil, fmt.Errorf("%s map has %d entries, this version names %d", set.m, m.MaxEntries(), len(set.names))
 		}
-		var sum uint64
-		for _, v := range perCPU {
-			sum += v
+		for i, name := range set.names {
+			var perCPU []uint64
+			if err := m.Lookup(uint32(i), &perCPU); err != nil {
+				return nil, fmt.Errorf("counter %s: %w", name, err)
+			}
+			var sum uint64
+			for _, v := range perCPU {
+				sum += v
+			}
+			out[name] = sum
 		}
-		out[name] = sum
 	}
 	return out, nil
 }

@@ -69,32 +69,41 @@ func TestConfigValidate(t *testing.T) {
 }
 
 // TestCounterNames checks CounterNames against enum counter in
-// bpf/packet.c, name by name (clang leaves the enum out of the object's
-// BTF: no map or function keeps its type).
+// bpf/packet.c, and FragmentCounterNames against enum frag_counter, name by
+// name (clang leaves the enums out of the object's BTF: no map or function
+// keeps their types).
 func TestCounterNames(t *testing.T) {
 	src, err := os.ReadFile("bpf/packet.c")
 	if err != nil {
 		t.Fatal(err)
 	}
-	block := regexp.MustCompile(`(?s)enum counter \{(.*?)\};`).FindSubmatch(src)
-	if block == nil {
-		t.Fatal("enum counter not found in bpf/packet.c")
-	}
-	var names []string
-	for _, m := range regexp.MustCompile(`(?m)^\s*(C_[A-Z0-9_]+),`).FindAllSubmatch(block[1], -1) {
-		if n := string(m[1]); n != "C_COUNTERS" {
-			names = append(names, strings.ToLower(strings.TrimPrefix(n, "C_")))
-		}
-	}
-	if !slices.Equal(names, CounterNames) {
-		t.Errorf("CounterNames = %v\nbpf/packet.c says %v", CounterNames, names)
-	}
 	spec, err := loadPacket()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := int(spec.Maps["counters"].MaxEntries); n != len(CounterNames) {
-		t.Errorf("the counters map has %d entries, CounterNames %d", n, len(CounterNames))
+	for _, c := range []struct {
+		enum, prefix, m string
+		names           []string
+	}{
+		{"counter", "C_", "counters", CounterNames},
+		{"frag_counter", "F_", "frag_counters", FragmentCounterNames},
+	} {
+		block := regexp.MustCompile(`(?s)enum ` + c.enum + ` \{(.*?)\};`).FindSubmatch(src)
+		if block == nil {
+			t.Fatalf("enum %s not found in bpf/packet.c", c.enum)
+		}
+		var names []string
+		for _, m := range regexp.MustCompile(`(?m)^\s*(`+c.prefix+`[A-Z0-9_]+),`).FindAllSubmatch(block[1], -1) {
+			if n := string(m[1]); n != c.prefix+"COUNTERS" {
+				names = append(names, strings.ToLower(strings.TrimPrefix(n, c.prefix)))
+			}
+		}
+		if !slices.Equal(names, c.names) {
+			t.Errorf("names of enum %s = %v\nbpf/packet.c says %v", c.enum, c.names, names)
+		}
+		if n := int(spec.Maps[c.m].MaxEntries); n != len(c.names) {
+			t.Errorf("the %s map has %d entries, the Go names %d", c.m, n, len(c.names))
+		}
 	}
 }
 

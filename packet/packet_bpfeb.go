@@ -20,6 +20,9 @@ const (
 	packetMapCounters      = "counters"
 	packetMapExports       = "exports"
 	packetMapFlows         = "flows"
+	packetMapFragCounters  = "frag_counters"
+	packetMapFragIds       = "frag_ids"
+	packetMapFrags         = "frags"
 	packetMapImports       = "imports"
 	packetMapMaglev        = "maglev"
 	packetMapNat           = "nat"
@@ -84,18 +87,21 @@ type packetProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type packetMapSpecs struct {
-	Config    *ebpf.MapSpec `ebpf:"config"`
-	Counters  *ebpf.MapSpec `ebpf:"counters"`
-	Exports   *ebpf.MapSpec `ebpf:"exports"`
-	Flows     *ebpf.MapSpec `ebpf:"flows"`
-	Imports   *ebpf.MapSpec `ebpf:"imports"`
-	Maglev    *ebpf.MapSpec `ebpf:"maglev"`
-	Nat       *ebpf.MapSpec `ebpf:"nat"`
-	Peers     *ebpf.MapSpec `ebpf:"peers"`
-	Policy    *ebpf.MapSpec `ebpf:"policy"`
-	Rnat      *ebpf.MapSpec `ebpf:"rnat"`
-	RuleDrops *ebpf.MapSpec `ebpf:"rule_drops"`
-	Tables    *ebpf.MapSpec `ebpf:"tables"`
+	Config       *ebpf.MapSpec `ebpf:"config"`
+	Counters     *ebpf.MapSpec `ebpf:"counters"`
+	Exports      *ebpf.MapSpec `ebpf:"exports"`
+	Flows        *ebpf.MapSpec `ebpf:"flows"`
+	FragCounters *ebpf.MapSpec `ebpf:"frag_counters"`
+	FragIds      *ebpf.MapSpec `ebpf:"frag_ids"`
+	Frags        *ebpf.MapSpec `ebpf:"frags"`
+	Imports      *ebpf.MapSpec `ebpf:"imports"`
+	Maglev       *ebpf.MapSpec `ebpf:"maglev"`
+	Nat          *ebpf.MapSpec `ebpf:"nat"`
+	Peers        *ebpf.MapSpec `ebpf:"peers"`
+	Policy       *ebpf.MapSpec `ebpf:"policy"`
+	Rnat         *ebpf.MapSpec `ebpf:"rnat"`
+	RuleDrops    *ebpf.MapSpec `ebpf:"rule_drops"`
+	Tables       *ebpf.MapSpec `ebpf:"tables"`
 }
 
 // packetVariableSpecs contains global variables before they are loaded into the kernel.
@@ -124,18 +130,21 @@ func (o *packetObjects) Close() error {
 //
 // It can be passed to loadPacketObjects or ebpf.CollectionSpec.LoadAndAssign.
 type packetMaps struct {
-	Config    *ebpf.Map `ebpf:"config"`
-	Counters  *ebpf.Map `ebpf:"counters"`
-	Exports   *ebpf.Map `ebpf:"exports"`
-	Flows     *ebpf.Map `ebpf:"flows"`
-	Imports   *ebpf.Map `ebpf:"imports"`
-	Maglev    *ebpf.Map `ebpf:"maglev"`
-	Nat       *ebpf.Map `ebpf:"nat"`
-	Peers     *ebpf.Map `ebpf:"peers"`
-	Policy    *ebpf.Map `ebpf:"policy"`
-	Rnat      *ebpf.Map `ebpf:"rnat"`
-	RuleDrops *ebpf.Map `ebpf:"rule_drops"`
-	Tables    *ebpf.Map `ebpf:"tables"`
+	Config       *ebpf.Map `ebpf:"config"`
+	Counters     *ebpf.Map `ebpf:"counters"`
+	Exports      *ebpf.Map `ebpf:"exports"`
+	Flows        *ebpf.Map `ebpf:"flows"`
+	FragCounters *ebpf.Map `ebpf:"frag_counters"`
+	FragIds      *ebpf.Map `ebpf:"frag_ids"`
+	Frags        *ebpf.Map `ebpf:"frags"`
+	Imports      *ebpf.Map `ebpf:"imports"`
+	Maglev       *ebpf.Map `ebpf:"maglev"`
+	Nat          *ebpf.Map `ebpf:"nat"`
+	Peers        *ebpf.Map `ebpf:"peers"`
+	Policy       *ebpf.Map `ebpf:"policy"`
+	Rnat         *ebpf.Map `ebpf:"rnat"`
+	RuleDrops    *ebpf.Map `ebpf:"rule_drops"`
+	Tables       *ebpf.Map `ebpf:"tables"`
 }
 
 func (m *packetMaps) Close() error {
@@ -144,6 +153,9 @@ func (m *packetMaps) Close() error {
 		m.Counters,
 		m.Exports,
 		m.Flows,
+		m.FragCounters,
+		m.FragIds,
+		m.Frags,
 		m.Imports,
 		m.Maglev,
 		m.Nat,

@@ -30,12 +30,26 @@ import (
 //	  trials: 50
 //	  interval: 0.5s
 //	  udp-bitrate: 0          # iperf3 -b: 0 sends as fast as it can
+//	  udp-length: 1400        # iperf3 -l for UDP (default: iperf3's choice)
+//	  udp-buffer: 4M          # iperf3 -w for UDP (default: the kernel's)
 //	  ping: {count: 50, interval: 10ms}
+//
+// UDPLength and UDPBuffer make a UDP cell measure the path at a given
+// rate rather than iperf3's defaults: iperf3 sizes datagrams by its control
+// connection's MSS, which differs between tools (1448 bytes over direct
+// routing, 1398 through the tunnels' smaller MSS: more packets for the same
+// bits), and the receiver's default socket buffer (rmem_default, 208 KiB:
+// 2 ms at 900 Mbit/s) overflows whenever a loaded host deschedules
+// iperf3's server for longer (docs/packet.md, "UDP at 900 Mbit/s"). -w
+// sets the buffers of both ends' data sockets; iperf3 fails the test when
+// the kernel caps them below the request (net.core.rmem_max, wmem_max).
 type Iperf3 struct {
 	Protocols  []string `yaml:"protocols" json:"protocols"`
 	Trials     int      `yaml:"trials" json:"trials"`
 	Interval   string   `yaml:"interval" json:"interval"`
 	UDPBitrate string   `yaml:"udp-bitrate" json:"udp_bitrate"`
+	UDPLength  int      `yaml:"udp-length" json:"udp_length,omitempty"`
+	UDPBuffer  string   `yaml:"udp-buffer" json:"udp_buffer,omitempty"`
 	Ping       *Ping    `yaml:"ping" json:"ping,omitempty"`
 
 	interval time.Duration
@@ -92,6 +106,16 @@ func (ip *Iperf3) validate() error {
 	}
 	if _, err := strconv.ParseFloat(bitrateUnits.Replace(ip.UDPBitrate), 64); err != nil || strings.HasPrefix(ip.UDPBitrate, "-") {
 		return fmt.Errorf("iperf3.udp-bitrate %q: want iperf3's -b form, e.g. 0 (unlimited), 500M, 10G", ip.UDPBitrate)
+	}
+	// 65507: the most a UDP datagram over IPv4 holds. iperf3 itself
+	// needs room for its sequence header.
+	if ip.UDPLength != 0 && (ip.UDPLength < 64 || ip.UDPLength > 65507) {
+		return fmt.Errorf("iperf3.udp-length %d: want bytes of UDP payload between 64 and 65507 (0: iperf3's default)", ip.UDPLength)
+	}
+	if ip.UDPBuffer != "" {
+		if n, err := strconv.ParseFloat(bitrateUnits.Replace(ip.UDPBuffer), 64); err != nil || n <= 0 {
+			return fmt.Errorf("iperf3.udp-buffer %q: want iperf3's -w form, e.g. 4M, 512K", ip.UDPBuffer)
+		}
 	}
 	if p := ip.Ping; p != nil {
 		if p.Count == 0 {
@@ -176,6 +200,12 @@ func (r *runner) measureIperf(ctx context.Context, env tool.Env, c report.IperfC
 		"-i", strconv.FormatFloat(ip.interval.Seconds(), 'f', -1, 64), "-J", "--get-server-output", "--connect-timeout", "5000"}
 	if c.Protocol == string(tool.UDP) {
 		args = append(args, "-u", "-b", ip.UDPBitrate)
+		if ip.UDPLength != 0 {
+			args = append(args, "-l", strconv.Itoa(ip.UDPLength))
+		}
+		if ip.UDPBuffer != "" {
+			args = append(args, "-w", ip.UDPBuffer)
+		}
 	}
 	var last error
 	// The server may still be starting, or busy finishing the last test

@@ -15,6 +15,9 @@
 // export toward its target, or delivers a reply to a local client; a peer
 // gateway's liveness probe is sent back to it, and the answer to this
 // node's own probe goes to the prober's socket.
+// A fragmented datagram's first fragment takes the path an unfragmented
+// packet would; its later fragments, which hold no ports, follow it by the
+// frags map.
 //
 // Struct layouts here are mirrored by package packet's Go encoders
 // (maps.go); change both together.
@@ -86,7 +89,7 @@ enum counter {
 	C_ICMP_ERROR_TX_PACKETS,       // ICMP errors about export flows sent back
 	C_NON_PEER_DROPS,      // tunnel packets from addresses that are no peer
 	C_MALFORMED_DROPS,     // truncated or malformed packets dropped
-	C_FRAGMENTS,      // IPv4 fragments of translated flows (not handled)
+	C_FRAGMENTS,      // IPv4 fragments not translated (enum frag_counter: those that were)
 	C_IP_OPTIONS,    // packets of translated flows with IP options dropped
 	C_UNKNOWN_SERVICE_DROPS,       // tunnel packets for no export and no import
 	C_MSS_CLAMPED,   // SYNs whose MSS option was lowered
@@ -308,6 +311,79 @@ struct {
 	__type(value, __u64);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } rule_drops SEC(".maps");
+
+// Fragmented datagrams (docs/packet.md, "Fragments"). Their counters are a
+// map of their own: a larger counters map would not match the pins of
+// earlier versions, and a gateway would refuse to adopt them. Package
+// packet's FragmentCounterNames are these names in lower case without F_.
+enum frag_counter {
+	F_FRAGMENTED_DATAGRAMS,  // first fragments translated, their datagram tracked
+	F_FRAGMENTS_FOLLOWED,    // later fragments sent the way of their first
+	F_COUNTERS,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, F_COUNTERS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} frag_counters SEC(".maps");
+
+// A fragmented datagram as a hook sees it: only its first fragment holds
+// the ports, so the others are matched by the IPv4 reassembly key. peer is
+// the tunnel packet's outer source on the VXLAN device (never 0: peers are
+// addresses) and 0 on the LAN device, so the two hooks' entries differ.
+struct frag_key {
+	__be32 peer;
+	__be32 saddr;
+	__be32 daddr;
+	__be16 id;
+	__u8 proto;
+	__u8 pad;
+};
+
+enum { FRAG_DROP, FRAG_TUNNEL, FRAG_NEXT_HOP, FRAG_ROUTE, FRAG_KERNEL };
+
+// What was done to the first fragment, for the others: the addresses and ID
+// it left with, and where it went.
+struct frag_val {
+	__be32 gw; // FRAG_TUNNEL: the peer gateway
+	__be32 saddr;
+	__be32 daddr;
+	__u32 ifindex; // FRAG_NEXT_HOP: the interface and next hop
+	__be32 nh;
+	__be16 id;
+	__u16 how; // FRAG_*
+};
+
+// Entries are not deleted: a datagram's fragments pass within microseconds
+// of each other, and the oldest entries make room.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct frag_key);
+	__type(value, struct frag_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} frags SEC(".maps");
+
+// The IPv4 IDs the exporting gateway gives datagrams it SNATs: per CPU, so
+// that no two CPUs hand out the same one.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} frag_ids SEC(".maps");
+
+static __always_inline void count_frag(enum frag_counter c)
+{
+	__u32 i = c;
+	__u64 *v = bpf_map_lookup_elem(&frag_counters, &i);
+	if (v)
+		*v += 1;
+}
 
 static __always_inline void count(enum counter c)
 {
@@ -539,8 +615,12 @@ struct pkt {
 	__be16 sport, dport;
 	__u8 proto;
 	__u8 icmp_type;
+	__u8 first_frag; // P_OK: the first fragment of a TCP or UDP datagram
+	__be16 id;       // the IPv4 ID, with first_frag and P_FRAGMENT
 };
 
+// P_FRAGMENT: a fragment that is not a TCP or UDP datagram's first (those
+// are P_OK with first_frag set: they hold the ports).
 enum { P_OK, P_PASS, P_MALFORMED, P_FRAGMENT, P_OPTIONS };
 
 static __always_inline int parse(struct __sk_buff *skb, const __u32 l2, struct pkt *p)
@@ -566,8 +646,15 @@ static __always_inline int parse(struct __sk_buff *skb, const __u32 l2, struct p
 	p->proto = ip->protocol;
 	p->sport = p->dport = 0;
 	p->icmp_type = 0;
-	if (ip->frag_off & bpf_htons(0x3fff))
+	p->first_frag = 0;
+	p->id = ip->id;
+	if (ip->frag_off & bpf_htons(0x1fff)) // an offset: not the first
 		return P_FRAGMENT;
+	if (ip->frag_off & bpf_htons(0x2000)) { // more fragments follow
+		if (ip->ihl != 5 || (p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP))
+			return P_FRAGMENT;
+		p->first_frag = 1;
+	}
 	if (ip->ihl != 5)
 		return P_OPTIONS;
 	if (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP) {
@@ -673,6 +760,90 @@ static __always_inline int to_local(struct __sk_buff *skb, struct config *cfg, _
 	return to_next_hop(ifindex, nh);
 }
 
+// ---- Fragments (docs/packet.md, "Fragments"). A datagram larger than its
+// sender's MTU arrives in fragments, and only the first holds the ports that
+// pick a flow. The first goes through the path an unfragmented packet takes
+// and leaves, in frags, what was done to it; the others follow it. A
+// fragment that comes before its first (reordered) is not translated. ----
+
+// track records what was done to a datagram's first fragment p, seen by
+// the hook of peer (0: the LAN device), for the fragments that follow.
+static __always_inline void track(struct pkt *p, __be32 peer, __u16 how, __be32 gw, __be32 saddr, __be32 daddr,
+				  __be16 id, __u32 ifindex, __be32 nh)
+{
+	struct frag_key k = {.peer = peer, .saddr = p->saddr, .daddr = p->daddr, .id = p->id, .proto = p->proto};
+	struct frag_val v = {
+		.gw = gw, .saddr = saddr, .daddr = daddr, .ifindex = ifindex, .nh = nh, .id = id, .how = how};
+	bpf_map_update_elem(&frags, &k, &v, BPF_ANY);
+	if (how != FRAG_DROP)
+		count_frag(F_FRAGMENTED_DATAGRAMS);
+}
+
+// next_id is an IPv4 ID for a datagram the exporting gateway SNATs: the
+// target reassembles by (source, destination, ID, protocol), and every
+// client's datagram leaves with the same SNAT source, so the clients' own
+// IDs could meet there. Each CPU hands out its own range of 4096.
+static __always_inline __be16 next_id(void)
+{
+	__u32 zero = 0;
+	__u32 *n = bpf_map_lookup_elem(&frag_ids, &zero);
+	__u32 v = 0;
+	if (n)
+		v = (*n)++;
+	return bpf_htons((__u16)((bpf_get_smp_processor_id() & 15) << 12 | (v & 0xfff)));
+}
+
+// set_ip writes a packet's addresses and ID, and its IP checksum to match.
+// Only the IP header: the L4 checksum (in the first fragment) was fixed with
+// the first fragment.
+static __always_inline int set_ip(struct __sk_buff *skb, const __u32 l2, __be32 saddr, __be32 daddr, __be16 id)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct iphdr *ip = data + IP_OFF;
+	if ((void *)(ip + 1) > end)
+		return -1;
+	if (ip->saddr == saddr && ip->daddr == daddr && ip->id == id)
+		return 0; // the import and delivery paths change nothing
+	__u32 d = csum_add(csum_add(csum_add(~ip->saddr, ~ip->daddr), saddr), daddr);
+	d = csum_add(csum_add(d, ~(__u32)ip->id), id);
+	ip->check = ~csum_fold(csum_add((__u16)~ip->check, d));
+	ip->saddr = saddr;
+	ip->daddr = daddr;
+	ip->id = id;
+	return 0;
+}
+
+#define NOT_TRACKED (-100)
+
+// follow sends a fragment that is not its datagram's first the way the
+// first went, or returns NOT_TRACKED when no first fragment was seen.
+static __always_inline int follow(struct __sk_buff *skb, const __u32 l2, struct config *cfg, struct pkt *p,
+				  __be32 peer)
+{
+	struct frag_key k = {.peer = peer, .saddr = p->saddr, .daddr = p->daddr, .id = p->id, .proto = p->proto};
+	struct frag_val *fv = bpf_map_lookup_elem(&frags, &k);
+	if (!fv)
+		return NOT_TRACKED;
+	struct frag_val v = *fv;
+	if (v.how == FRAG_DROP) {
+		count(C_FRAGMENTS);
+		return TC_ACT_SHOT;
+	}
+	if (set_ip(skb, l2, v.saddr, v.daddr, v.id))
+		return TC_ACT_SHOT;
+	count_frag(F_FRAGMENTS_FOLLOWED);
+	switch (v.how) {
+	case FRAG_TUNNEL:
+		return to_tunnel(skb, l2, cfg, v.gw);
+	case FRAG_NEXT_HOP:
+		return to_next_hop(v.ifindex, v.nh);
+	case FRAG_ROUTE:
+		return to_local(skb, cfg, v.saddr, v.daddr);
+	}
+	return to_kernel(skb);
+}
+
 // pick_gateway returns the gateway for a new or pinned import flow, or 0.
 static __always_inline __be32 pick_gateway(struct __sk_buff *skb, struct config *cfg, struct pkt *p,
 					    struct import_val *imp)
@@ -770,6 +941,8 @@ static __always_inline int nat_reply(struct __sk_buff *skb, const __u32 l2, stru
 		return TC_ACT_SHOT;
 	if (p->proto == IPPROTO_TCP)
 		clamp_mss(skb, cfg->mss, l2);
+	if (p->first_frag)
+		track(p, 0, FRAG_TUNNEL, ck.peer, ck.vaddr, ck.caddr, p->id, 0, 0);
 	count(C_REPLY_TX_PACKETS);
 	return to_tunnel(skb, l2, cfg, ck.peer);
 }
@@ -790,12 +963,19 @@ static __always_inline int lan(struct __sk_buff *skb, const __u32 l2)
 	}
 	if (p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP)
 		return TC_ACT_OK;
+	if (rc == P_FRAGMENT) {
+		// A later fragment of an import's or a target's datagram
+		// follows its first. Any other is not ours to judge (a
+		// datagram to this node, or one whose first fragment came
+		// late): the kernel's path decides, and it is counted.
+		int v = follow(skb, l2, cfg, &p, 0);
+		if (v != NOT_TRACKED)
+			return v;
+		count(C_FRAGMENTS);
+		return TC_ACT_OK;
+	}
 	if (rc != P_OK) {
-		// Fragments and IP options cannot be matched by port here; a
-		// packet to a clusterset IP that is one is dropped below only
-		// when its address belongs to an import on port 0 — otherwise
-		// the kernel drops it (no route), and either way it is counted.
-		count(rc == P_FRAGMENT ? C_FRAGMENTS : C_IP_OPTIONS);
+		count(C_IP_OPTIONS);
 		return TC_ACT_OK;
 	}
 
@@ -809,6 +989,10 @@ static __always_inline int lan(struct __sk_buff *skb, const __u32 l2)
 	if (imp) {
 		struct import_val iv = *imp;
 		__be32 gw = pick_gateway(skb, cfg, &p, &iv);
+		if (p.first_frag)
+			// The rest of a datagram denied or without a gateway is
+			// dropped too, not left to the kernel's routes.
+			track(&p, 0, gw ? FRAG_TUNNEL : FRAG_DROP, gw, p.saddr, p.daddr, p.id, 0, 0);
 		if (!gw) {
 			count(C_IMPORT_NO_GATEWAY_DROPS);
 			return TC_ACT_SHOT;
@@ -915,6 +1099,13 @@ static __always_inline int export_flow(struct __sk_buff *skb, const __u32 l2, st
 	if (translate(skb, l2, p->proto, p->saddr, cfg->snat_addr, p->sport, nv.sport, p->daddr, nv.taddr, p->dport,
 		      nv.tport))
 		return TC_ACT_SHOT;
+	if (p->first_frag) {
+		__be16 id = next_id();
+		if (set_ip(skb, l2, cfg->snat_addr, nv.taddr, id))
+			return TC_ACT_SHOT;
+		track(p, peer, nv.ifindex ? FRAG_NEXT_HOP : FRAG_KERNEL, 0, cfg->snat_addr, nv.taddr, id, nv.ifindex,
+		      nv.nh);
+	}
 	count(C_EXPORT_RX_PACKETS);
 	if (!nv.ifindex)
 		return to_kernel(skb);
@@ -980,6 +1171,11 @@ int tun_ingress(struct __sk_buff *skb)
 	}
 	struct pkt p;
 	int rc = parse(skb, l2, &p);
+	if (rc == P_FRAGMENT) {
+		int v = follow(skb, l2, cfg, &p, peer);
+		if (v != NOT_TRACKED)
+			return v;
+	}
 	if (rc != P_OK) {
 		count(rc == P_FRAGMENT ? C_FRAGMENTS : rc == P_OPTIONS ? C_IP_OPTIONS : C_MALFORMED_DROPS);
 		return TC_ACT_SHOT;
@@ -1000,16 +1196,23 @@ int tun_ingress(struct __sk_buff *skb)
 			.saddr = p.daddr, .daddr = p.saddr, .sport = p.dport, .dport = p.sport, .proto = p.proto};
 		struct flow_val *fv = bpf_map_lookup_elem(&flows, &fk);
 		if (fv && fv->gw == peer && fv->ifindex) {
+			__u32 ifindex = fv->ifindex;
+			__be32 nh = fv->nh;
+			if (p.first_frag)
+				track(&p, peer, FRAG_NEXT_HOP, 0, p.saddr, p.daddr, p.id, ifindex, nh);
 			count(C_REPLY_RX_PACKETS);
-			return to_next_hop(fv->ifindex, fv->nh);
+			return to_next_hop(ifindex, nh);
 		}
 		struct svc_key ik = {.addr = p.saddr, .port = p.sport, .proto = p.proto};
 		if (bpf_map_lookup_elem(&imports, &ik)) {
+			if (p.first_frag)
+				track(&p, peer, FRAG_ROUTE, 0, p.saddr, p.daddr, p.id, 0, 0);
 			count(C_REPLY_RX_PACKETS);
 			return to_local(skb, cfg, p.saddr, p.daddr);
 		}
-		// Last, so that no packet of a flow or service pays for it.
-		if (p.proto == IPPROTO_UDP && cfg->probe_port)
+		// Last, so that no packet of a flow or service pays for it
+		// (probes are never fragmented).
+		if (p.proto == IPPROTO_UDP && cfg->probe_port && !p.first_frag)
 			return probe(skb, l2, cfg, &p, peer, bpf_htonl(key.local_ipv4));
 	} else if (p.proto == IPPROTO_ICMP &&
 		   (p.icmp_type == ICMP_DEST_UNREACH || p.icmp_type == ICMP_TIME_EXCEEDED)) {
