@@ -92,15 +92,6 @@ func (p *straitPacket) setup(ctx context.Context, env Env, exportGWs, importGWs 
 // mode on toward peer. The gateway tears its programs down when it stops
 // on its own; one killed by an experiment leaves them forwarding, and its
 // restart adopts them.
-//
-// It also turns the stream mode's preconnected target connections off
-// (preconnect: -1): the packet mode carries every client here, so no stream
-// ever takes one, and a server that serves one connection at a time in
-// accept order and waits for its first bytes — iperf3 — waits on an idle
-// warm connection while the client's own, accepted after it, gets nothing
-// until the warm one retires 20 s later and the server resets it (README,
-// "Preconnected target connections"; seen as iperf3's "unable to receive
-// control message: Connection reset by peer").
 func (p *straitPacket) config(env Env, node *topology.PlanNode, peer string) (string, error) {
 	other := env.Client
 	if node.Cluster == env.Server.Cluster {
@@ -110,7 +101,7 @@ func (p *straitPacket) config(env Env, node *topology.PlanNode, peer string) (st
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("peers: {%s: {data-plane: %s}}\npreconnect: -1\npacket: {lan: %s, snat: %s, pin-root: %s, name: %s, teardown-on-exit: true}\n",
+	return fmt.Sprintf("peers: {%s: {data-plane: %s}}\npacket: {lan: %s, snat: %s, pin-root: %s, name: %s, teardown-on-exit: true}\n",
 		peer, gateway.DataPlanePacket, lan, p.snat[node.ID], p.pins, packetName(node)), nil
 }
 
