@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,7 +14,9 @@ import (
 	"time"
 
 	"github.com/strait-net/strait/gateway"
+	"github.com/strait-net/strait/health"
 	"github.com/strait-net/strait/internal/testenv"
+	"github.com/strait-net/strait/packet"
 )
 
 // udpEcho is a UDP echo server and client on real sockets, run with
@@ -22,6 +25,7 @@ import (
 //	echo ADDR PORT        echo every datagram back
 //	ask ADDR PORT SIZE    send SIZE bytes on a connected socket and print
 //	                      "ok" when they come back, else what happened
+//	send ADDR PORT HEX    the same with the bytes HEX
 const udpEcho = `
 import socket, sys, os
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -33,7 +37,7 @@ if sys.argv[1] == "echo":
         s.sendto(data, peer)
 s.settimeout(2)
 s.connect((sys.argv[2], int(sys.argv[3])))
-data = os.urandom(int(sys.argv[4]))
+data = bytes.fromhex(sys.argv[4]) if sys.argv[1] == "send" else os.urandom(int(sys.argv[4]))
 try:
     s.send(data)
     print("ok" if s.recv(65535) == data else "mismatch")
@@ -271,6 +275,25 @@ func (e *packetEnv) udp(t *testing.T, size int) {
 	t.Fatalf("UDP datagram of %d bytes over the import: %s", size, out)
 }
 
+// healthProbe sends a health probe (package health's format) from the
+// client to addr on the packet mode's default probe port until the answer
+// is want: "ok" (it came back unchanged) or "refused" (ICMP port
+// unreachable), bounded by patience.
+func (e *packetEnv) healthProbe(t *testing.T, addr, want string) {
+	t.Helper()
+	b := make([]byte, health.ProbeLen)
+	var out string
+	for deadline := time.Now().Add(patience); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		health.Encode(b, uint64(time.Now().UnixNano()))
+		o, _ := exec.Command("ip", "netns", "exec", e.ca, "python3", filepath.Join(tmpDir, "udp.py"), "send", addr,
+			fmt.Sprint(packet.DefaultProbePort), hex.EncodeToString(b)).CombinedOutput()
+		if out = strings.TrimSpace(string(o)); out == want {
+			return
+		}
+	}
+	t.Fatalf("health probe to %s:%d: %s after %v, want %s", addr, packet.DefaultProbePort, out, patience, want)
+}
+
 // stop ends g with SIGTERM, as an operator does, and waits for it.
 func stop(t *testing.T, g *gw) {
 	t.Helper()
@@ -286,8 +309,10 @@ func stop(t *testing.T, g *gw) {
 // their session, fill the maps from their resources, and the programs
 // carry a client's TCP and UDP to the import's clusterset IP (their
 // counters say so); forwarding goes on while the importing gateway is
-// killed -9, its restart adopts the pins, and a gateway stopped with
-// --packet-teardown leaves no pin and no VXLAN device.
+// killed -9, and its node's programs answer health probes on its LAN
+// address meanwhile; its restart adopts the pins, and a gateway stopped
+// with --packet-teardown leaves no pin, no VXLAN device and nothing that
+// answers health probes.
 func TestPacketMode(t *testing.T) {
 	e := setupPacket(t, gateway.DataPlanePacket, gateway.DataPlanePacket, false)
 	active := func(d gateway.PeerDataPlane) bool { return d.Active }
@@ -338,8 +363,16 @@ func TestPacketMode(t *testing.T) {
 	e.b.delete(t, deny)
 	e.curl(t, "allowed again")
 
+	// The importing node's programs answer health probes to its LAN
+	// address themselves (no process here has a health responder), also
+	// while its gateway process is dead: what spreads a cluster's clients
+	// over its gateways (the lab's nexthop watcher) keeps the node while
+	// its programs forward (docs/packet.md, "Health").
+	e.healthProbe(t, "10.1.0.1", "ok")
+
 	// kill -9: the pinned programs keep forwarding, the restart adopts them.
 	e.a.proc.kill()
+	e.healthProbe(t, "10.1.0.1", "ok")
 	e.curl(t, "while the importing gateway is dead")
 	e.a.start(t)
 	e.a.waitLive(t, "b", 1)
@@ -380,6 +413,8 @@ func TestPacketMode(t *testing.T) {
 			t.Errorf("%s still has a VXLAN device:\n%s", ns, out)
 		}
 	}
+	// Without programs nothing answers: the kernel refuses the probe.
+	e.healthProbe(t, "10.1.0.1", "refused")
 }
 
 // TestPacketModeRefused: a gateway configured for the packet mode whose
