@@ -370,6 +370,29 @@ func TestPacketMode(t *testing.T) {
 	// over its gateways (the lab's nexthop watcher) keeps the node while
 	// its programs forward (docs/packet.md, "Health").
 	e.healthProbe(t, "10.1.0.1", "ok")
+	// Only health probes, only to the node itself: other bytes on the
+	// port reach the stack (which refuses them), and a probe a refuses to
+	// forward to a routed address is not answered by a's programs either.
+	for deadline := time.Now().Add(patience); ; time.Sleep(50 * time.Millisecond) {
+		b, _ := exec.Command("ip", "netns", "exec", e.ca, "python3", filepath.Join(tmpDir, "udp.py"), "ask", "10.1.0.1",
+			fmt.Sprint(packet.DefaultProbePort), "12").CombinedOutput()
+		out := strings.TrimSpace(string(b))
+		if out == "refused" {
+			break
+		}
+		if out == "ok" || time.Now().After(deadline) {
+			t.Fatalf("12 bytes that are no health probe to a's probe port: %s, want refused", out)
+		}
+	}
+	ip := func(args ...string) { testenv.Run(t, "ip", args...) }
+	ip("-n", e.ga, "route", "add", "10.9.0.0/24", "via", "192.0.2.2")
+	probe := make([]byte, health.ProbeLen)
+	health.Encode(probe, 1)
+	b, _ := exec.Command("ip", "netns", "exec", e.ca, "python3", filepath.Join(tmpDir, "udp.py"), "send", "10.9.0.1",
+		fmt.Sprint(packet.DefaultProbePort), hex.EncodeToString(probe)).CombinedOutput()
+	if out := strings.TrimSpace(string(b)); out == "ok" {
+		t.Errorf("a health probe to 10.9.0.1, routed through a, was answered: a's programs answer only for a itself")
+	}
 
 	// kill -9: the pinned programs keep forwarding, the restart adopts them.
 	e.a.proc.kill()
