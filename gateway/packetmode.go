@@ -71,8 +71,10 @@ type PacketConfig struct {
 	// start adopts them.
 	TeardownOnExit bool `yaml:"teardown-on-exit"`
 	// ProbePort is the UDP port of the liveness probes that the gateway
-	// nodes' programs answer themselves (0: packet.DefaultProbePort, 4790;
-	// -1: this node neither answers nor sends any). Every gateway of the
+	// nodes' programs answer themselves, from peer gateways through the
+	// tunnel and, as health probes to this node's addresses, from its
+	// cluster's nodes on lan (0: packet.DefaultProbePort, 4790; -1: this
+	// node neither answers nor sends any). Every gateway of the
 	// clusterset must agree. ProbeInterval and ProbeMisses are how often
 	// this gateway probes each peer gateway it sends imports to, and how
 	// many probes in a row must go unanswered for it to be taken out

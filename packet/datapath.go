@@ -37,9 +37,11 @@ const (
 	DefaultNATEntries  = 65536
 	DefaultTables      = 8
 	// DefaultProbePort is the port of the liveness probes the programs
-	// answer (docs/packet.md, "Health"). It is matched only inside tunnel
+	// answer (docs/packet.md, "Health"). It is matched inside tunnel
 	// packets from a peer gateway to this node's own underlay address that
-	// belong to no flow and no service, so it takes no port of the node.
+	// belong to no flow and no service, and on the LAN only in health
+	// probes (package health's format) to this node's own addresses that
+	// are no import's, so it takes no port of the node from anything else.
 	DefaultProbePort = 4790
 
 	// vxlanOverhead is what VXLAN adds in front of an inner Ethernet
@@ -95,9 +97,11 @@ type Config struct {
 	Tables int
 	// ProbePort is the UDP port of the liveness probes peer gateways'
 	// probers send through the tunnel (default DefaultProbePort; peers
-	// must agree). NoProbes makes the programs answer none: this node
-	// then looks dead to peers' probers, which judge it by its sessions
-	// only if it never answered.
+	// must agree), and of the health probes the cluster's own nodes send
+	// to this node's addresses on the LAN (the lab's nexthop watcher).
+	// NoProbes makes the programs answer none: this node then looks dead
+	// to peers' probers, which judge it by its sessions only if it never
+	// answered.
 	ProbePort uint16
 	NoProbes  bool
 }

@@ -26,7 +26,10 @@ func init() {
 device, and the gateway's UDP health address), then probe every gateway's
 health responder and rewrite the group whenever one dies or returns: only
 the dead gateway's buckets move. Runs until interrupted; it carries no
-traffic.`,
+traffic. For a gateway in the packet mode, HEALTH is VIA and the probe
+port (4790 by default): its node's programs answer there, and they go on
+forwarding the client's flows while the gateway process is dead
+(docs/packet.md, "Health").`,
 		Example: `  strait lab nexthop-watch --route 10.96.0.50/32 --member 10.200.128.1,lan-gw1,10.200.2.1:4444 --member 10.200.128.3,lan-gw2,10.200.2.2:4444`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

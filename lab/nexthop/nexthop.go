@@ -12,7 +12,11 @@
 //
 // A dead gateway cannot remove itself, so a Watcher on the client node
 // probes every gateway's health responder (package health) and rewrites the
-// group. It only edits routes: it carries no traffic.
+// group. It only edits routes: it carries no traffic. A member's health
+// target is whatever forwards its clients' flows: the gateway process's
+// responder in the stream mode, the node's programs in the packet mode,
+// which answer the same probes on their probe port and outlive a killed
+// process (docs/packet.md, "Health").
 package nexthop
 
 import (
@@ -37,7 +41,7 @@ import (
 type Member struct {
 	Via    netip.Addr // the gateway's address on the client's link to it
 	Dev    string     // the client's device of that link
-	Health string     // UDP host:port of the gateway's health responder
+	Health string     // UDP host:port that answers the gateway's health probes
 }
 
 // Config configures a Watcher.

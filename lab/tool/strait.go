@@ -235,6 +235,11 @@ spec: {priority: 1000, action: allow}
 		if err != nil {
 			return nil, err
 		}
+		if t.packet != nil {
+			for i := range members {
+				members[i].Health = t.packet.healthTarget(members[i].Via)
+			}
+		}
 		argv := []string{env.Binary, "lab", "nexthop-watch", "--route", ImportVIP.String() + "/32", "--src", env.Client.Addr.String()}
 		for _, m := range members {
 			argv = append(argv, "--member", fmt.Sprintf("%s,%s,%s", m.Via, m.Dev, m.Health))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/strait-net/strait/gateway"
 	"github.com/strait-net/strait/lab/topology"
+	"github.com/strait-net/strait/packet"
 )
 
 // straitPacket is what the strait-packet tool adds to the strait tool: the
@@ -86,6 +87,17 @@ func (p *straitPacket) setup(ctx context.Context, env Env, exportGWs, importGWs 
 		return p.changes.copyRoute(ctx, env.Client, importGWs[0].Addr, ImportVIP)
 	}
 	return nil
+}
+
+// healthTarget is where the nexthop watcher probes an importing gateway
+// node: its programs, which answer health probes on the probe port at the
+// node's address on their LAN device — via, the gateway's address on the
+// client's link — and not its process's health responder. A kill -9
+// closes the latter while the programs go on forwarding the client's
+// flows; judged by it, the watcher would move those flows to another
+// gateway, whose programs know none of them (docs/packet.md, "Health").
+func (p *straitPacket) healthTarget(via netip.Addr) string {
+	return netip.AddrPortFrom(via, packet.DefaultProbePort).String()
 }
 
 // config is the part of node's gateway configuration that turns the packet

@@ -9,7 +9,10 @@
 //     the packet does not fit the underlay, fragments the outer packet);
 //   - a reply of an export's target to this gateway's SNAT address is
 //     restored to the client's socket address and sent back to the importing
-//     gateway, and so are ICMP errors about such flows.
+//     gateway, and so are ICMP errors about such flows;
+//   - a health probe to this node on the probe port is sent back, so that
+//     what spreads the cluster's clients over its gateways judges the node
+//     by these programs, not by its gateway process.
 // tun_ingress runs on the VXLAN device (collect_md): it drops what did not
 // come from a known peer gateway, then either DNATs/SNATs a packet for an
 // export toward its target, or delivers a reply to a local client; a peer
@@ -947,6 +950,71 @@ static __always_inline int nat_reply(struct __sk_buff *skb, const __u32 l2, stru
 	return to_tunnel(skb, l2, cfg, ck.peer);
 }
 
+// A health probe of package health (health.go): 12 bytes, "SH", version 1,
+// a reserved zero byte, then the prober's sequence number. gateway's
+// TestPacketMode sends what health.Encode writes.
+#define HEALTH_PROBE_LEN 12
+
+// lan_probe answers a health probe that a node of this gateway's cluster
+// sends to one of this node's own addresses on the probe port — the lab's
+// nexthop watcher, or whatever spreads the cluster's clients over its
+// gateways (docs/packet.md, "Health") — by sending it back out of the
+// device it came in by, addresses, ports and link-layer addresses swapped
+// (no checksum changes, as in probe below). So an importing gateway node
+// is judged by the programs that forward its clients' flows, not by its
+// gateway process: a killed process's programs go on forwarding, and a
+// client moved off the node would take its connections where no flow
+// entry knows them. A node whose programs are gone answers nothing (the
+// kernel refuses the probe: no socket has the port), one that is down
+// answers nothing either. Anything that is not such a probe goes on to
+// the stack untouched; an answer (from the probe port) is never answered,
+// so two nodes cannot bounce a packet between them.
+static __always_inline int lan_probe(struct __sk_buff *skb, const __u32 l2, struct config *cfg, struct pkt *p)
+{
+	if (p->sport == bpf_htons(cfg->probe_port) || skb->pkt_type != 0) // 0: PACKET_HOST, unicast to this device
+		return TC_ACT_OK;
+	if ((p->daddr & bpf_htonl(0xf0000000)) == bpf_htonl(0xe0000000) || p->daddr == 0xffffffff)
+		return TC_ACT_OK; // multicast, limited broadcast
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct udphdr *uh = data + L4_OFF;
+	__u8 *msg = (void *)(uh + 1);
+	if ((void *)(msg + HEALTH_PROBE_LEN) > end || uh->len != bpf_htons(sizeof(*uh) + HEALTH_PROBE_LEN) ||
+	    msg[0] != 'S' || msg[1] != 'H' || msg[2] != 1 || msg[3] != 0)
+		return TC_ACT_OK;
+	// Only to this node itself: the FIB forwards nothing to a local
+	// address (asked as for a packet from the tunnel device, the one
+	// device that forwards, as in route). Nor to one it has no route to,
+	// which the kernel would drop: such a probe is answered too.
+	struct bpf_fib_lookup fib = {};
+	fib.family = 2; // AF_INET
+	fib.ipv4_src = p->saddr;
+	fib.ipv4_dst = p->daddr;
+	fib.ifindex = cfg->tun_ifindex;
+	if (bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH) != BPF_FIB_LKUP_RET_NOT_FWDED)
+		return TC_ACT_OK;
+	data = (void *)(long)skb->data;
+	end = (void *)(long)skb->data_end;
+	struct iphdr *ip = data + IP_OFF;
+	__be16 *ports = data + L4_OFF;
+	if ((void *)(ip + 1) > end || (void *)(ports + 2) > end)
+		return TC_ACT_OK;
+	if (l2) {
+		struct ethhdr *eth = data;
+		if ((void *)(eth + 1) > end)
+			return TC_ACT_OK;
+		__u8 mac[ETH_ALEN];
+		__builtin_memcpy(mac, eth->h_source, ETH_ALEN);
+		__builtin_memcpy(eth->h_source, eth->h_dest, ETH_ALEN);
+		__builtin_memcpy(eth->h_dest, mac, ETH_ALEN);
+	}
+	ip->saddr = p->daddr;
+	ip->daddr = p->saddr;
+	ports[0] = p->dport;
+	ports[1] = p->sport;
+	return bpf_redirect(skb->ifindex, 0);
+}
+
 static __always_inline int lan(struct __sk_buff *skb, const __u32 l2)
 {
 	struct config *cfg = get_config();
@@ -1002,6 +1070,9 @@ static __always_inline int lan(struct __sk_buff *skb, const __u32 l2)
 		count(C_IMPORT_TX_PACKETS);
 		return to_tunnel(skb, l2, cfg, gw);
 	}
+	// Last, so that no packet of a flow or service pays for it.
+	if (p.proto == IPPROTO_UDP && cfg->probe_port && p.dport == bpf_htons(cfg->probe_port))
+		return lan_probe(skb, l2, cfg, &p);
 	return TC_ACT_OK;
 }
 
