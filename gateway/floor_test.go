@@ -25,7 +25,7 @@ func BenchmarkKeepAliveFloor(b *testing.B) {
 	direct := echoServer(b)
 	relayed := startRelayPair(b, direct)
 	gateways := startPair(b).importAddr
-	for _, size := range []int{60, 10 << 10, 100 << 10, 1 << 20} {
+	for _, size := range []int{60, 1 << 10, 10 << 10, 100 << 10, 1 << 20} {
 		for _, path := range []struct{ name, addr string }{{"direct", direct}, {"relay", relayed}, {"gateways", gateways}} {
 			b.Run(fmt.Sprintf("%dB/%s", size, path.name), func(b *testing.B) {
 				keepAliveLoop(b, path.addr, size)

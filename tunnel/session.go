@@ -19,15 +19,19 @@ import (
 // session is the strait multiplexer over one connection. Three goroutines
 // run per session: the reader (frames in), the writer (frames out, batched
 // in a buffered writer flushed when its queue is empty) and the keepalive.
+// A stream's Write that finds the writer idle writes its frame itself
+// (writeInline); the fields marked "writer role" belong to whoever holds
+// the role (s.writing), the writer goroutine or such a Write.
 type session struct {
 	conn        net.Conn
 	rd          io.Reader
-	bw          *bufio.Writer
+	bw          *bufio.Writer  // writer role
 	batch       *recordBatcher // below TLS; nil on other connections
-	ramp        int            // small records written since the writer was idle (writer goroutine only)
-	bulkRun     int            // DATA bytes written since the last bulk look (writer goroutine only)
-	ccUpgrade   string         // congestion control to switch to at the first lossy bulk transfer (writer goroutine only)
-	bulkRetrans uint32         // the socket's retransmissions at the last bulk check (writer goroutine only)
+	ramp        int            // small records written since the writer was idle (writer role)
+	bulkRun     int            // DATA bytes written since the last bulk look (writer role)
+	ccUpgrade   string         // congestion control to switch to at the first lossy bulk transfer (writer role)
+	bulkRetrans uint32         // the socket's retransmissions at the last bulk check (writer role)
+	idleSince   time.Time      // when the writer last ran dry; zero while it writes (writer role)
 	client      bool
 	peer        string
 	congestion  atomic.Pointer[string]
@@ -57,6 +61,7 @@ type session struct {
 	ctrlQ   []*writeReq
 	dataQ   []*writeReq
 	wclosed bool
+	writing bool // the writer role is held: bw and the fields marked so are in use
 	wsig    chan struct{}
 
 	closeOnce sync.Once
@@ -310,10 +315,16 @@ func (s *session) sendPing() {
 func (s *session) writeLoop() {
 	defer s.wg.Done()
 	var err error
-	yielded, corked := false, false
-	var idleSince time.Time
+	held, yielded, corked := false, false, false
 	for err == nil {
 		s.wmu.Lock()
+		if !held && s.writing {
+			// A Write holds the role (writeInline); it signals wsig when
+			// it leaves with frames queued.
+			s.wmu.Unlock()
+			err = s.waitWork()
+			continue
+		}
 		var r *writeReq
 		switch {
 		case len(s.ctrlQ) > 0:
@@ -321,8 +332,15 @@ func (s *session) writeLoop() {
 		case len(s.dataQ) > 0:
 			r = popFront(&s.dataQ)
 		}
+		if r != nil && !held {
+			s.writing, held = true, true
+		}
 		s.wmu.Unlock()
 		if r == nil {
+			if !held {
+				err = s.waitWork()
+				continue
+			}
 			if s.bw.Buffered() > 0 && !yielded {
 				// A producer that was just woken (a Write right after
 				// OpenStream, a reply to a read) often enqueues within
@@ -336,17 +354,15 @@ func (s *session) writeLoop() {
 				break
 			}
 			corked = false
-			// A burst is in the kernel now: what its window could not
-			// send is still there (see bulkBacklog).
-			if s.ccUpgrade != "" && s.bulkRun >= bulkBacklog {
-				s.bulkLook()
+			s.wentIdle()
+			// The role goes back only with both queues empty, checked
+			// under wmu: a frame queued after that check wakes this
+			// loop through wsig, and one queued before it is written now.
+			s.wmu.Lock()
+			if len(s.ctrlQ) == 0 && len(s.dataQ) == 0 {
+				s.writing, held = false, false
 			}
-			idleSince = time.Now()
-			select {
-			case <-s.wsig:
-			case <-s.closed:
-				err = s.closedErr()
-			}
+			s.wmu.Unlock()
 			continue
 		}
 		yielded = false
@@ -354,17 +370,9 @@ func (s *session) writeLoop() {
 			s.batch.cork()
 			corked = true
 		}
-		if !idleSince.IsZero() && time.Since(idleSince) >= rampAfterIdle {
-			s.ramp = 0
-		}
-		idleSince = time.Time{}
+		s.resumeWriting()
 		err = s.writeReq(r)
-		if r.hdr.typ == frameData {
-			s.bulkRun += len(r.payload)
-			if s.ccUpgrade != "" && s.bulkRun >= bulkBytes {
-				s.bulkLook()
-			}
-		}
+		s.countData(r)
 		if err == nil && r.flush {
 			err = s.flush()
 			corked = false
@@ -387,6 +395,117 @@ func (s *session) writeLoop() {
 			r.done <- cerr
 		}
 	}
+}
+
+// waitWork blocks the writer goroutine until a frame may be queued (wsig)
+// or the session ends.
+func (s *session) waitWork() error {
+	select {
+	case <-s.wsig:
+		return nil
+	case <-s.closed:
+		return s.closedErr()
+	}
+}
+
+// writeInline writes r from the calling goroutine when the writer is idle
+// with nothing queued but control frames, which it writes first, as the
+// writer would have: a request through a gateway then crosses no goroutine
+// handoff on its way out, where waking the writer and waiting for it cost
+// two (README, "Performance"). With the writer busy or data queued it
+// returns false and the caller queues r, so streams still take turns and
+// small frames still share records while the writer has work. It returns
+// the error of writing r, after which the session is closed.
+func (s *session) writeInline(r *writeReq) (bool, error) {
+	s.wmu.Lock()
+	if s.wclosed {
+		s.wmu.Unlock()
+		return true, s.closedErr()
+	}
+	if s.writing || len(s.dataQ) > 0 {
+		s.wmu.Unlock()
+		return false, nil
+	}
+	s.writing = true
+	ctrl := s.ctrlQ
+	s.ctrlQ = nil
+	s.wmu.Unlock()
+
+	if s.batch != nil {
+		s.batch.cork()
+	}
+	s.resumeWriting()
+	var err error
+	for _, c := range ctrl {
+		if err == nil {
+			err = s.writeReq(c)
+		}
+	}
+	if err == nil {
+		err = s.writeReq(r)
+		s.countData(r)
+	}
+	if err == nil {
+		err = s.flush()
+	} else if s.batch != nil {
+		_ = s.batch.uncork()
+	}
+	if err == nil {
+		s.wentIdle()
+	}
+
+	for i, c := range ctrl {
+		if c.done != nil {
+			c.done <- err
+		}
+		ctrl[i] = nil
+	}
+	s.wmu.Lock()
+	s.writing = false
+	if s.ctrlQ == nil {
+		// Keep the array, which the queue reuses (popFront).
+		s.ctrlQ = ctrl[:0]
+	}
+	more := len(s.ctrlQ) > 0 || len(s.dataQ) > 0
+	s.wmu.Unlock()
+	if err != nil {
+		s.closeWithError(fmt.Errorf("write: %w", err))
+		return true, err
+	}
+	if more {
+		notify(s.wsig)
+	}
+	return true, nil
+}
+
+// resumeWriting is called by the writer role before it writes a request:
+// after an idle gap the records start small again (rampRecords).
+func (s *session) resumeWriting() {
+	if !s.idleSince.IsZero() && time.Since(s.idleSince) >= rampAfterIdle {
+		s.ramp = 0
+	}
+	s.idleSince = time.Time{}
+}
+
+// countData counts r's DATA toward the bulk look (writer role).
+func (s *session) countData(r *writeReq) {
+	if r.hdr.typ == frameData {
+		s.bulkRun += len(r.payload)
+		if s.ccUpgrade != "" && s.bulkRun >= bulkBytes {
+			s.bulkLook()
+		}
+	}
+}
+
+// wentIdle is called by the writer role when everything it wrote is
+// flushed and nothing waits.
+func (s *session) wentIdle() {
+	// A burst is in the kernel now: what its window could not send is
+	// still there (see bulkBacklog).
+	if s.ccUpgrade != "" && s.bulkRun >= bulkBacklog {
+		s.bulkLook()
+	}
+	s.idleSince = time.Now()
 }
 
 // The first records after the writer idled are small and grow one TCP
@@ -464,7 +583,7 @@ const (
 	bulkCongestion  = "bbr"
 )
 
-// bulkLook applies the switch rule to the socket (writer goroutine).
+// bulkLook applies the switch rule to the socket (writer role).
 func (s *session) bulkLook() {
 	s.bulkRun = 0
 	if s.batch == nil {
@@ -479,7 +598,7 @@ func (s *session) bulkLook() {
 }
 
 // upgradeCongestion switches the socket to the bulk congestion control
-// (writer goroutine), once.
+// (writer role), once.
 func (s *session) upgradeCongestion() {
 	want := s.ccUpgrade
 	s.ccUpgrade = ""

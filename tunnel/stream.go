@@ -402,12 +402,16 @@ func (st *stream) Write(p []byte) (int, error) {
 			return total, err
 		}
 		st.wreq = writeReq{hdr: frameHeader{typ: frameData, stream: st.id}, payload: p[:n], done: st.wdone}
-		if err := st.s.enqueue(&st.wreq, false); err != nil {
-			return total, err
+		inline, err := st.s.writeInline(&st.wreq)
+		if !inline {
+			if err := st.s.enqueue(&st.wreq, false); err != nil {
+				return total, err
+			}
+			// The writer signals every request it dequeued, also on
+			// failure, so p is never referenced after this.
+			err = <-st.wdone
 		}
-		// The writer signals every request it dequeued, also on failure, so
-		// p is never referenced after this.
-		if err := <-st.wdone; err != nil {
+		if err != nil {
 			return total, fmt.Errorf("write: %w", err)
 		}
 		st.s.st.bytesSent.Add(uint64(n))

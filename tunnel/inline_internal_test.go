@@ -1,0 +1,85 @@
+package tunnel
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// TestWriteInline holds writeInline to the writer's rules: a Write that
+// finds the writer idle writes its frame itself, after the control frames
+// queued before it (a new stream's OPEN goes out before its first DATA),
+// and leaves the role free; with another stream's data queued, or the
+// writer holding the role, it leaves its frame to the writer, so streams
+// keep taking turns; on a closed writer it fails. The session's goroutines
+// do not run: the queues stay as the test sets them.
+func TestWriteInline(t *testing.T) {
+	local, remote := net.Pipe()
+	defer local.Close()
+	defer remote.Close()
+	s := &session{conn: local, bw: bufio.NewWriter(local), cfg: (&Config{}).withDefaults(),
+		wsig: make(chan struct{}, 1), closed: make(chan struct{}), start: time.Now()}
+	s.log = s.cfg.logger()
+	frames := make(chan frameHeader, 16)
+	go func() {
+		defer close(frames)
+		var hb [frameHeaderLen]byte
+		for {
+			if _, err := io.ReadFull(remote, hb[:]); err != nil {
+				return
+			}
+			h := decodeFrameHeader(hb[:])
+			if _, err := io.CopyN(io.Discard, remote, int64(h.length)); err != nil {
+				return
+			}
+			frames <- h
+		}
+	}()
+	next := func() frameHeader {
+		t.Helper()
+		select {
+		case h := <-frames:
+			return h
+		case <-time.After(30 * time.Second): // a hang bound only
+			t.Fatal("no frame arrived")
+			return frameHeader{}
+		}
+	}
+
+	open := &writeReq{hdr: frameHeader{typ: frameOpen, stream: 1, length: 3}, payload: []byte("hdr")}
+	if err := s.enqueue(open, true); err != nil {
+		t.Fatal(err)
+	}
+	data := &writeReq{hdr: frameHeader{typ: frameData, stream: 1}, payload: []byte("hello")}
+	if ok, err := s.writeInline(data); !ok || err != nil {
+		t.Fatalf("writeInline on an idle writer = %v, %v; want it written", ok, err)
+	}
+	for _, want := range []frameHeader{{typ: frameOpen, stream: 1, length: 3}, {typ: frameData, stream: 1, length: 5}} {
+		if h := next(); h != want {
+			t.Fatalf("frame %+v, want %+v", h, want)
+		}
+	}
+	if len(s.ctrlQ) != 0 || s.writing {
+		t.Fatalf("after writeInline: %d control frames queued, role held %v; want none, free", len(s.ctrlQ), s.writing)
+	}
+
+	other := &writeReq{hdr: frameHeader{typ: frameData, stream: 3}, payload: []byte("x")}
+	if err := s.enqueue(other, false); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := s.writeInline(data); ok {
+		t.Error("writeInline wrote ahead of another stream's queued data")
+	}
+	s.dataQ = s.dataQ[:0]
+	s.writing = true
+	if ok, _ := s.writeInline(data); ok {
+		t.Error("writeInline wrote while the writer held the role")
+	}
+	s.writing = false
+	s.wclosed = true
+	if ok, err := s.writeInline(data); !ok || err == nil {
+		t.Errorf("writeInline on a closed writer = %v, %v; want an error", ok, err)
+	}
+}
