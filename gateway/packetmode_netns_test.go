@@ -662,8 +662,8 @@ func TestPacketModeWorkloads(t *testing.T) {
 // TestPacketModeKillUnderLoad: an iperf3 TCP stream and a probe of 2000
 // new connections a second (strait load probe: connect, echo, reset) run
 // through the packet mode while the importing and then the exporting
-// gateway process is killed -9 and restarted (the must-hold,
-// docs/packet.md, "Tests"). The stream carries on (its bytes acknowledged
+// gateway process is killed -9 and restarted (docs/packet.md,
+// "Tests"). The stream carries on (its bytes acknowledged
 // keep growing while each process is dead and after it restarted, and its
 // socket is the same established one at the end: no reset), the probe
 // opens connections while each is dead and loses none of them over the
