@@ -20,7 +20,7 @@ type ClusterRun struct {
 // String) on each cluster's egress toward Remote, per cluster.
 type ClusterEmulation struct {
 	Scenario string              `json:"scenario"`
-	Params   string              `json:"params"` // per direction: the path composed (lab/kube's PathParams)
+	Params   string              `json:"params"` // per direction: the path composed (lab/scenario's Scenario.Path)
 	Remote   map[string][]string `json:"remote"`
 }
 

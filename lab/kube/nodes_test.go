@@ -392,7 +392,7 @@ func TestRunOnClusters(t *testing.T) {
 				t.Fatalf("%s: no next hop toward %s: %v", other, p.Addr[c], route)
 			}
 		}
-		// LAN 2 ms, WAN 5 ms: the path is 9 ms each way (PathParams), a
+		// LAN 2 ms, WAN 5 ms: the path is 9 ms each way (scenario.Path), a
 		// round trip 18 ms longer than lcl's.
 		const added = 18 * time.Millisecond
 		emuExp := write("experiment-emu.yaml", strings.Replace(experiment, "scenarios: [lcl]",

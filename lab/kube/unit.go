@@ -122,10 +122,10 @@ func (u *unit) labels() map[string]string {
 
 // emulate applies the scenario to the links between the two clusters'
 // nodes: its client–server path composed into one impairment per
-// direction (PathParams), on each cluster's egress toward the other, and
-// records it in the run's metadata.
+// direction (scenario.Scenario.Path), on each cluster's egress toward the
+// other, and records it in the run's metadata.
 func (u *unit) emulate(ctx context.Context, spec run.BackendUnitSpec) error {
-	p := PathParams(spec.Scenario)
+	p := spec.Scenario.Path()
 	var targets []EmuTarget
 	applied := AppliedEmulation{Scenario: spec.Scenario.Name, Params: p.String(), Remote: map[string][]string{}}
 	for _, c := range []*conn{u.server, u.client} {

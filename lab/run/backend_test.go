@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/strait-net/strait/internal/testenv"
+	"github.com/strait-net/strait/lab/scenario"
 	"github.com/strait-net/strait/load"
 )
 
@@ -69,17 +71,19 @@ func TestBackendRefusals(t *testing.T) {
 // metadata) without clusters. lab/kube's TestRunOnClusters runs the same
 // runner on real clusters.
 type localBackend struct {
-	t       *testing.T
-	bin     string
-	units   []string
-	closed  int
-	targets map[string]string
+	t         *testing.T
+	bin       string
+	units     []string
+	scenarios []scenario.Scenario
+	closed    int
+	targets   map[string]string
 }
 
 func (b *localBackend) Check(context.Context, BackendPlan) error { return nil }
 func (b *localBackend) Metadata() any                            { return map[string]any{"units": b.units} }
 func (b *localBackend) Unit(_ context.Context, u BackendUnitSpec) (BackendUnit, error) {
 	b.units = append(b.units, u.ID)
+	b.scenarios = append(b.scenarios, u.Scenario)
 	b.targets = map[string]string{}
 	for _, s := range u.Services {
 		addr := testenv.FreeAddr(b.t)
@@ -148,5 +152,48 @@ func TestBackendRun(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(res.Dir, "report.html")); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestComposePathRun: with --compose-path, the units get the composed
+// scenario (a backend applies its Path, which is then the WAN's alone) and
+// metadata.json records the links as defined beside the composed ones.
+func TestComposePathRun(t *testing.T) {
+	exp := strings.Replace(strings.Replace(backendExperiment, "scenarios: [lcl]", "define-scenarios: [{name: d3, lan: {delay: 1ms, loss: 0.1%}, wan: {delay: 1ms}}]\nscenarios: [d3]", 1),
+		"tools: [direct, installed]", "tools: [direct]", 1)
+	e, err := Parse([]byte(exp), "builtin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defined := e.scenarios[0]
+	if err := e.Override(Overrides{ComposePath: true}); err != nil {
+		t.Fatal(err)
+	}
+	b := &localBackend{t: t, bin: testenv.StraitBinary(t)}
+	res, err := Run(context.Background(), e, Options{OutDir: t.TempDir(), Backend: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.scenarios) != 1 {
+		t.Fatalf("the backend got scenarios %+v, want one unit's", b.scenarios)
+	}
+	got := b.scenarios[0]
+	if !got.LAN.IsZero() || got.WAN != defined.Path() || got.Path() != defined.Path() || got.WAN.Delay != 3e6 {
+		t.Errorf("the unit's scenario: lan %v, wan %v; want none and %v (3 ms)", got.LAN, got.WAN, defined.Path())
+	}
+	var md struct {
+		Scenarios []map[string]string `json:"scenarios"`
+	}
+	raw, err := os.ReadFile(filepath.Join(res.Dir, "metadata.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &md); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"name": "d3", "lan": got.LAN.String(), "wan": defined.Path().String(),
+		"composedFrom": "lan " + defined.LAN.String() + "; wan " + defined.WAN.String()}
+	if len(md.Scenarios) != 1 || !maps.Equal(md.Scenarios[0], want) {
+		t.Errorf("metadata.json scenarios %v, want [%v]", md.Scenarios, want)
 	}
 }

@@ -52,6 +52,11 @@ type Experiment struct {
 	Repetitions     int             `yaml:"repetitions"`
 	Workloads       []Workload      `yaml:"workloads"`
 	Load            Load            `yaml:"load"`
+	// ComposePath impairs each scenario's client–server path as runs on
+	// clusters do: LAN, WAN and LAN composed into one impairment per
+	// direction on the WAN link, clean LAN links (scenario.ComposePath;
+	// docs/lab-clusters.md, "Measured"), so the two labs' cells compare.
+	ComposePath bool `yaml:"compose-path"`
 	// Parallel is how many units (scenario × repetition, each in a lab of
 	// its own) run at once. Latency-bound runs gain almost linearly; keep 1
 	// where CPU time is what is measured.
@@ -292,6 +297,16 @@ func (e *Experiment) resolve(dir string) error {
 	if e.Server == e.Client {
 		return fmt.Errorf("client: %q is also the server", e.Client)
 	}
+	if e.ComposePath {
+		if err := composable(plan, e.Server, e.Client); err != nil {
+			return fmt.Errorf("compose-path: %w", err)
+		}
+		for i, sc := range e.scenarios {
+			if e.scenarios[i], err = sc.ComposePath(); err != nil {
+				return fmt.Errorf("compose-path: %w", err)
+			}
+		}
+	}
 	if e.Repetitions == 0 {
 		e.Repetitions = 1
 	}
@@ -364,6 +379,32 @@ func (e *Experiment) resolve(dir string) error {
 		labels[l] = i
 	}
 	return e.Load.validate()
+}
+
+// composable checks that the path from client to server is the one
+// scenario.Path composes: the client's LAN link, one WAN link, the
+// server's LAN link. A gateway node has no LAN link on the path, and
+// clusters without a WAN link between them would be reached over more than
+// one, so the composed impairment would be applied too rarely or too often.
+func composable(plan *topology.Plan, server, client string) error {
+	s, _ := plan.Node(server)
+	c, _ := plan.Node(client)
+	for _, n := range []*topology.PlanNode{s, c} {
+		if n.Gateway {
+			return fmt.Errorf("%s is a gateway node: the path is composed as LAN, WAN, LAN (client and server on non-gateway nodes of two clusters joined by a WAN link)", n.ID)
+		}
+	}
+	if s.Cluster == c.Cluster {
+		return fmt.Errorf("server %s and client %s are in one cluster: the path is composed as LAN, WAN, LAN (client and server in two clusters joined by a WAN link)", server, client)
+	}
+	for _, l := range plan.Links {
+		a, _ := plan.Node(l.A.Node)
+		b, _ := plan.Node(l.B.Node)
+		if l.Class == topology.WAN && a != nil && b != nil && (a.Cluster == s.Cluster && b.Cluster == c.Cluster || a.Cluster == c.Cluster && b.Cluster == s.Cluster) {
+			return nil
+		}
+	}
+	return fmt.Errorf("no WAN link joins clusters %s and %s: the path is composed as LAN, WAN, LAN (client and server in two clusters joined by a WAN link)", c.Cluster, s.Cluster)
 }
 
 // resolve checks a workload and parses its payload sizes; field names it

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/strait-net/strait/lab/scenario"
 )
 
 func TestParseSize(t *testing.T) {
@@ -79,6 +81,9 @@ topology:
 		{"name: e\n" + topo + "define-scenarios: [{name: lcl}]\nscenarios: [lcl]\n", "define-scenarios[0]: name: \"lcl\" is a scenario of catalog seed000"},
 		{"name: e\n" + topo + "define-scenarios: [{name: x1}, {name: x1}]\nscenarios: [x1]\n", "define-scenarios[1]: \"x1\" is defined twice"},
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\niperf3: {}\nreference: {source: s}\n", "reference: source and testbed are required"},
+		{"name: e\n" + topo + "compose-path: true\nscenarios: [edg10]\nserver: a/server\nclient: b/client\nworkloads: [{name: echo}]\n", ""},
+		{"name: e\n" + topo + "compose-path: true\nscenarios: [edg10]\nserver: a/server\nclient: b/gw\nworkloads: [{name: echo}]\n", "compose-path: b/gw is a gateway node"},
+		{"name: e\n" + topo + "compose-path: true\nscenarios: [as-declared]\nserver: a/server\nclient: b/client\nworkloads: [{name: echo}]\n", "compose-path: scenario as-declared: nothing to compose"},
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\niperf3: {}\nreference: {source: s, testbed: t, figures: [{measure: m, subject: x, value: .nan, unit: u}]}\n", "reference.figures[0].value"},
 	} {
 		_, err := Parse([]byte(tc.body), t.TempDir())
@@ -117,6 +122,7 @@ func FuzzParseExperiment(f *testing.F) {
 	f.Add([]byte("name: q\nrepetitions: -1\nrate: {rps: [-10], connections: -3, duration: -1s, warmup: -1s}\nworkloads: [{name: echo, payloads: [-1KB]}]\nthroughput: {rr: [-64]}\n"))
 	f.Add([]byte("name: \xff\xfe\nscenarios: [\xc3]\n"))
 	f.Add([]byte("name: q\ntopology: {name: x, clusters: [{name: a, nodes: [{name: n}, {name: m}]}]}\ndefine-scenarios: [{name: j, wan: {rate: 1gbit}, mtu: 9000}]\nscenarios: [j]\nserver: a/n\nclient: a/m\niperf3: {protocols: [tcp, udp], trials: 50, interval: 0.5s, udp-bitrate: 10G, ping: {count: 5, interval: 2ms}}\nreference: {source: s, testbed: t, figures: [{measure: ping, subject: x, ours: direct, value: 1, unit: ms}]}\n"))
+	f.Add([]byte("name: q\ntopology: {name: x, clusters: [{name: a, nodes: [{name: g}, {name: n}]}, {name: b, nodes: [{name: g}, {name: m}]}], wan: [{between: [a, b]}]}\ncompose-path: true\nscenarios: [edg10, cloud10]\nserver: a/n\nclient: b/m\nworkloads: [{name: recv}]\n"))
 	f.Add([]byte("name: q\ndefine-scenarios: [{name: j, mtu: 99999999999999999999}]\niperf3: {trials: 99999999999999999999, interval: 9999999h, udp-bitrate: -1, ping: {count: -5}}\nreference: {figures: [{value: 1e400}]}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		// Must never panic, and never read a file for a fuzzed path.
@@ -223,5 +229,68 @@ func TestWorkloadConnections(t *testing.T) {
 	}
 	if e.Throughput != nil {
 		t.Errorf("--scenarios lcl kept throughput %+v, which runs only at cloud10", e.Throughput)
+	}
+}
+
+// TestComposePath checks that compose-path, from the file or the command
+// line, gives every scenario its composed path (scenario.ComposePath), is
+// recorded in the source a resumed run must match, and is refused where
+// the client–server path is not LAN, WAN, LAN.
+func TestComposePath(t *testing.T) {
+	edg10, err := scenario.Lookup("edg10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := LoadExperiment("seed000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Override(Overrides{Scenarios: []string{"lcl", "edg10"}, ComposePath: true}); err != nil {
+		t.Fatal(err)
+	}
+	if len(e.scenarios) != 2 {
+		t.Fatalf("scenarios %v, want lcl and edg10", e.scenarios)
+	}
+	got := e.scenarios[1]
+	if got.Name != "edg10" || !got.LAN.IsZero() || got.WAN != edg10.Path() || got.ComposedFrom == "" {
+		t.Errorf("edg10 with compose-path: %+v; want lan none, wan %v", got, edg10.Path())
+	}
+	if lcl := e.scenarios[0]; !lcl.LAN.IsZero() || !lcl.WAN.IsZero() {
+		t.Errorf("lcl with compose-path: %+v, want no impairment", lcl)
+	}
+	if !strings.Contains(string(e.source), "# overrides: scenarios=lcl,edg10 compose-path") {
+		t.Errorf("the recorded source does not name compose-path:\n%s", e.source)
+	}
+	// Overridden again (as a second override would), nothing composes twice.
+	if err := e.Override(Overrides{Repetitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if e.scenarios[1].WAN != edg10.Path() {
+		t.Errorf("edg10 after a second override: wan %v, want %v", e.scenarios[1].WAN, edg10.Path())
+	}
+
+	const three = `name: e
+topology:
+  name: x
+  clusters:
+    - {name: a, nodes: [{name: gw}, {name: server}, {name: other}]}
+    - {name: b, nodes: [{name: gw}, {name: client}]}
+    - {name: c, nodes: [{name: gw}, {name: far}]}
+  wan: [{between: [a, b]}, {between: [b, c]}]
+compose-path: true
+scenarios: [edg10]
+workloads: [{name: echo}]
+`
+	for _, tc := range []struct{ server, client, err string }{
+		{"a/server", "b/client", ""},
+		{"c/far", "b/client", ""},
+		{"a/server", "c/far", "compose-path: no WAN link joins clusters c and a"},
+		{"a/server", "a/other", "compose-path: server a/server and client a/other are in one cluster"},
+		{"a/gw", "b/client", "compose-path: a/gw is a gateway node"},
+	} {
+		_, err := Parse([]byte(three+"server: "+tc.server+"\nclient: "+tc.client+"\n"), t.TempDir())
+		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("server %s, client %s: got %v, want %q", tc.server, tc.client, err, tc.err)
+		}
 	}
 }

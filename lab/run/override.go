@@ -19,6 +19,8 @@ type Overrides struct {
 	// Duration is the soak's length (e.g. "60m"); only for experiments
 	// with a soak section.
 	Duration string
+	// ComposePath sets the experiment's compose-path.
+	ComposePath bool
 }
 
 // Override applies o and validates the result again. The experiment's
@@ -84,6 +86,10 @@ func (e *Experiment) Override(o Overrides) error {
 		}
 		e.Soak.Duration = o.Duration
 		notes = append(notes, "duration="+o.Duration)
+	}
+	if o.ComposePath {
+		e.ComposePath = true
+		notes = append(notes, "compose-path")
 	}
 	if len(notes) == 0 {
 		return nil

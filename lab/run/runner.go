@@ -794,6 +794,9 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 		if sc.MTU != 0 {
 			m["mtu"] = strconv.Itoa(sc.MTU)
 		}
+		if sc.ComposedFrom != "" {
+			m["composedFrom"] = sc.ComposedFrom
+		}
 		scen = append(scen, m)
 	}
 	rate, err := r.aggregateRate()

@@ -26,6 +26,9 @@ type Scenario struct {
 	// MTU, when set, is every link's MTU (seed 004 runs its links at
 	// 1500 and 9000 bytes).
 	MTU int
+	// ComposedFrom, set by ComposePath, is the links the scenario defined
+	// ("lan …; wan …") before its path was composed onto the WAN link.
+	ComposedFrom string
 }
 
 // AsDeclared is the scenario that changes nothing: the links keep the

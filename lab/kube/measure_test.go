@@ -1,0 +1,119 @@
+package kube_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/strait-net/strait/internal/testenv"
+	"github.com/strait-net/strait/internal/testenv/k8snodes"
+)
+
+// TestMeasureOnClusters takes the clusters' column of docs/lab-clusters.md
+// ("Measured"): on a fresh pair with strait installed (as TestRunOnClusters
+// sets it up) it runs `strait lab run` once per ';'-separated argument list
+// of STRAIT_KUBE_MEASURE (e.g. "quickstart --scenarios lcl,edg10; seed000
+// --scenarios edg10 --payloads 60,100KB --repetitions 8") with --clusters,
+// into STRAIT_KUBE_MEASURE_OUT, and renders each run's report in headless
+// Chromium. Every run must complete and leave nothing behind. Not in make
+// test: each run takes minutes of both cores.
+func TestMeasureOnClusters(t *testing.T) {
+	runs := os.Getenv("STRAIT_KUBE_MEASURE")
+	if runs == "" {
+		t.Skip("set STRAIT_KUBE_MEASURE to `strait lab run` arguments (docs/lab-clusters.md, \"Measured\")")
+	}
+	out := os.Getenv("STRAIT_KUBE_MEASURE_OUT")
+	if !filepath.IsAbs(out) {
+		t.Fatalf("STRAIT_KUBE_MEASURE_OUT=%q: want the absolute path of a directory for the run directories", out)
+	}
+	k8snodes.Require(t)
+	bin := testenv.StraitBinary(t)
+	start := time.Now()
+	p := upPair(t, bin)
+	tmp := t.TempDir()
+	deployStrait(t, p, bin, tmp)
+	t.Logf("setup: %v (load %s)", time.Since(start).Round(time.Second), loadavg())
+	clusters := filepath.Join(tmp, "clusters.yaml")
+	if err := os.WriteFile(clusters, fmt.Appendf(nil, "clusters:\n  a: {kubeconfig: %s}\n  b: {kubeconfig: %s}\n", p.Kubeconfig["a"], p.Kubeconfig["b"]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i, args := range strings.Split(runs, ";") {
+		f := strings.Fields(args)
+		if len(f) == 0 {
+			continue
+		}
+		dir := filepath.Join(out, fmt.Sprint(i))
+		t0, before, segs := time.Now(), loadavg(), p.tcpCounters(t)
+		cmd, log := labRun(t, p, bin, tmp, append(f, "--clusters", clusters, "--out", dir)...)
+		err := cmd.Wait()
+		t.Logf("strait lab run %s: %v (load %s before, %s after)\n%s", strings.Join(f, " "), time.Since(t0).Round(time.Second), before, loadavg(), log)
+		// What the nodes' own sockets (the gateways' sessions, the
+		// API servers) sent and resent meanwhile, and the gateways'
+		// sessions as they are now: their congestion control and
+		// retransmissions, to compare with the namespace lab's.
+		for c, n := range p.tcpCounters(t) {
+			t.Logf("node of cluster %s: TCP segments out %d, retransmitted %d during the run", c, n[0]-segs[c][0], n[1]-segs[c][1])
+			t.Logf("node of cluster %s: gateway sessions:\n%s", c, testenv.Run(t, "ip", "netns", "exec", p.nodeNetns(c), "ss", "-tin", "( sport = :4443 or dport = :4443 )"))
+			logs, _ := p.Kubectl(c, "", "-n", "strait-system", "logs", "deployment/strait-gateway", "-c", "gateway")
+			for _, l := range strings.Split(logs, "\n") {
+				if strings.Contains(l, "congestion") {
+					t.Logf("cluster %s gateway: %s", c, l)
+				}
+			}
+		}
+		if err != nil {
+			t.Errorf("strait lab run %s: %v", strings.Join(f, " "), err)
+			continue
+		}
+		reports, _ := filepath.Glob(filepath.Join(dir, "*", "report.html"))
+		if len(reports) != 1 {
+			t.Errorf("run %s: reports %v, want one", strings.Join(f, " "), reports)
+			continue
+		}
+		t.Run("Report", func(t *testing.T) {
+			dom := string(testenv.RunChromium(t, testenv.Chromium(t), "--dump-dom", "file://"+reports[0]))
+			for _, want := range []string{"strait lab report: " + f[0], "<svg", `id="clusters"`} {
+				if !strings.Contains(dom, want) {
+					t.Errorf("the rendered report of %s has no %q", reports[0], want)
+				}
+			}
+		})
+		if left := p.leftovers(t); left != "" {
+			t.Errorf("left after strait lab run %s: %s", strings.Join(f, " "), left)
+		}
+	}
+}
+
+// tcpCounters reads each node's TCP OutSegs and RetransSegs
+// (/proc/net/snmp of its network namespace).
+func (p *pair) tcpCounters(t *testing.T) map[string][2]int64 {
+	t.Helper()
+	out := map[string][2]int64{}
+	for _, c := range []string{"a", "b"} {
+		var names, values []string
+		for _, l := range strings.Split(testenv.Run(t, "ip", "netns", "exec", p.nodeNetns(c), "cat", "/proc/net/snmp"), "\n") {
+			if f := strings.Fields(l); len(f) > 1 && f[0] == "Tcp:" {
+				if names == nil {
+					names = f
+				} else {
+					values = f
+				}
+			}
+		}
+		var n [2]int64
+		for i := range min(len(names), len(values)) {
+			switch names[i] {
+			case "OutSegs":
+				n[0], _ = strconv.ParseInt(values[i], 10, 64)
+			case "RetransSegs":
+				n[1], _ = strconv.ParseInt(values[i], 10, 64)
+			}
+		}
+		out[c] = n
+	}
+	return out
+}
