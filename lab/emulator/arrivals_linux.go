@@ -33,9 +33,7 @@ import (
 // found is dated when the reader has it. Every stamp is clamped to what the
 // reader knows for sure (see take).
 type arrivals struct {
-	prog *ebpf.Program
-	m    *ebpf.Map
-	mem  []byte
+	stamper
 	next uint64 // number of the next packet Read returns
 	off  int64  // the engine's clock minus CLOCK_MONOTONIC
 }
@@ -55,47 +53,17 @@ const bpfFMmapable = 1 << 10
 // attachArrivals attaches the stamping filter to the TUN device fd. now is
 // the engine's clock.
 func attachArrivals(fd int, now clock) (*arrivals, error) {
-	m, err := ebpf.NewMap(&ebpf.MapSpec{
-		Name:       "strait_arrivals",
-		Type:       ebpf.Array,
-		KeySize:    4,
-		ValueSize:  arrivalValueSize,
-		MaxEntries: 1,
-		Flags:      bpfFMmapable,
-	})
+	st, err := newStamper("arrival", "strait_arrival", ebpf.SocketFilter, arrivalValueSize, arrivalProgram)
 	if err != nil {
-		return nil, fmt.Errorf("arrival map: %w", err)
+		return nil, err
 	}
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name:         "strait_arrival",
-		Type:         ebpf.SocketFilter,
-		License:      "GPL",
-		Instructions: arrivalProgram(m.FD()),
-	})
-	if err != nil {
-		m.Close()
-		return nil, fmt.Errorf("arrival filter: %w", err)
-	}
-	size := (arrivalValueSize + os.Getpagesize() - 1) / os.Getpagesize() * os.Getpagesize()
-	mem, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		prog.Close()
-		m.Close()
-		return nil, fmt.Errorf("mmap arrival map: %w", err)
-	}
-	a := &arrivals{prog: prog, m: m, mem: mem}
-	pfd := int32(prog.FD())
+	a := &arrivals{stamper: st}
+	pfd := int32(a.prog.FD())
 	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.TUNSETFILTEREBPF, uintptr(unsafe.Pointer(&pfd))); errno != 0 {
 		a.close()
 		return nil, fmt.Errorf("TUNSETFILTEREBPF: %w", errno)
 	}
-	// The engine's clock and CLOCK_MONOTONIC, read back to back; Go's
-	// monotonic time is CLOCK_MONOTONIC too, so the offset stays put.
-	var ts unix.Timespec
-	e0 := now()
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	e1 := now()
-	a.off = (e0+e1)/2 - ts.Nano()
+	a.off = monoOffset(now)
 	return a, nil
 }
 
@@ -189,8 +157,53 @@ func (a *arrivals) take(lo, now int64, fp uint64) int64 {
 	return now
 }
 
-func (a *arrivals) close() {
-	_ = unix.Munmap(a.mem)
-	a.prog.Close()
-	a.m.Close()
+func (a *arrivals) close() { a.stamper.close() }
+
+// stamper is what the arrival filter and the departure program share: a
+// map of one value that the program writes its stamps into and this
+// process reads through a memory mapping, with no system call per packet.
+type stamper struct {
+	prog *ebpf.Program
+	m    *ebpf.Map
+	mem  []byte
+}
+
+// newStamper loads program (what, in errors) over a new mmapable map of
+// one valueSize-byte value, named name in both.
+func newStamper(what, name string, typ ebpf.ProgramType, valueSize int, program func(mapFD int) asm.Instructions) (stamper, error) {
+	m, err := ebpf.NewMap(&ebpf.MapSpec{
+		Name:       name,
+		Type:       ebpf.Array,
+		KeySize:    4,
+		ValueSize:  uint32(valueSize),
+		MaxEntries: 1,
+		Flags:      bpfFMmapable,
+	})
+	if err != nil {
+		return stamper{}, fmt.Errorf("%s map: %w", what, err)
+	}
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name:         name,
+		Type:         typ,
+		License:      "GPL",
+		Instructions: program(m.FD()),
+	})
+	if err != nil {
+		m.Close()
+		return stamper{}, fmt.Errorf("%s program: %w", what, err)
+	}
+	size := (valueSize + os.Getpagesize() - 1) / os.Getpagesize() * os.Getpagesize()
+	mem, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		prog.Close()
+		m.Close()
+		return stamper{}, fmt.Errorf("mmap %s map: %w", what, err)
+	}
+	return stamper{prog: prog, m: m, mem: mem}, nil
+}
+
+func (s stamper) close() {
+	_ = unix.Munmap(s.mem)
+	s.prog.Close()
+	s.m.Close()
 }

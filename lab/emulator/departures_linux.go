@@ -2,7 +2,6 @@ package emulator
 
 import (
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -35,10 +34,8 @@ import (
 // the device is closed while the writer may still be in a write, and the
 // last to let go unmaps it.
 type departures struct {
-	prog *ebpf.Program
+	stamper
 	l    link.Link
-	m    *ebpf.Map
-	mem  []byte
 	refs atomic.Int32
 }
 
@@ -56,36 +53,12 @@ const tcxNext = -1
 // device ifindex, which the kernel looks up in the calling thread's network
 // namespace.
 func attachDepartures(ifindex int) (*departures, error) {
-	m, err := ebpf.NewMap(&ebpf.MapSpec{
-		Name:       "strait_departs",
-		Type:       ebpf.Array,
-		KeySize:    4,
-		ValueSize:  departureValueSize,
-		MaxEntries: 1,
-		Flags:      bpfFMmapable,
-	})
+	st, err := newStamper("departure", "strait_depart", ebpf.SchedCLS, departureValueSize, departureProgram)
 	if err != nil {
-		return nil, fmt.Errorf("departure map: %w", err)
+		return nil, err
 	}
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name:         "strait_depart",
-		Type:         ebpf.SchedCLS,
-		License:      "GPL",
-		Instructions: departureProgram(m.FD()),
-	})
-	if err != nil {
-		m.Close()
-		return nil, fmt.Errorf("departure program: %w", err)
-	}
-	size := (departureValueSize + os.Getpagesize() - 1) / os.Getpagesize() * os.Getpagesize()
-	mem, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		prog.Close()
-		m.Close()
-		return nil, fmt.Errorf("mmap departure map: %w", err)
-	}
-	d := &departures{prog: prog, m: m, mem: mem}
-	d.l, err = link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: ebpf.AttachTCXIngress})
+	d := &departures{stamper: st}
+	d.l, err = link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: d.prog, Attach: ebpf.AttachTCXIngress})
 	if err != nil {
 		d.free()
 		return nil, fmt.Errorf("attach departure program: %w", err)
@@ -159,9 +132,7 @@ func (d *departures) free() {
 	if d.l != nil {
 		_ = d.l.Close()
 	}
-	_ = unix.Munmap(d.mem)
-	d.prog.Close()
-	d.m.Close()
+	d.stamper.close()
 }
 
 // monoOffset is the engine's clock minus CLOCK_MONOTONIC. Go's monotonic
