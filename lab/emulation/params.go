@@ -142,9 +142,9 @@ func (p Params) String() string {
 		parts = append(parts, "jitter "+FormatDuration(p.Jitter), "distribution "+string(p.Dist()))
 	}
 	if p.Loss != 0 {
-		parts = append(parts, "loss "+FormatPercent(p.Loss))
+		parts = append(parts, "loss "+roundPercent(p.Loss))
 		if p.LossCorrelation != 0 {
-			parts = append(parts, "loss-correlation "+FormatPercent(p.LossCorrelation))
+			parts = append(parts, "loss-correlation "+roundPercent(p.LossCorrelation))
 		}
 	}
 	if p.Rate != 0 {
@@ -197,6 +197,12 @@ func ParsePercent(s string) (float64, error) {
 // FormatPercent renders v as a percentage.
 func FormatPercent(v float64) string {
 	return strconv.FormatFloat(v, 'f', -1, 64) + "%"
+}
+
+// roundPercent renders v to four significant digits, for people: a loss
+// composed from several links (Compose) is 0.2399 %, not 0.23990401 %.
+func roundPercent(v float64) string {
+	return strconv.FormatFloat(v, 'g', 4, 64) + "%"
 }
 
 // rateUnits follows tc(8): bit-based units and byte-based "bps" units.

@@ -68,6 +68,10 @@ func TestCompose(t *testing.T) {
 	if got := Compose(); !got.IsZero() {
 		t.Errorf("Compose() = %+v, want nothing", got)
 	}
+	// Three links of 0.04 % compose to 0.11995201 %; people read four digits.
+	if got, want := Compose(emulation.Params{Loss: 0.04}, emulation.Params{Loss: 0.04}, emulation.Params{Loss: 0.04}).String(), "loss 0.12%"; got != want {
+		t.Errorf("composed loss renders as %q, want %q", got, want)
+	}
 }
 
 // TestComposePath checks the namespace lab's composed scenario against what
