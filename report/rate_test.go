@@ -48,6 +48,22 @@ func TestSummarizeRate(t *testing.T) {
 	if _, err := SummarizeRate(cell, nil, nil); err == nil {
 		t.Error("no repetitions: no error")
 	}
+	if s.BelowRate {
+		t.Errorf("990/s and 1000/s of 1000/s flagged below the rate")
+	}
+	// One repetition short by more than RateShortfall flags the cell,
+	// though the mean (962.5/s) is within it.
+	if s, err := SummarizeRate(cell, []int{1, 2}, []*load.RateResult{rateResult(t, 1000, 1999, 1000), rateResult(t, 1000, 1999, 925)}); err != nil || !s.BelowRate {
+		t.Errorf("a repetition at 925/s of 1000/s: below %v, %v; want flagged", s.BelowRate, err)
+	}
+	// A repetition over other connections than the cell's is not the
+	// cell's (a run resumed with another rule).
+	cell.Connections = 200
+	r := rateResult(t, 1000, 1999, 1000)
+	r.Connections = 100
+	if _, err := SummarizeRate(cell, []int{1}, []*load.RateResult{r}); err == nil || !strings.Contains(err.Error(), "repetition 1 ran over 100 connections, the cell over 200") {
+		t.Errorf("a repetition over 100 connections in a cell of 200: %v", err)
+	}
 }
 
 // TestSummarizeRateMismatch: numbers and results that do not pair up are
@@ -81,8 +97,10 @@ func TestWriteRateTable(t *testing.T) {
 		tool   string
 		lo, hi int64
 	}{{"direct", 1000, 1999}, {"strait", 2000, 3999}} {
-		s, err := SummarizeRate(RateCell{Scenario: "edg10", Tool: tc.tool, Workload: "echo", Payload: 1000, Rate: 500},
-			[]int{1}, []*load.RateResult{rateResult(t, tc.lo, tc.hi, 500)})
+		r := rateResult(t, tc.lo, tc.hi, 500)
+		r.Connections = 200
+		s, err := SummarizeRate(RateCell{Scenario: "edg10", Tool: tc.tool, Workload: "echo", Payload: 1000, Rate: 500, Connections: 200},
+			[]int{1}, []*load.RateResult{r})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,8 +111,11 @@ func TestWriteRateTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	if len(lines) != 4 || !strings.Contains(lines[1], "p99.99 ms") || !strings.Contains(lines[1], "p99 vs direct") {
+	if len(lines) != 4 || !strings.Contains(lines[1], "p99.99 ms") || !strings.Contains(lines[1], "p99 vs direct") || !strings.Contains(lines[1], "rate/s  conns  tool") {
 		t.Fatalf("table:\n%s", b.String())
+	}
+	if f := strings.Fields(lines[3]); f[4] != "200" || f[7] != "500.0" {
+		t.Errorf("strait row %q: connections %s, achieved %s; want 200 and 500.0", lines[3], f[4], f[7])
 	}
 	// strait's p50 (about 3000 µs) is 2× direct's (about 1500 µs).
 	if f := ratioFields(lines[3]); f[0] != "2.000×" && f[0] != "1.999×" && f[0] != "2.001×" {
@@ -114,6 +135,18 @@ func TestWriteRateTable(t *testing.T) {
 	lines = strings.Split(strings.TrimSpace(b.String()), "\n")
 	if f := ratioFields(lines[4]); f[1] != "-" || f[0] != "-" {
 		t.Errorf("row without successful requests %q has ratios to direct", lines[4])
+	}
+
+	// A cell short of its rate is starred and explained under the table.
+	short := cells[1]
+	short.Tool, short.AchievedRate, short.BelowRate = "slow", 400, true
+	b.Reset()
+	if err := WriteRateTable(&b, append(cells, short)); err != nil {
+		t.Fatal(err)
+	}
+	lines = strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 6 || strings.Fields(lines[4])[7] != "400.0*" || !strings.HasPrefix(lines[5], "* 1 of 3 cells fell short of their target rate by more than 5 %") {
+		t.Errorf("table with a cell short of its rate:\n%s", b.String())
 	}
 }
 

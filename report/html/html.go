@@ -55,6 +55,9 @@ var page = template.Must(template.New("report").Funcs(template.FuncMap{
 		return string(b)
 	},
 	"f1": func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
+	// A rate cell's connections and the shortfall that flags it.
+	"conns":     report.ConnectionsText,
+	"shortfall": func() string { return fmtNum(100*report.RateShortfall) + " %" },
 	"time": func(t time.Time) string {
 		if t.IsZero() {
 			return "–"

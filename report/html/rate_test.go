@@ -14,8 +14,10 @@ import (
 )
 
 // addRateAndThroughput gives run open-loop cells (strait's latencies
-// twice direct's; edg20's tails above echo's KPI) and stream cells
-// (strait at half direct's Gbit/s and a quarter of its transactions/s).
+// twice direct's; edg20's tails above echo's KPI; each scenario's
+// connections 100 × its position, and a later scenario's strait short of
+// the rate) and stream cells (strait at half direct's Gbit/s and a
+// quarter of its transactions/s).
 func addRateAndThroughput(run *Run, scenarios []string) {
 	for si, sc := range scenarios {
 		for _, tool := range []string{"direct", "strait"} {
@@ -25,10 +27,14 @@ func addRateAndThroughput(run *Run, scenarios []string) {
 			}
 			p := load.Percentiles{Mean: float64(600 * f), P50: 500 * f, P75: 700 * f, P90: 900 * f, P99: 2000 * f,
 				P999: 5000 * f, P9999: 9000 * f, P100: 600_000 * f}
+			achieved, below := 999.5, false
+			if si > 0 && tool == "strait" {
+				achieved, below = 733.7, true
+			}
 			run.Rate = append(run.Rate, report.RateSummary{
-				RateCell:    report.RateCell{Scenario: sc, Tool: tool, Workload: "echo", Payload: 1000, Rate: 1000},
-				Repetitions: []report.RateRepetition{{Repetition: 1, AchievedRate: 999.5, Count: 10000, Latency: p}},
-				Count:       10000, AchievedRate: 999.5, Latency: p,
+				RateCell:    report.RateCell{Scenario: sc, Tool: tool, Workload: "echo", Payload: 1000, Rate: 1000, Connections: 100 * (si + 1)},
+				Repetitions: []report.RateRepetition{{Repetition: 1, AchievedRate: achieved, Count: 10000, Latency: p}},
+				Count:       10000, AchievedRate: achieved, BelowRate: below, Latency: p,
 			})
 			g := 10.0
 			if tool == "strait" {
@@ -70,6 +76,15 @@ func TestWriteRateAndThroughput(t *testing.T) {
 	}
 	if got := text(rows[1]); strings.Contains(got, "×") {
 		t.Errorf("direct row %q carries a ratio", got)
+	}
+	// Each row names its connections; edg20's strait fell short of the
+	// rate, and only it is flagged.
+	if got := text(rows[3]); !strings.Contains(got, "edg20direct2001999.5") {
+		t.Errorf("edg20 direct row %q: want its 200 connections before reps and achieved rate", got)
+	}
+	below := d.find(func(n *xhtml.Node) bool { return hasClass(n, "below") })
+	if len(below) != 1 || !strings.Contains(text(below[0]), "733.7 below the rate") {
+		t.Errorf("%d cells flagged below the rate, want edg20 strait's achieved rate", len(below))
 	}
 	// echo's default KPI is 1000 ms: only maxima of 1200 ms and more pass it.
 	over := d.find(func(n *xhtml.Node) bool { return hasClass(n, "over") })
