@@ -84,6 +84,9 @@ type Experiment struct {
 	source    []byte
 	topo      *topology.Topology
 	scenarios []scenario.Scenario
+	// roundTrips is each scenario's round trip between client and server
+	// before jitter, loss or tools (pathRoundTrip).
+	roundTrips map[string]time.Duration
 }
 
 // Workload is one workload and the request payload sizes to drive it with.
@@ -307,6 +310,17 @@ func (e *Experiment) resolve(dir string) error {
 			}
 		}
 	}
+	e.roundTrips = map[string]time.Duration{}
+	for _, sc := range e.scenarios {
+		p, err := e.topo.Plan()
+		if err != nil {
+			return fmt.Errorf("topology: %w", err)
+		}
+		sc.Apply(p)
+		if e.roundTrips[sc.Name], err = pathRoundTrip(p, e.Client, e.Server); err != nil {
+			return fmt.Errorf("scenario %s: %w", sc.Name, err)
+		}
+	}
 	if e.Repetitions == 0 {
 		e.Repetitions = 1
 	}
@@ -366,6 +380,9 @@ func (e *Experiment) resolve(dir string) error {
 		if err := e.Rate.validate(); err != nil {
 			return err
 		}
+		// Each scenario's round trip sets its cells' connections
+		// (rateConnections), so they are known before anything runs.
+		e.Rate.roundTrips = e.roundTrips
 	}
 	labels := map[string]int{}
 	for i := range e.Workloads {

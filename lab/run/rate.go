@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/strait-net/strait/lab/emulation"
 	"github.com/strait-net/strait/lab/tool"
+	"github.com/strait-net/strait/lab/topology"
 	"github.com/strait-net/strait/load"
 	"github.com/strait-net/strait/report"
 )
@@ -42,6 +44,125 @@ type Rate struct {
 	Workloads       []Workload `yaml:"workloads" json:"workloads"`
 
 	duration, warmup time.Duration
+	// roundTrips is each scenario's base round trip between client and
+	// server (pathRoundTrip), set by Experiment.resolve.
+	roundTrips map[string]time.Duration
+}
+
+// rateHeadroom is how many times the connections needed to carry a rate
+// at the path's bare round trip a rate cell opens at least. Each
+// connection carries one request per round trip (no pipelining, as
+// wrk2), so C connections over a round trip R cap the offered load at
+// C/R: 100 connections at cloud10's 10 ms carry at most 10 000
+// requests/s, and at exactly the target rate any jitter, loss recovery or
+// tool latency queues requests behind each other, so the cell measures a
+// saturated queue instead of the path. Twice the minimum keeps each
+// connection busy half the time at most.
+const rateHeadroom = 2
+
+// rateConnections is the connections a cell at rps requests/s opens over
+// a path of round trip rtt: the experiment's least, raised to
+// rateHeadroom × rps × rtt, and at most load.MaxConnections.
+func rateConnections(least int, rps float64, rtt time.Duration) int {
+	// The small subtraction keeps an exact product (2 × 10 000 × 10 ms)
+	// from rounding up past it on float error.
+	need := math.Ceil(rateHeadroom*rps*rtt.Seconds() - 1e-9)
+	if need > load.MaxConnections {
+		return load.MaxConnections
+	}
+	return max(least, int(need))
+}
+
+// connections is the connections the scenario's cells at rps open.
+func (r *Rate) connections(scenario string, rps float64) int {
+	return rateConnections(r.Connections, rps, r.roundTrips[scenario])
+}
+
+// notes says, for every scenario and rate whose cells open more
+// connections than the experiment's least, how many and why, so a run at
+// a far scenario tells what it measured over.
+func (r *Rate) notes(scenarios []string) []string {
+	var out []string
+	for _, sc := range scenarios {
+		for _, rps := range r.RPS {
+			n := r.connections(sc, rps)
+			need := rateHeadroom * rps * r.roundTrips[sc].Seconds()
+			switch {
+			case need > float64(n):
+				out = append(out, fmt.Sprintf("rate: %s's round trip is %v: %v requests/s need %.0f connections, more than the %d one run may open; expect the cells to fall short of the rate",
+					sc, r.roundTrips[sc], rps, need, n))
+			case n > r.Connections:
+				out = append(out, fmt.Sprintf("rate: %s's round trip is %v: %v requests/s run over %d connections, not %d (each carries one request per round trip; rate.connections is the least)",
+					sc, r.roundTrips[sc], rps, n, r.Connections))
+			}
+		}
+	}
+	return out
+}
+
+// pathRoundTrip is the delay the lab's links add to a packet from client
+// to server and back, following the plan's routes (where they split, the
+// slower branch): the round trip before any jitter, loss or tool. It is
+// the scenario's path (lab/scenario Path: LAN, WAN, LAN) on the built-in
+// topologies, and whatever the topology file declares for the
+// as-declared scenario.
+func pathRoundTrip(p *topology.Plan, client, server string) (time.Duration, error) {
+	there, err := pathDelay(p, client, server)
+	if err != nil {
+		return 0, err
+	}
+	back, err := pathDelay(p, server, client)
+	if err != nil {
+		return 0, err
+	}
+	return there + back, nil
+}
+
+// pathDelay is the one-way delay from node from to node to along the
+// plan's routes.
+func pathDelay(p *topology.Plan, from, to string) (time.Duration, error) {
+	dst, ok := p.Node(to)
+	if !ok {
+		return 0, fmt.Errorf("path delay: no node %s", to)
+	}
+	var walk func(id string, hops int) (time.Duration, error)
+	walk = func(id string, hops int) (time.Duration, error) {
+		if id == dst.ID {
+			return 0, nil
+		}
+		n, ok := p.Node(id)
+		if !ok {
+			return 0, fmt.Errorf("path delay: no node %s", id)
+		}
+		if hops > len(p.Nodes) {
+			return 0, fmt.Errorf("path delay from %s to %s: the routes loop", from, to)
+		}
+		i := slices.IndexFunc(n.Routes, func(rt topology.Route) bool { return rt.Dst.Contains(dst.Addr) })
+		if i < 0 || len(n.Routes[i].NextHops) == 0 {
+			return 0, fmt.Errorf("path delay: %s has no route to %s", id, to)
+		}
+		var slowest time.Duration
+		for _, h := range n.Routes[i].NextHops {
+			l := slices.IndexFunc(p.Links, func(l topology.PlanLink) bool {
+				return l.A.Node == id && l.A.Device == h.Device || l.B.Node == id && l.B.Device == h.Device
+			})
+			if l < 0 {
+				return 0, fmt.Errorf("path delay: %s has no link on device %s", id, h.Device)
+			}
+			link := p.Links[l]
+			out, next := link.AtoB, link.B.Node
+			if link.B.Node == id {
+				out, next = link.BtoA, link.A.Node
+			}
+			rest, err := walk(next, hops+1)
+			if err != nil {
+				return 0, err
+			}
+			slowest = max(slowest, out.Delay+rest)
+		}
+		return slowest, nil
+	}
+	return walk(from, 0)
 }
 
 // Rates are target request rates; YAML takes one number or a list.
@@ -124,7 +245,8 @@ func (r *Rate) cells(scenario, tool string) []report.RateCell {
 	for _, w := range r.Workloads {
 		for _, size := range w.sizes {
 			for _, rps := range r.RPS {
-				cells = append(cells, report.RateCell{Scenario: scenario, Tool: tool, Workload: w.Name, Payload: size, Rate: rps})
+				cells = append(cells, report.RateCell{Scenario: scenario, Tool: tool, Workload: w.Name, Payload: size, Rate: rps,
+					Connections: r.connections(scenario, rps)})
 			}
 		}
 	}
@@ -144,7 +266,7 @@ func (r *runner) measureRate(ctx context.Context, env tool.Env, c report.RateCel
 	args := []string{r.opts.Binary, "load", "rate",
 		"--url", "http://" + target + "/",
 		"--rate", strconv.FormatFloat(c.Rate, 'f', -1, 64),
-		"--connections", strconv.Itoa(rt.Connections),
+		"--connections", strconv.Itoa(c.Connections),
 		"--duration", rt.duration.String(),
 		"--warmup", rt.warmup.String(),
 		"--payload", strconv.Itoa(c.Payload),

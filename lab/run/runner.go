@@ -204,6 +204,11 @@ func Run(ctx context.Context, e *Experiment, opts Options) (*Result, error) {
 		fmt.Fprintf(opts.Out, "resuming %s: %d of %d units already done\n", dir, skipped, len(r.units))
 	}
 	fmt.Fprintf(opts.Out, "%d units (scenario × repetition), %d at a time; results in %s\n", len(todo), min(parallel, max(len(todo), 1)), dir)
+	if e.Rate != nil {
+		for _, n := range e.Rate.notes(e.Scenarios) {
+			fmt.Fprintln(opts.Out, n)
+		}
+	}
 	runErr := r.runUnits(ctx, todo, parallel)
 	res, err := r.aggregate()
 	if err != nil {
@@ -488,9 +493,13 @@ func (r *runner) measureTool(ctx context.Context, t tool.Tool, env tool.Env, u u
 			if _, err := uw.close(ratePath(r.dir, c, u.rep), 0, float64(res.Count+res.Errors)+res.TargetRate*res.WarmupSec); err != nil {
 				return err
 			}
-			r.printf("  %-10s %-9s %-7s %7s  rate %v/s achieved %.1f/s errors=%d  p50 %.3f ms  p99 %.3f ms  max %.3f ms\n",
-				u.id(), c.Tool, c.Workload, report.FormatSize(c.Payload), c.Rate, res.AchievedRate, res.Errors,
-				float64(res.Latency.P50)/1000, float64(res.Latency.P99)/1000, float64(res.Latency.P100)/1000)
+			below := ""
+			if res.AchievedRate < (1-report.RateShortfall)*c.Rate {
+				below = "  BELOW RATE: a saturated queue, not the path"
+			}
+			r.printf("  %-10s %-9s %-7s %7s  rate %v/s over %d conns achieved %.1f/s errors=%d  p50 %.3f ms  p99 %.3f ms  max %.3f ms%s\n",
+				u.id(), c.Tool, c.Workload, report.FormatSize(c.Payload), c.Rate, c.Connections, res.AchievedRate, res.Errors,
+				float64(res.Latency.P50)/1000, float64(res.Latency.P99)/1000, float64(res.Latency.P100)/1000, below)
 		}
 	}
 	if ip := r.e.Iperf3; ip != nil {
@@ -876,7 +885,7 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 		}
 		writeSoakTable(table, soaks)
 	}
-	if err := WriteVerdicts(table, res.Cells, tput); err != nil {
+	if err := WriteVerdicts(table, res.Cells, rate, tput); err != nil {
 		return err
 	}
 	// A table.txt that did not reach the disk is an error, not a

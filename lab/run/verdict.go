@@ -17,8 +17,10 @@ const absoluteBelowMS = 2
 // other than direct, what the tool costs or gains there: a time difference
 // on fast paths, a ratio with its 95 % interval elsewhere, "at par" when the
 // interval holds 1. Throughput cells compare Gbit/s with direct's in the same
-// scenario and stream count.
-func WriteVerdicts(w io.Writer, cells []CellResult, tput []report.ThroughputSummary) error {
+// scenario and stream count. Rate cells compare p99 with direct's, and say
+// of any cell, direct's too, that it fell short of its rate: its latencies
+// then measure a queue, and comparing them would mislead.
+func WriteVerdicts(w io.Writer, cells []CellResult, rate []report.RateSummary, tput []report.ThroughputSummary) error {
 	direct := map[Cell]CellResult{}
 	for _, c := range cells {
 		if c.Tool == report.Baseline {
@@ -54,11 +56,18 @@ func WriteVerdicts(w io.Writer, cells []CellResult, tput []report.ThroughputSumm
 		}
 		lines = append(lines, fmt.Sprintf("%s bulk ×%d: %s", s.Scenario, s.Streams, throughputVerdict(s, d)))
 	}
-	if len(lines) == 0 {
-		return nil
+	if len(lines) > 0 {
+		if _, err := fmt.Fprintln(w, "\nIn plain words (IQR mean of each cell against direct's; 95 % bootstrap intervals):"); err != nil {
+			return err
+		}
 	}
-	if _, err := fmt.Fprintln(w, "\nIn plain words (IQR mean of each cell against direct's; 95 % bootstrap intervals):"); err != nil {
-		return err
+	if rl := rateVerdicts(rate); len(rl) > 0 {
+		if len(lines) == 0 {
+			if _, err := fmt.Fprintln(w, "\nIn plain words:"); err != nil {
+				return err
+			}
+		}
+		lines = append(lines, rl...)
 	}
 	for _, l := range lines {
 		if _, err := fmt.Fprintln(w, "  "+l); err != nil {
@@ -66,6 +75,46 @@ func WriteVerdicts(w io.Writer, cells []CellResult, tput []report.ThroughputSumm
 		}
 	}
 	return nil
+}
+
+// rateVerdicts are the plain-words lines of the open-loop cells: which
+// fell short of their rate, and each other tool's p99 against direct's
+// where both kept the rate.
+func rateVerdicts(rate []report.RateSummary) []string {
+	direct := map[report.RateCell]report.RateSummary{}
+	for _, c := range rate {
+		if c.Tool == report.Baseline {
+			k := c.RateCell
+			k.Tool = ""
+			direct[k] = c
+		}
+	}
+	var lines []string
+	for _, c := range rate {
+		head := fmt.Sprintf("%s %s %s, %v/s over %s connections", c.Scenario, c.Workload, report.FormatSize(c.Payload), c.Rate, report.ConnectionsText(c.Connections))
+		if c.BelowRate {
+			lowest := c.AchievedRate
+			for _, r := range c.Repetitions {
+				lowest = min(lowest, r.AchievedRate)
+			}
+			lines = append(lines, fmt.Sprintf("%s: %s did not reach the rate (%.0f/s achieved, %.0f %%, in its slowest repetition): its latencies measure a saturated queue, not the path",
+				head, c.Tool, lowest, 100*lowest/c.Rate))
+			continue
+		}
+		k := c.RateCell
+		k.Tool = ""
+		d, ok := direct[k]
+		if c.Tool == report.Baseline || !ok || d.BelowRate || c.Count == 0 || d.Count == 0 {
+			continue
+		}
+		x, y := float64(c.Latency.P99)/1000, float64(d.Latency.P99)/1000
+		verb, diff := "costs", x-y
+		if diff < 0 {
+			verb, diff = "saves", -diff
+		}
+		lines = append(lines, fmt.Sprintf("%s: %s %s %s ms at the p99 (%s ms against %s ms direct)", head, c.Tool, verb, ms(diff), ms(x), ms(y)))
+	}
+	return lines
 }
 
 func requestVerdict(c, d CellResult) string {

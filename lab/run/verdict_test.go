@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strait-net/strait/load"
 	"github.com/strait-net/strait/report"
 )
 
@@ -31,8 +32,27 @@ func TestWriteVerdicts(t *testing.T) {
 		{ThroughputCell: report.ThroughputCell{Scenario: "lcl", Tool: "direct", Streams: 1}, MeanGbps: 20},
 		{ThroughputCell: report.ThroughputCell{Scenario: "lcl", Tool: "strait", Streams: 1}, MeanGbps: 5},
 	}
+	rate := func(sc, tool string, conns int, p99us int64, achieved ...float64) report.RateSummary {
+		s := report.RateSummary{RateCell: report.RateCell{Scenario: sc, Tool: tool, Workload: "echo", Payload: 1000, Rate: 10000, Connections: conns},
+			Count: 100000, Latency: load.Percentiles{P99: p99us}}
+		for i, a := range achieved {
+			s.Repetitions = append(s.Repetitions, report.RateRepetition{Repetition: i + 1, AchievedRate: a})
+			s.AchievedRate += a / float64(len(achieved))
+			s.BelowRate = s.BelowRate || a < (1-report.RateShortfall)*s.Rate
+		}
+		return s
+	}
+	rates := []report.RateSummary{
+		rate("lcl", "direct", 100, 900, 9990, 9995),
+		rate("lcl", "strait", 100, 1250, 9990, 9980),
+		rate("lcl", "envoy", 100, 800, 9990, 9980),
+		rate("cloud10", "direct", 200, 11000, 9900),
+		rate("cloud10", "envoy", 200, 900000, 7337),
+		rate("cloud30", "direct", 600, 900000, 9950, 8000),
+		rate("cloud30", "strait", 600, 31000, 9950),
+	}
 	var b strings.Builder
-	if err := WriteVerdicts(&b, cells, tput); err != nil {
+	if err := WriteVerdicts(&b, cells, rates, tput); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
@@ -42,12 +62,26 @@ func TestWriteVerdicts(t *testing.T) {
 		"cloud10 echo 1KB: strait costs 45 % more than direct, +5.4 ms (17.4 ms against 12 ms direct; 1.450× [1.42, 1.48])",
 		"cloud10 bulk ×1: strait moves 19.0× as much as direct (0.95 Gbit/s against 0.05 Gbit/s direct)",
 		"lcl bulk ×1: strait moves 0.25× what direct moves (5 Gbit/s against 20 Gbit/s direct)",
+		"lcl echo 1KB, 10000/s over 100 connections: strait costs 0.350 ms at the p99 (1.25 ms against 0.900 ms direct)",
+		"lcl echo 1KB, 10000/s over 100 connections: envoy saves 0.100 ms at the p99 (0.800 ms against 0.900 ms direct)",
+		"cloud10 echo 1KB, 10000/s over 200 connections: envoy did not reach the rate (7337/s achieved, 73 %, in its slowest repetition): its latencies measure a saturated queue, not the path",
+		// A direct short of the rate in one repetition is named, and no
+		// tool is compared with it.
+		"cloud30 echo 1KB, 10000/s over 600 connections: direct did not reach the rate (8000/s achieved, 80 %, in its slowest repetition): its latencies measure a saturated queue, not the path",
 	} {
 		if !strings.Contains(b.String(), want+"\n") {
 			t.Errorf("verdicts lack %q:\n%s", want, b.String())
 		}
 	}
-	if n := strings.Count(b.String(), "\n  "); n != 6 {
-		t.Errorf("%d verdict lines, want one per strait cell (6):\n%s", n, b.String())
+	if n := strings.Count(b.String(), "\n  "); n != 10 {
+		t.Errorf("%d verdict lines, want one per cell of a tool other than direct (6 closed loop and stream, 3 rate) and one per direct short of its rate (1):\n%s", n, b.String())
+	}
+	// Rate cells alone still get their header.
+	b.Reset()
+	if err := WriteVerdicts(&b, nil, rates[3:5], nil); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(b.String(), "\nIn plain words:\n  cloud10 echo 1KB") || strings.Count(b.String(), "\n  ") != 1 {
+		t.Errorf("rate verdicts alone:\n%s", b.String())
 	}
 }
