@@ -192,12 +192,11 @@ func Run(ctx context.Context, e *Experiment, opts Options) (*Result, error) {
 			}
 		}
 	}
-	// Longest first: a unit's time grows with its scenario's delay (every
-	// request pays it, and loss recovery pays it again), so starting the
-	// slowest units first keeps parallel workers from idling at the end
-	// behind one long unit.
+	// Longest first (unitCost: a unit's time grows with its scenario's
+	// round trip and with the cells measured there), so parallel workers
+	// do not idle at the end behind one long unit.
 	slices.SortStableFunc(todo, func(a, b unit) int {
-		return cmp.Compare(b.scenario.LAN.Delay+b.scenario.WAN.Delay, a.scenario.LAN.Delay+a.scenario.WAN.Delay)
+		return cmp.Compare(e.unitCost(b.scenario), e.unitCost(a.scenario))
 	})
 	started := time.Now()
 	if skipped := len(r.units) - len(todo); skipped > 0 {
@@ -279,6 +278,12 @@ func (r *runner) runUnits(ctx context.Context, todo []unit, parallel int) error 
 	work := make(chan unit)
 	var wg sync.WaitGroup
 	var done int
+	// The ETA weighs units by their estimated cost, not their count:
+	// units of one experiment may differ several times over.
+	var costDone, costLeft time.Duration
+	for _, u := range todo {
+		costLeft += r.e.unitCost(u.scenario)
+	}
 	start := time.Now()
 	for w := 0; w < min(parallel, len(todo)); w++ {
 		wg.Add(1)
@@ -292,8 +297,10 @@ func (r *runner) runUnits(ctx context.Context, todo []unit, parallel int) error 
 				}
 				r.mu.Lock()
 				done++
+				c := r.e.unitCost(u.scenario)
+				costDone, costLeft = costDone+c, costLeft-c
 				elapsed := time.Since(start)
-				eta := time.Duration(float64(elapsed) / float64(done) * float64(len(todo)-done))
+				eta := time.Duration(float64(elapsed) / float64(costDone) * float64(costLeft))
 				fmt.Fprintf(r.opts.Out, "[%d/%d] %s done in %v; elapsed %v, ETA %v\n", done, len(todo), u.id(),
 					time.Since(t0).Round(100*time.Millisecond), elapsed.Round(time.Second), eta.Round(time.Second))
 				r.mu.Unlock()
