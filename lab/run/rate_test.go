@@ -1,6 +1,7 @@
 package run
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -93,5 +94,48 @@ rate: {rps: 10000}
 	}
 	if got := d.Rate.connections("as-declared", 10000); got != 380 {
 		t.Errorf("declared links: %d connections, want 380", got)
+	}
+}
+
+// TestSeed002Rate checks seed002's plan: seed 002's 100 connections at
+// lcl, twice what cloud10's 10 ms round trip needs there, streams only at
+// lcl, a note saying why cloud10 opens more, and a run estimated within
+// the half hour the README promises.
+func TestSeed002Rate(t *testing.T) {
+	e, err := LoadExperiment("seed002")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"lcl": 100, "cloud10": 200}
+	if len(e.Scenarios) != len(want) {
+		t.Fatalf("scenarios %v, want lcl and cloud10", e.Scenarios)
+	}
+	var total time.Duration
+	for _, sc := range e.scenarios {
+		cells := e.Rate.cells(sc.Name, "strait")
+		if len(cells) != 1 || cells[0].Connections != want[sc.Name] || cells[0].Rate != 10000 {
+			t.Errorf("%s: rate cells %+v, want one at 10 000/s over %d connections", sc.Name, cells, want[sc.Name])
+		}
+		if n, wantN := len(e.Throughput.cells(sc.Name, "strait")), map[string]int{"lcl": 3}[sc.Name]; n != wantN {
+			t.Errorf("%s: %d stream cells, want %d", sc.Name, n, wantN)
+		}
+		total += time.Duration(e.Repetitions) * e.unitCost(sc)
+	}
+	notes := e.Rate.notes(e.Scenarios)
+	if len(notes) != 1 || !strings.Contains(notes[0], "cloud10's round trip is 10ms: 10000 requests/s run over 200 connections, not 100") {
+		t.Errorf("notes %q, want one for cloud10", notes)
+	}
+	lcl, cloud10 := e.unitCost(e.scenarios[0]), e.unitCost(e.scenarios[1])
+	if cloud10 >= lcl {
+		t.Errorf("unit cost: cloud10 %v, lcl %v; cloud10 measures no streams, so it should cost less", cloud10, lcl)
+	}
+	if total > 30*time.Minute {
+		t.Errorf("seed002 estimated at %v, over the README's 30 minutes", total)
+	}
+	// A rate no connection count reaches is said so.
+	e.Rate.RPS = Rates{1e6}
+	e.roundTrips["cloud10"] = time.Second
+	if notes := e.Rate.notes([]string{"cloud10"}); len(notes) != 1 || !strings.Contains(notes[0], "expect the cells to fall short of the rate") {
+		t.Errorf("notes %q, want a warning that the cells will fall short", notes)
 	}
 }

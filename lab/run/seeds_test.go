@@ -13,6 +13,7 @@ import (
 	"github.com/strait-net/strait/internal/testenv"
 	"github.com/strait-net/strait/lab"
 	"github.com/strait-net/strait/lab/run"
+	"github.com/strait-net/strait/load"
 	"github.com/strait-net/strait/report"
 )
 
@@ -186,34 +187,51 @@ func TestSeed004Reduced(t *testing.T) {
 	openReport(t, dir, "iperf-table", "tool-usage", "usage-table")
 }
 
-// TestSeed002Reduced runs seed002 with 1 s stream cells and a 1 s rate
-// cell: every tool's streams and rate cells are measured, strait's and
+// TestSeed002Reduced runs seed002 with 1 s stream cells and 1 s rate
+// cells: every tool's streams (at lcl only) and rate cells (at lcl and
+// cloud10) are measured, the rate cells at cloud10 over the connections
+// its round trip needs (200, not the experiment's 100), strait's and
 // envoy's CPU per GB and per 10 000 requests are read, and the report
 // shows seed 002's published figures beside ours.
 func TestSeed002Reduced(t *testing.T) {
 	testenv.RequireRoot(t)
 	file := reducedBuiltin(t, "seed002",
 		"repetitions: 3", "repetitions: 1",
-		"throughput: {streams: [1, 4, 8], duration: 10s}", "throughput: {streams: [1, 8], duration: 1s}",
+		"throughput: {streams: [1, 4, 8], duration: 10s, scenarios: [lcl]}", "throughput: {streams: [1, 8], duration: 1s, scenarios: [lcl]}",
 		"  duration: 10s\n  warmup: 2s", "  duration: 1s\n  warmup: 500ms")
 	dir, stdout := runReduced(t, file)
 	var tput []report.ThroughputSummary
 	readJSON(t, filepath.Join(dir, "throughput.json"), &tput)
 	var rate []report.RateSummary
 	readJSON(t, filepath.Join(dir, "rate.json"), &rate)
-	if len(tput) != 6*2 || len(rate) != 6 {
-		t.Fatalf("%d stream cells (want 12), %d rate cells (want 6)\n%s", len(tput), len(rate), stdout)
+	if len(tput) != 6*2 || len(rate) != 6*2 {
+		t.Fatalf("%d stream cells (want 12: 6 tools × 2 at lcl), %d rate cells (want 12: 6 tools × lcl, cloud10)\n%s", len(tput), len(rate), stdout)
 	}
 	for _, c := range tput {
 		kernel := c.Tool == "direct" || c.Tool == "vxlan"
-		if c.Usage == nil || c.Usage.Kernel != kernel || !kernel && c.Usage.CPUPerGB == nil || !(c.MeanGbps > 0) {
+		if c.Scenario != "lcl" || c.Usage == nil || c.Usage.Kernel != kernel || !kernel && c.Usage.CPUPerGB == nil || !(c.MeanGbps > 0) {
 			t.Errorf("stream %+v: %v Gbit/s, usage %+v", c.ThroughputCell, c.MeanGbps, c.Usage)
 		}
 	}
+	conns := map[string]int{"lcl": 100, "cloud10": 200}
 	for _, c := range rate {
 		kernel := c.Tool == "direct" || c.Tool == "vxlan"
 		if c.Count == 0 || c.Usage == nil || c.Usage.Kernel != kernel || !kernel && c.Usage.CPUPer10kRequests == nil {
 			t.Errorf("rate %+v: %d requests, usage %+v", c.RateCell, c.Count, c.Usage)
+		}
+		if c.Connections != conns[c.Scenario] {
+			t.Errorf("rate %+v: %d connections, want %d", c.RateCell, c.Connections, conns[c.Scenario])
+		}
+	}
+	// The load generator itself reports the connections it opened.
+	var raw load.RateResult
+	readJSON(t, filepath.Join(dir, "raw", "cloud10-strait-rate-echo-1KB-10000rps-r1.json"), &raw)
+	if raw.Connections != 200 {
+		t.Errorf("cloud10 strait: the load generator opened %d connections, want 200", raw.Connections)
+	}
+	for _, want := range []string{"cloud10's round trip is 10ms: 10000 requests/s run over 200 connections, not 100", "rate/s  conns  tool"} {
+		if !bytes.Contains(stdout, []byte(want)) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
 		}
 	}
 	var md run.Metadata
