@@ -124,6 +124,9 @@ func FuzzParseExperiment(f *testing.F) {
 	f.Add([]byte("name: q\ntopology: {name: x, clusters: [{name: a, nodes: [{name: n}, {name: m}]}]}\ndefine-scenarios: [{name: j, wan: {rate: 1gbit}, mtu: 9000}]\nscenarios: [j]\nserver: a/n\nclient: a/m\niperf3: {protocols: [tcp, udp], trials: 50, interval: 0.5s, udp-bitrate: 10G, ping: {count: 5, interval: 2ms}}\nreference: {source: s, testbed: t, figures: [{measure: ping, subject: x, ours: direct, value: 1, unit: ms}]}\n"))
 	f.Add([]byte("name: q\ntopology: {name: x, clusters: [{name: a, nodes: [{name: g}, {name: n}]}, {name: b, nodes: [{name: g}, {name: m}]}], wan: [{between: [a, b]}]}\ncompose-path: true\nscenarios: [edg10, cloud10]\nserver: a/n\nclient: b/m\nworkloads: [{name: recv}]\n"))
 	f.Add([]byte("name: q\ndefine-scenarios: [{name: j, mtu: 99999999999999999999}]\niperf3: {trials: 99999999999999999999, interval: 9999999h, udp-bitrate: -1, ping: {count: -5}}\nreference: {figures: [{value: 1e400}]}\n"))
+	// Declared delays over two gateways: the rate's round trip follows
+	// every branch of the routes.
+	f.Add([]byte("name: q\ntopology: {name: x, clusters: [{name: a, nodes: [{name: g1, gateway: true}, {name: g2, gateway: true}, {name: c}], lan: {forward: {delay: 2ms}}}, {name: b, nodes: [{name: g}, {name: s}]}], wan: [{between: [a/g1, b], emulation: {delay: 5ms}}, {between: [a/g2, b], emulation: {delay: 1h}}]}\nscenarios: [as-declared]\nserver: b/s\nclient: a/c\nrate: {rps: 1e6}\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		// Must never panic, and never read a file for a fuzzed path.
 		_, _ = Parse(b, "/nonexistent")
