@@ -84,6 +84,7 @@ type counters struct {
 	bytesSent, bytesReceived                       atomic.Uint64
 	framesSent, framesReceived                     atomic.Uint64
 	pingsSent, pongsReceived                       atomic.Uint64
+	directWrites                                   atomic.Uint64 // frames the reader wrote to a WriteTo's socket (directSink)
 }
 
 type writeReq struct {
