@@ -63,6 +63,7 @@ type session struct {
 	wclosed bool
 	writing bool // the writer role is held: bw and the fields marked so are in use
 	wsig    chan struct{}
+	drained []*writeReq // queued requests writeInline wrote (writer role)
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -255,6 +256,9 @@ func (s *session) closeWithError(err error) {
 // ---- writing ----
 
 // enqueue hands a frame to the writer. Control frames go ahead of data.
+// The writer goroutine is woken only when nobody holds the writer role:
+// a holder looks at the queues before it lets the role go (writeLoop,
+// writeInline), so a wake-up then would find nothing to do.
 func (s *session) enqueue(r *writeReq, ctrl bool) error {
 	s.wmu.Lock()
 	if s.wclosed {
@@ -266,8 +270,11 @@ func (s *session) enqueue(r *writeReq, ctrl bool) error {
 	} else {
 		s.dataQ = append(s.dataQ, r)
 	}
+	held := s.writing
 	s.wmu.Unlock()
-	notify(s.wsig)
+	if !held {
+		notify(s.wsig)
+	}
 	return nil
 }
 
@@ -446,6 +453,10 @@ func (s *session) writeInline(r *writeReq) (bool, error) {
 		err = s.writeReq(r)
 		s.countData(r)
 	}
+	var drained []*writeReq
+	if err == nil {
+		drained, err = s.writeQueued()
+	}
 	if err == nil {
 		err = s.flush()
 	} else if s.batch != nil {
@@ -461,6 +472,13 @@ func (s *session) writeInline(r *writeReq) (bool, error) {
 		}
 		ctrl[i] = nil
 	}
+	for i, q := range drained {
+		if q.done != nil {
+			q.done <- err
+		}
+		drained[i] = nil
+	}
+	s.drained = drained[:0]
 	s.wmu.Lock()
 	s.writing = false
 	if s.ctrlQ == nil {
@@ -478,6 +496,46 @@ func (s *session) writeInline(r *writeReq) (bool, error) {
 	}
 	return true, nil
 }
+
+// writeQueued writes what was queued while a Write held the role inline
+// (writer role) — Writes of other streams that found the role taken,
+// control frames — so that it shares the Write's flush instead of waking
+// the writer goroutine: control frames, and data in order up to
+// inlineBatch bytes and maxInlineBatch frames, so the Write's own frame is
+// not held back long; the writer takes the rest. It returns the requests
+// it wrote, to be signalled after the flush.
+func (s *session) writeQueued() ([]*writeReq, error) {
+	drained := s.drained[:0]
+	var err error
+	for budget := inlineBatch; err == nil && len(drained) < maxInlineBatch; {
+		s.wmu.Lock()
+		var q *writeReq
+		switch {
+		case len(s.ctrlQ) > 0:
+			q = popFront(&s.ctrlQ)
+		case len(s.dataQ) > 0 && len(s.dataQ[0].payload) <= budget:
+			q = popFront(&s.dataQ)
+		}
+		s.wmu.Unlock()
+		if q == nil {
+			break
+		}
+		budget -= len(q.payload)
+		err = s.writeReq(q)
+		s.countData(q)
+		drained = append(drained, q)
+	}
+	return drained, err
+}
+
+// inlineBatch bounds the data a Write writing inline takes from the queue
+// for its flush, and maxInlineBatch the frames: enough for the requests
+// of many keep-alive connections arriving together, one write(2) for all
+// of them.
+const (
+	inlineBatch    = 64 << 10
+	maxInlineBatch = 64
+)
 
 // resumeWriting is called by the writer role before it writes a request:
 // after an idle gap the records start small again (rampRecords).
