@@ -25,13 +25,14 @@ import (
 type session struct {
 	conn        net.Conn
 	rd          io.Reader
-	bw          *bufio.Writer  // writer role
-	batch       *recordBatcher // below TLS; nil on other connections
-	ramp        int            // small records written since the writer was idle (writer role)
-	bulkRun     int            // DATA bytes written since the last bulk look (writer role)
-	ccUpgrade   string         // congestion control to switch to at the first lossy bulk transfer (writer role)
-	bulkRetrans uint32         // the socket's retransmissions at the last bulk check (writer role)
-	idleSince   time.Time      // when the writer last ran dry; zero while it writes (writer role)
+	bw          *bufio.Writer        // writer role
+	hb          [frameHeaderLen]byte // a frame header being written (writer role)
+	batch       *recordBatcher       // below TLS; nil on other connections
+	ramp        int                  // small records written since the writer was idle (writer role)
+	bulkRun     int                  // DATA bytes written since the last bulk look (writer role)
+	ccUpgrade   string               // congestion control to switch to at the first lossy bulk transfer (writer role)
+	bulkRetrans uint32               // the socket's retransmissions at the last bulk check (writer role)
+	idleSince   time.Time            // when the writer last ran dry; zero while it writes (writer role)
 	client      bool
 	peer        string
 	congestion  atomic.Pointer[string]
@@ -693,11 +694,13 @@ func (s *session) flush() error {
 // writeReq writes one request, splitting DATA into frames of dataFrameSize.
 // FIN goes on the last frame only.
 func (s *session) writeReq(r *writeReq) error {
-	var hb [frameHeaderLen]byte
+	// The session's array, not a local one: handed to bw.Write, a local
+	// escaped, one allocation per frame.
+	hb := s.hb[:]
 	if r.hdr.typ != frameData {
-		r.hdr.encode(hb[:])
+		r.hdr.encode(hb)
 		s.st.framesSent.Add(1)
-		if _, err := s.bw.Write(hb[:]); err != nil {
+		if _, err := s.bw.Write(hb); err != nil {
 			return err
 		}
 		_, err := s.bw.Write(r.payload)
@@ -718,9 +721,9 @@ func (s *session) writeReq(r *writeReq) error {
 		if n < len(p) {
 			h.flags &^= flagFIN
 		}
-		h.encode(hb[:])
+		h.encode(hb)
 		s.st.framesSent.Add(1)
-		if _, err := s.bw.Write(hb[:]); err != nil {
+		if _, err := s.bw.Write(hb); err != nil {
 			return err
 		}
 		if err := s.writePayload(p[:n], small); err != nil {
