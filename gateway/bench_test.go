@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -229,4 +230,72 @@ func keepAliveLoop(b *testing.B, addr string, size int) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkKeepAliveConcurrent measures what a request costs in CPU when
+// many keep-alive connections echo at once, as seed 002's fixed-rate test
+// loads the gateways (10 000 requests/s of 1 KB over 100 connections):
+// 100 connections each echo 1 KB in a closed loop, directly and through
+// the gateway pair. cpu-µs/op is the process's CPU time (user and system:
+// clients, echo server and, on the gateways path, both gateways) per
+// request, so gateways minus direct is what the two gateways add; the
+// per-request floor of BenchmarkKeepAliveFloor is one connection's latency
+// instead, where CPU is mostly idle.
+func BenchmarkKeepAliveConcurrent(b *testing.B) {
+	direct := echoServer(b)
+	gateways := startPair(b).importAddr
+	for _, size := range []int{60, 1 << 10} {
+		for _, path := range []struct{ name, addr string }{{"direct", direct}, {"gateways", gateways}} {
+			b.Run(fmt.Sprintf("%dB/%s", size, path.name), func(b *testing.B) {
+				concurrentLoop(b, path.addr, size, 100)
+			})
+		}
+	}
+}
+
+// concurrentLoop echoes size bytes over conns keep-alive connections at
+// once (rounded up to a multiple of GOMAXPROCS) and reports the process's
+// CPU time per request.
+func concurrentLoop(b *testing.B, addr string, size, conns int) {
+	par := (conns + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0)
+	pool := make(chan net.Conn, par*runtime.GOMAXPROCS(0))
+	for range cap(pool) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		pool <- c
+	}
+	msg := bytes.Repeat([]byte{0x5a}, size)
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.SetParallelism(par)
+	cpu0 := processCPU(b)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		c := <-pool
+		reply := make([]byte, size)
+		for pb.Next() {
+			if _, err := c.Write(msg); err != nil {
+				b.Error(err)
+				return
+			}
+			if _, err := io.ReadFull(c, reply); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N)/1e3, "cpu-µs/op")
+}
+
+// processCPU is the process's user and system CPU time so far.
+func processCPU(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -60,7 +60,8 @@ func splice(c *net.TCPConn, st tunnel.Stream, firstByte func()) (toStream, toCon
 func copyStream(c *net.TCPConn, st tunnel.Stream) (int64, error) {
 	// A TLS tunnel stream hands its received buffers to the connection
 	// itself (one writev for all that arrived), sparing a copy through a
-	// buffer, and holds none while idle.
+	// buffer, and holds none while idle; a small frame that finds it
+	// waiting reaches c from the session's reader, without waking it.
 	if wt, ok := st.(io.WriterTo); ok {
 		return wt.WriteTo(c)
 	}

@@ -10,3 +10,7 @@ func PoolInbound(p *Pool) int {
 	}
 	return n
 }
+
+// DirectWrites counts the frames s's reader wrote to a WriteTo's
+// connection itself (directSink).
+func DirectWrites(s Session) uint64 { return s.(*session).st.directWrites.Load() }

@@ -83,3 +83,55 @@ func TestWriteInline(t *testing.T) {
 		t.Errorf("writeInline on a closed writer = %v, %v; want an error", ok, err)
 	}
 }
+
+// TestQueuedFramesShareTheInlineFlush holds a Write writing inline to
+// taking along what was queued meanwhile: a frame queued while the role is
+// held wakes no writer goroutine (the holder looks at the queues before it
+// lets the role go), the holder writes the control frames and then data in
+// order within inlineBatch, and leaves what does not fit to the writer;
+// with the role free, a queued frame wakes the writer.
+func TestQueuedFramesShareTheInlineFlush(t *testing.T) {
+	local, remote := net.Pipe()
+	defer local.Close()
+	defer remote.Close()
+	go func() { _, _ = io.Copy(io.Discard, remote) }()
+	s := &session{conn: local, bw: bufio.NewWriter(local), cfg: (&Config{}).withDefaults(),
+		wsig: make(chan struct{}, 1), closed: make(chan struct{}), start: time.Now()}
+	s.log = s.cfg.logger()
+
+	s.writing = true
+	small := &writeReq{hdr: frameHeader{typ: frameData, stream: 3}, payload: make([]byte, 100)}
+	window := &writeReq{hdr: frameHeader{typ: frameWindow, length: 8}, payload: make([]byte, 8)}
+	large := &writeReq{hdr: frameHeader{typ: frameData, stream: 5}, payload: make([]byte, inlineBatch)}
+	for _, q := range []struct {
+		r    *writeReq
+		ctrl bool
+	}{{small, false}, {window, true}, {large, false}} {
+		if err := s.enqueue(q.r, q.ctrl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-s.wsig:
+		t.Error("a frame queued while the role was held woke the writer")
+	default:
+	}
+	drained, err := s.writeQueued()
+	if err != nil || len(drained) != 2 || drained[0] != window || drained[1] != small {
+		t.Fatalf("writeQueued wrote %d requests (%v); want the WINDOW frame, then the small data", len(drained), err)
+	}
+	if len(s.dataQ) != 1 || s.dataQ[0] != large || len(s.ctrlQ) != 0 {
+		t.Fatalf("after writeQueued: %d data and %d control frames queued; want the large data only", len(s.dataQ), len(s.ctrlQ))
+	}
+
+	s.writing = false
+	s.dataQ = s.dataQ[:0]
+	if err := s.enqueue(small, false); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.wsig:
+	default:
+		t.Error("a frame queued with the role free did not wake the writer")
+	}
+}

@@ -25,13 +25,14 @@ import (
 type session struct {
 	conn        net.Conn
 	rd          io.Reader
-	bw          *bufio.Writer  // writer role
-	batch       *recordBatcher // below TLS; nil on other connections
-	ramp        int            // small records written since the writer was idle (writer role)
-	bulkRun     int            // DATA bytes written since the last bulk look (writer role)
-	ccUpgrade   string         // congestion control to switch to at the first lossy bulk transfer (writer role)
-	bulkRetrans uint32         // the socket's retransmissions at the last bulk check (writer role)
-	idleSince   time.Time      // when the writer last ran dry; zero while it writes (writer role)
+	bw          *bufio.Writer        // writer role
+	hb          [frameHeaderLen]byte // a frame header being written (writer role)
+	batch       *recordBatcher       // below TLS; nil on other connections
+	ramp        int                  // small records written since the writer was idle (writer role)
+	bulkRun     int                  // DATA bytes written since the last bulk look (writer role)
+	ccUpgrade   string               // congestion control to switch to at the first lossy bulk transfer (writer role)
+	bulkRetrans uint32               // the socket's retransmissions at the last bulk check (writer role)
+	idleSince   time.Time            // when the writer last ran dry; zero while it writes (writer role)
 	client      bool
 	peer        string
 	congestion  atomic.Pointer[string]
@@ -63,6 +64,7 @@ type session struct {
 	wclosed bool
 	writing bool // the writer role is held: bw and the fields marked so are in use
 	wsig    chan struct{}
+	drained []*writeReq // queued requests writeInline wrote (writer role)
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -84,6 +86,7 @@ type counters struct {
 	bytesSent, bytesReceived                       atomic.Uint64
 	framesSent, framesReceived                     atomic.Uint64
 	pingsSent, pongsReceived                       atomic.Uint64
+	directWrites                                   atomic.Uint64 // frames the reader wrote to a WriteTo's socket (directSink)
 }
 
 type writeReq struct {
@@ -254,6 +257,9 @@ func (s *session) closeWithError(err error) {
 // ---- writing ----
 
 // enqueue hands a frame to the writer. Control frames go ahead of data.
+// The writer goroutine is woken only when nobody holds the writer role:
+// a holder looks at the queues before it lets the role go (writeLoop,
+// writeInline), so a wake-up then would find nothing to do.
 func (s *session) enqueue(r *writeReq, ctrl bool) error {
 	s.wmu.Lock()
 	if s.wclosed {
@@ -265,8 +271,11 @@ func (s *session) enqueue(r *writeReq, ctrl bool) error {
 	} else {
 		s.dataQ = append(s.dataQ, r)
 	}
+	held := s.writing
 	s.wmu.Unlock()
-	notify(s.wsig)
+	if !held {
+		notify(s.wsig)
+	}
 	return nil
 }
 
@@ -445,6 +454,10 @@ func (s *session) writeInline(r *writeReq) (bool, error) {
 		err = s.writeReq(r)
 		s.countData(r)
 	}
+	var drained []*writeReq
+	if err == nil {
+		drained, err = s.writeQueued()
+	}
 	if err == nil {
 		err = s.flush()
 	} else if s.batch != nil {
@@ -460,6 +473,13 @@ func (s *session) writeInline(r *writeReq) (bool, error) {
 		}
 		ctrl[i] = nil
 	}
+	for i, q := range drained {
+		if q.done != nil {
+			q.done <- err
+		}
+		drained[i] = nil
+	}
+	s.drained = drained[:0]
 	s.wmu.Lock()
 	s.writing = false
 	if s.ctrlQ == nil {
@@ -477,6 +497,46 @@ func (s *session) writeInline(r *writeReq) (bool, error) {
 	}
 	return true, nil
 }
+
+// writeQueued writes what was queued while a Write held the role inline
+// (writer role) — Writes of other streams that found the role taken,
+// control frames — so that it shares the Write's flush instead of waking
+// the writer goroutine: control frames, and data in order up to
+// inlineBatch bytes and maxInlineBatch frames, so the Write's own frame is
+// not held back long; the writer takes the rest. It returns the requests
+// it wrote, to be signalled after the flush.
+func (s *session) writeQueued() ([]*writeReq, error) {
+	drained := s.drained[:0]
+	var err error
+	for budget := inlineBatch; err == nil && len(drained) < maxInlineBatch; {
+		s.wmu.Lock()
+		var q *writeReq
+		switch {
+		case len(s.ctrlQ) > 0:
+			q = popFront(&s.ctrlQ)
+		case len(s.dataQ) > 0 && len(s.dataQ[0].payload) <= budget:
+			q = popFront(&s.dataQ)
+		}
+		s.wmu.Unlock()
+		if q == nil {
+			break
+		}
+		budget -= len(q.payload)
+		err = s.writeReq(q)
+		s.countData(q)
+		drained = append(drained, q)
+	}
+	return drained, err
+}
+
+// inlineBatch bounds the data a Write writing inline takes from the queue
+// for its flush, and maxInlineBatch the frames: enough for the requests
+// of many keep-alive connections arriving together, one write(2) for all
+// of them.
+const (
+	inlineBatch    = 64 << 10
+	maxInlineBatch = 64
+)
 
 // resumeWriting is called by the writer role before it writes a request:
 // after an idle gap the records start small again (rampRecords).
@@ -634,11 +694,13 @@ func (s *session) flush() error {
 // writeReq writes one request, splitting DATA into frames of dataFrameSize.
 // FIN goes on the last frame only.
 func (s *session) writeReq(r *writeReq) error {
-	var hb [frameHeaderLen]byte
+	// The session's array, not a local one: handed to bw.Write, a local
+	// escaped, one allocation per frame.
+	hb := s.hb[:]
 	if r.hdr.typ != frameData {
-		r.hdr.encode(hb[:])
+		r.hdr.encode(hb)
 		s.st.framesSent.Add(1)
-		if _, err := s.bw.Write(hb[:]); err != nil {
+		if _, err := s.bw.Write(hb); err != nil {
 			return err
 		}
 		_, err := s.bw.Write(r.payload)
@@ -659,9 +721,9 @@ func (s *session) writeReq(r *writeReq) error {
 		if n < len(p) {
 			h.flags &^= flagFIN
 		}
-		h.encode(hb[:])
+		h.encode(hb)
 		s.st.framesSent.Add(1)
-		if _, err := s.bw.Write(hb[:]); err != nil {
+		if _, err := s.bw.Write(hb); err != nil {
 			return err
 		}
 		if err := s.writePayload(p[:n], small); err != nil {

@@ -6,7 +6,10 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // maxWriteChunk bounds how much of one Write is handed to the writer at once,
@@ -40,6 +43,10 @@ type stream struct {
 
 	readNotify  chan struct{}
 	writeNotify chan struct{}
+	// sink is WriteTo's connection while WriteTo waits with nothing
+	// buffered: the reader then writes small frames to it itself
+	// (directSink).
+	sink *directSink
 
 	wmu   sync.Mutex // serializes Write and the FIN of CloseWrite
 	wreq  writeReq
@@ -113,7 +120,7 @@ func (st *stream) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	if err := st.waitData(); err != nil {
+	if err := st.waitData(nil); err != nil {
 		return 0, err
 	}
 	n := 0
@@ -138,13 +145,22 @@ func (st *stream) Read(p []byte) (int, error) {
 // buffers to w as they are (one writev(2) for all that is buffered when w is
 // a TCP connection) instead of copying them through a caller's buffer. A
 // gateway forwarding a stream to a TCP connection saves a copy of every
-// byte and, behind a burst, system calls.
+// byte and, behind a burst, system calls. While it waits with nothing
+// buffered, the session's reader writes small frames to a socket w itself
+// (directSink), so a request or response crosses no goroutine handoff.
 func (st *stream) WriteTo(w io.Writer) (int64, error) {
 	var total int64
 	var bufs net.Buffers
 	var owned [][]byte
+	sink := newDirectSink(w)
 	for {
-		if err := st.waitData(); err != nil {
+		err := st.waitData(sink)
+		if sink != nil {
+			// Disarmed by waitData: the reader no longer touches it.
+			total += sink.written
+			sink.written = 0
+		}
+		if err != nil {
 			if err == io.EOF {
 				err = nil
 			}
@@ -181,16 +197,21 @@ func (st *stream) WriteTo(w io.Writer) (int64, error) {
 }
 
 // waitData returns with st.mu held and data buffered, or with st.mu not
-// held and the reason no data will come (io.EOF after FIN).
-func (st *stream) waitData() error {
+// held and the reason no data will come (io.EOF after FIN). sink, when
+// not nil, is armed while it waits and disarmed when it returns; an error
+// of a write to it ends the wait.
+func (st *stream) waitData(sink *directSink) error {
 	s := st.s
 	for {
 		st.mu.Lock()
+		st.sink = nil
 		if st.buffered > 0 {
 			return nil
 		}
 		var err error
 		switch {
+		case sink != nil && sink.err != nil:
+			err = sink.err
 		case st.readClosed:
 			err = ErrClosedStream
 		case st.rst != nil:
@@ -207,6 +228,7 @@ func (st *stream) waitData() error {
 			return err
 		}
 		dl := st.readDL
+		st.sink = sink
 		st.mu.Unlock()
 		wait(st.readNotify, nil, s.closed, dl)
 	}
@@ -299,23 +321,54 @@ func (st *stream) onData(h frameHeader, scratch *[]byte) error {
 		}
 		return nil
 	}
-	if n > 0 {
-		if big != nil {
-			st.chunks = append(st.chunks, big)
-		} else if k := len(st.chunks); k > 0 && cap(st.chunks[k-1])-len(st.chunks[k-1]) >= n {
-			st.chunks[k-1] = append(st.chunks[k-1], data...)
-		} else {
-			c := getChunk(max(n, 16<<10))
-			st.chunks = append(st.chunks, append(c, data...))
+	// A frame that finds WriteTo waiting with nothing buffered goes to its
+	// connection from here (directSink); what the socket does not take at
+	// once is buffered for WriteTo, which then writes it, waiting.
+	direct := 0
+	var sinkErr bool
+	if sink := st.sink; sink != nil && n > 0 && n <= maxDirectWrite && st.buffered == 0 {
+		k, err := sink.write(data)
+		sink.written += int64(k)
+		direct = k
+		if err != nil {
+			// WriteTo returns the error; the rest is never delivered.
+			sink.err, sinkErr, direct = err, true, n
 		}
-		st.buffered += n
+	}
+	if rest := data[direct:]; len(rest) > 0 {
+		switch k := len(st.chunks); {
+		case big != nil:
+			if direct > 0 {
+				// The rest of a direct write: chunks was empty.
+				st.off = direct
+			}
+			st.chunks = append(st.chunks, big)
+			big = nil
+		case k > 0 && cap(st.chunks[k-1])-len(st.chunks[k-1]) >= len(rest):
+			st.chunks[k-1] = append(st.chunks[k-1], rest...)
+		default:
+			c := getChunk(max(len(rest), 16<<10))
+			st.chunks = append(st.chunks, append(c, rest...))
+		}
+		st.buffered += len(rest)
 	}
 	done := st.finRecv && st.writeClosed
-	st.mu.Unlock()
+	wake := st.buffered > 0 || fin || sinkErr
+	if direct > 0 && !sinkErr {
+		s.st.directWrites.Add(1)
+		st.creditLocked(direct)
+	} else {
+		st.mu.Unlock()
+	}
+	if big != nil {
+		putChunk(big)
+	}
 	// Credited to the session as it enters the stream's buffer: the stream
 	// window bounds what the stream holds (sessionCredit in session.go).
 	s.consumed(uint64(n))
-	notify(st.readNotify)
+	if wake {
+		notify(st.readNotify)
+	}
 	if done {
 		st.remove()
 	}
@@ -499,4 +552,72 @@ func (st *stream) Reset(reason string) error {
 	st.s.queueReset(st.id, reason)
 	st.remove()
 	return nil
+}
+
+// maxDirectWrite is the largest frame the session's reader writes to a
+// waiting WriteTo's connection itself. A request or response fits; bulk
+// frames (dataFrameSize) stay with WriteTo, so the reader goes on
+// decrypting while WriteTo writes, on another core.
+const maxDirectWrite = 16 << 10
+
+// directSink lets the session's reader write a frame to the connection a
+// WriteTo forwards the stream to, while WriteTo waits with nothing
+// buffered: the frame then crosses no goroutine handoff (the reader waking
+// WriteTo, which writes and sleeps again), which on a gateway carrying many
+// keep-alive connections was one of the three wake-ups per request (README,
+// "Performance"). The write never waits: what the socket does not take at
+// once stays buffered and wakes WriteTo. Its fields belong to whoever armed
+// or disarmed it under st.mu last: the reader while it is st.sink, WriteTo
+// otherwise.
+type directSink struct {
+	rc      syscall.RawConn
+	fn      func(fd uintptr) bool // d.writeTo, bound once
+	p       []byte                // what fn writes
+	n       int                   // what fn wrote
+	werr    error                 // fn's error
+	written int64                 // bytes written for WriteTo's count
+	err     error                 // a failed write, for WriteTo to return
+}
+
+// newDirectSink returns a sink for w, nil when w is no socket.
+func newDirectSink(w io.Writer) *directSink {
+	c, ok := w.(*net.TCPConn)
+	if !ok {
+		return nil
+	}
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	d := &directSink{rc: rc}
+	d.fn = d.writeTo
+	return d
+}
+
+// write writes what of p the socket takes without waiting.
+func (d *directSink) write(p []byte) (int, error) {
+	d.p, d.n, d.werr = p, 0, nil
+	err := d.rc.Write(d.fn)
+	d.p = nil
+	if err != nil {
+		return 0, err
+	}
+	return d.n, d.werr
+}
+
+// writeTo is the raw write; it never asks to wait (true in every case).
+func (d *directSink) writeTo(fd uintptr) bool {
+	for {
+		n, err := unix.Write(int(fd), d.p)
+		switch err {
+		case nil:
+			d.n = n
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+		default:
+			d.werr = os.NewSyscallError("write", err)
+		}
+		return true
+	}
 }

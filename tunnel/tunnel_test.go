@@ -744,6 +744,116 @@ func TestWriteToForwardsEverything(t *testing.T) {
 	}
 }
 
+// TestWriteToSmallFramesUnderBackpressure forwards small writes with
+// WriteTo into a TCP connection whose reader first stalls, so the socket
+// fills while the session's reader writes small frames to it itself
+// (partial writes, a full socket, the rest left to WriteTo), and then
+// echoes request by request, the keep-alive pattern the direct writes are
+// for. Every byte must arrive once and in order, WriteTo must count them
+// all, and the keep-alive requests must have gone the direct way.
+func TestWriteToSmallFramesUnderBackpressure(t *testing.T) {
+	client, server := tunneltest.Pair(t, newTLS(t, nil, nil))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := c.(*net.TCPConn)
+	defer tc.Close()
+	r := <-accepted
+	if r == nil {
+		t.Fatal("accept failed")
+	}
+	defer r.Close()
+	// Small buffers, so that the stalled reader fills them quickly.
+	_ = tc.SetWriteBuffer(4 << 10)
+	_ = r.(*net.TCPConn).SetReadBuffer(4 << 10)
+
+	st, err := client.OpenStream(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Write([]byte{0}); err != nil {
+		t.Fatal(err)
+	}
+	peer, err := server.AcceptStream(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		n   int64
+		err error
+	}
+	forwarded := make(chan result, 1)
+	go func() {
+		n, err := peer.(io.WriterTo).WriteTo(tc)
+		_ = tc.CloseWrite()
+		forwarded <- result{n, err}
+	}()
+	sent := []byte{0}
+	seq := byte(1)
+	write := func(n int) []byte {
+		p := make([]byte, n)
+		for i := range p {
+			p[i] = seq
+			seq = seq*13 + 7
+		}
+		if _, err := st.Write(p); err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, p...)
+		return p
+	}
+	// Stalled: 150 KiB in writes of 1–3000 bytes, within the stream's
+	// window (256 KiB), so all of it leaves while nobody reads.
+	for i := 0; len(sent) < 150<<10; i++ {
+		write(i*37%3000 + 1)
+	}
+	got := make([]byte, len(sent))
+	if _, err := io.ReadFull(r, got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, sent) {
+		t.Fatalf("the %d bytes written while the reader stalled arrived changed", len(sent))
+	}
+	direct := tunnel.DirectWrites(server)
+	// Keep-alive: a request, then its delivery, 300 times.
+	for i := range 300 {
+		p := write(i*53%2000 + 1)
+		got := make([]byte, len(p))
+		if _, err := io.ReadFull(r, got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, p) {
+			t.Fatalf("request %d arrived changed", i)
+		}
+	}
+	if err := st.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if rest, err := io.ReadAll(r); err != nil || len(rest) != 0 {
+		t.Fatalf("after the last request: %d more bytes, %v; want EOF", len(rest), err)
+	}
+	res := <-forwarded
+	if res.err != nil || res.n != int64(len(sent)) {
+		t.Fatalf("WriteTo = %d, %v; want %d, nil", res.n, res.err, len(sent))
+	}
+	// Most requests find WriteTo waiting; a loaded host may let some in
+	// while it still writes the previous one.
+	if d := tunnel.DirectWrites(server) - direct; d < 100 {
+		t.Errorf("%d of 300 keep-alive requests were written by the session's reader itself; want most", d)
+	}
+}
+
 // TestKeepaliveProbesOnlyWhenNeeded runs an idle and a busy session side by
 // side, so both see the same host load, and counts their pings: on the idle
 // one only the dialer probes (and gets pongs, the pool's sign of life and
