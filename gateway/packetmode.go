@@ -1005,11 +1005,15 @@ func (p *packetPlane) sizeUnderlay(peers []netip.Addr) {
 		return
 	}
 	if said != p.mtuSaid {
+		attrs := []any{"mtu", mtu, "mss", (&packet.Config{UnderlayMTU: mtu}).MSS(), "from", from}
 		lvl := slog.LevelInfo
 		if conf != 0 && ok && conf > path.MTU {
+			// Tunnel packets that do not fit the route are fragmented on
+			// the underlay: slower, not lost.
 			lvl = slog.LevelWarn
+			attrs = append(attrs, "larger-than", path.String())
 		}
-		p.log.Log(context.Background(), lvl, "packet mode: underlay MTU", "mtu", mtu, "mss", (&packet.Config{UnderlayMTU: mtu}).MSS(), "from", from, "path", said)
+		p.log.Log(context.Background(), lvl, "packet mode: underlay MTU", attrs...)
 		p.mtuSaid = said
 	}
 }

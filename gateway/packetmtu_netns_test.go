@@ -59,3 +59,31 @@ func TestPacketModeUnderlayMTU(t *testing.T) {
 		t.Errorf("a did not log its underlay MTU:\n%s", e.a.proc.out.String())
 	}
 }
+
+// TestPacketModeUnderlayMTUConfigured: packet.underlay-mtu is used as it
+// is, even above what the routes allow (then logged as a warning): a sized
+// for 9000 bytes on the setup's 1500-byte links clamps SYNs to 8910, and
+// its tunnel packets that do not fit are fragmented on the underlay, not
+// lost; b, not configured, follows its routes.
+func TestPacketModeUnderlayMTUConfigured(t *testing.T) {
+	e := setupPacketWith(t, gateway.DataPlanePacket, gateway.DataPlanePacket, false, ", underlay-mtu: 9000")
+	dataPlane(t, e.a, "b", func(d gateway.PeerDataPlane) bool { return d.Active && d.Imports }, "packet mode on a")
+	dataPlane(t, e.b, "a", func(d gateway.PeerDataPlane) bool { return d.Active && d.Exports }, "packet mode on b")
+	const metric = "strait_packet_underlay_mtu"
+	e.a.waitMetric(t, metric, func(v float64) bool { return v == 9000 }, "sized as configured")
+	e.b.waitMetric(t, metric, func(v float64) bool { return v == 1500 }, "sized for its route")
+	d, err := packet.Load(packet.Config{Name: e.ga, PinRoot: e.pins}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mss, err := d.MSS()
+	d.Close()
+	if err != nil || mss != 8910 {
+		t.Errorf("a's programs clamp SYNs to %d (%v), want 8910 as configured", mss, err)
+	}
+	e.curl(t, strings.Repeat("configured ", 20000))
+	e.udp(t, 1400)
+	if log := e.a.proc.out.String(); !strings.Contains(log, "larger-than") {
+		t.Errorf("a did not warn that its underlay-mtu exceeds its route:\n%s", log)
+	}
+}
