@@ -62,7 +62,12 @@ type PacketConfig struct {
 	// an address of this node that no local socket uses (a second address
 	// on LAN). Required.
 	SNAT string `yaml:"snat"`
-	// UnderlayMTU is the MTU between gateway nodes (default 1500).
+	// UnderlayMTU is the MTU between gateway nodes, which the programs'
+	// MSS clamp and VXLAN device are sized for. 0 (the default): the
+	// smallest MTU of this node's routes to the peer gateways (the route's
+	// own mtu, else its device's), read again at every sync of the maps, so
+	// a changed route or device is followed (docs/packet.md, "MTU"). A
+	// value set here is used as it is.
 	UnderlayMTU int `yaml:"underlay-mtu"`
 	// TeardownOnExit makes a gateway that stops on its own (SIGTERM,
 	// SIGINT) detach its programs and remove every pin and its VXLAN
@@ -199,8 +204,8 @@ func (c *Config) validatePacket() error {
 	if c.Packet.PinRoot != "" && !filepath.IsAbs(c.Packet.PinRoot) {
 		return fmt.Errorf("packet.pin-root %q: want an absolute path on a bpffs mount", c.Packet.PinRoot)
 	}
-	if m := c.Packet.UnderlayMTU; m != 0 && (m < 626 || m > 65535) {
-		return fmt.Errorf("packet.underlay-mtu %d: allowed 626..65535 (0: 1500)", m)
+	if m := c.Packet.UnderlayMTU; m != 0 && (m < packet.MinUnderlayMTU || m > 65535) {
+		return fmt.Errorf("packet.underlay-mtu %d: allowed %d..65535 (0: the smallest MTU of the routes to the peer gateways)", m, packet.MinUnderlayMTU)
 	}
 	if p := c.Packet.ProbePort; p < -1 || p > 65535 {
 		return fmt.Errorf("packet.probe-port %d: allowed 1..65535 (0: %d, -1: no probes)", p, packet.DefaultProbePort)
@@ -272,6 +277,9 @@ type packetPlane struct {
 	gwUp map[string]map[string]bool
 	// rings are the Maglev tables built, by member set.
 	rings map[string]*ring.Table
+	// mtuSaid is the underlay MTU choice last logged, and mtuErr the
+	// route lookups' last error (each logged once per change).
+	mtuSaid, mtuErr string
 }
 
 // packetPeer is what one peer said about the packet mode.
@@ -337,7 +345,15 @@ func (p *packetPlane) startDatapath(ctx context.Context) error {
 }
 
 func (p *packetPlane) attach(ctx context.Context) error {
-	dp, err := packet.Load(p.g.cfg.packetConfig(), p.log)
+	pc := p.g.cfg.packetConfig()
+	if pc.UnderlayMTU == 0 {
+		// Sized from the start for the peers the resources name, when the
+		// routes to them are known; sync follows changes.
+		if path, ok, _ := packet.UnderlayPathMTU(p.g.packetPeerAddrs()); ok && path.MTU >= packet.MinUnderlayMTU {
+			pc.UnderlayMTU = path.MTU
+		}
+	}
+	dp, err := packet.Load(pc, p.log)
 	if err != nil {
 		return err
 	}
@@ -460,15 +476,30 @@ func (p *packetPlane) run(ctx context.Context) {
 // watchHealth rewrites the Maglev tables and the peers' liveness when the
 // prober (the programs' answers) or the health checker (the pools' probes)
 // takes a peer gateway out or back: at once for the prober, within a probe
-// interval for the checker.
+// interval for the checker. The checker's verdicts are polled only while
+// one decides (sessionsJudge); otherwise this wakes once a second, to
+// notice when one starts to: polling every interval for nothing (the
+// liveness read through the store, 100 times a second) was a tenth of an
+// importing gateway's CPU in the packet mode (docs/packet.md, "UDP at
+// 900 Mbit/s"), and sync rewrites the liveness every second anyway.
 func (p *packetPlane) watchHealth(ctx context.Context) {
-	t := time.NewTicker(p.g.cfg.probeInterval())
+	interval := p.g.cfg.probeInterval()
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	var changed <-chan struct{}
 	if pr := p.prober.Load(); pr != nil {
 		changed = pr.Changed()
 	}
+	polling := true
 	for {
+		if poll := p.sessionsJudge(); poll != polling {
+			polling = poll
+			if poll {
+				t.Reset(interval)
+			} else {
+				t.Reset(packetHelloInterval)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -485,6 +516,32 @@ func (p *packetPlane) watchHealth(ctx context.Context) {
 			p.log.Info("packet mode: peer gateways' health written to the maps", "health", h, "took", time.Since(start).Round(10*time.Microsecond))
 		}
 	}
+}
+
+// sessionsJudge reports whether some gateway of a peer this gateway
+// imports from is judged by its sessions (its programs never answered the
+// prober, or there is no prober). Only the importing side's liveness
+// decides where packets go: an exporting-only peer's gateways are checked
+// against peers by address alone.
+func (p *packetPlane) sessionsJudge() bool {
+	pr := p.prober.Load()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, gws := range p.gwUp {
+		for gw := range gws {
+			if pr == nil {
+				return true
+			}
+			a, err := underlayAddr(gw)
+			if err != nil {
+				return true
+			}
+			if st, ok := pr.State(a); !ok || !st.Answered {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // packetLiveness is the liveness of every packet peer's gateways (peer →
@@ -899,6 +956,7 @@ func (p *packetPlane) sync() {
 	if p.written != nil {
 		p.gwUp = gwUp
 	}
+	p.sizeUnderlay(slices.Collect(maps.Keys(w.peers)))
 	if pr := p.prober.Load(); pr != nil {
 		pr.SetTargets(targets)
 	}
@@ -909,6 +967,75 @@ func (p *packetPlane) sync() {
 		}
 		p.syncErr = msg
 	}
+}
+
+// sizeUnderlay sizes the programs for the underlay toward peers, the peer
+// gateways' addresses (mu held): packet.underlay-mtu when it is set, else
+// the smallest MTU of the routes to them (docs/packet.md, "MTU"). It runs
+// at every sync, since routes and devices change under a running gateway;
+// the choice is logged when it changes and exported as
+// strait_packet_underlay_mtu.
+func (p *packetPlane) sizeUnderlay(peers []netip.Addr) {
+	conf := p.g.cfg.Packet.UnderlayMTU
+	path, ok, rerr := packet.UnderlayPathMTU(peers)
+	if e := fmt.Sprint(rerr); rerr != nil && e != p.mtuErr {
+		p.log.Warn("packet mode: no route to a peer gateway to size the underlay by", "err", rerr)
+		p.mtuErr = e
+	} else if rerr == nil {
+		p.mtuErr = ""
+	}
+	mtu, from := conf, "packet.underlay-mtu"
+	switch {
+	case conf != 0:
+	case !ok:
+		return // no route to any peer yet: the programs keep their size
+	default:
+		mtu, from = path.MTU, "route to "+path.Peer.String()+" via "+path.Device
+	}
+	said := fmt.Sprintf("%d from %s", mtu, from)
+	if conf != 0 && ok && conf > path.MTU {
+		said += fmt.Sprintf("; larger than the %s: tunnel packets that do not fit it are fragmented on the underlay", path)
+	}
+	if err := p.dp.SetUnderlayMTU(mtu); err != nil {
+		said = "error: " + err.Error()
+		if said != p.mtuSaid {
+			p.log.Warn("packet mode: underlay MTU not applied", "mtu", mtu, "from", from, "err", err)
+		}
+		p.mtuSaid = said
+		return
+	}
+	if said != p.mtuSaid {
+		attrs := []any{"mtu", mtu, "mss", (&packet.Config{UnderlayMTU: mtu}).MSS(), "from", from}
+		lvl := slog.LevelInfo
+		if conf != 0 && ok && conf > path.MTU {
+			// Tunnel packets that do not fit the route are fragmented on
+			// the underlay: slower, not lost.
+			lvl = slog.LevelWarn
+			attrs = append(attrs, "larger-than", path.String())
+		}
+		p.log.Log(context.Background(), lvl, "packet mode: underlay MTU", attrs...)
+		p.mtuSaid = said
+	}
+}
+
+// packetPeerAddrs are the underlay addresses of the gateways of every
+// peer in the packet mode, as their Peer resources list them.
+func (g *Gateway) packetPeerAddrs() []netip.Addr {
+	var out []netip.Addr
+	for _, id := range g.packetPeers() {
+		r, ok := g.store.Set().Get(catalog.Key{Kind: catalog.KindPeer, Name: id})
+		if !ok {
+			continue
+		}
+		gws, err := underlay(r.(*catalog.Peer))
+		if err != nil {
+			continue
+		}
+		for _, a := range gws {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // transition logs, counts and remembers a peer's change of mode: a
@@ -1192,10 +1319,11 @@ var (
 	descPktAnswers = prometheus.NewDesc("strait_packet_probe_answers_total", "Answers of the peer gateway's programs to this gateway's liveness probes.", []string{"peer", "gateway"}, nil)
 	descPktDowns   = prometheus.NewDesc("strait_packet_probe_downs_total", "Times the liveness probes found the peer gateway's programs silent.", []string{"peer", "gateway"}, nil)
 	descPktLate    = prometheus.NewDesc("strait_packet_probe_late_rounds_total", "Probe rounds that ran late (this process stalled for more than two intervals) and so judged nothing.", nil, nil)
+	descPktMTU     = prometheus.NewDesc("strait_packet_underlay_mtu", "The underlay MTU the packet mode's programs are sized for: packet.underlay-mtu, else the smallest MTU of the routes to the peer gateways (docs/packet.md, MTU).", nil, nil)
 )
 
 func (c packetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPktPackets, descPktDrops, descPktEvents, descPktRule, descPktActive, descPktGwUp, descPktAnswers, descPktDowns, descPktLate} {
+	for _, d := range []*prometheus.Desc{descPktPackets, descPktDrops, descPktEvents, descPktRule, descPktActive, descPktGwUp, descPktAnswers, descPktDowns, descPktLate, descPktMTU} {
 		ch <- d
 	}
 }
@@ -1214,6 +1342,7 @@ func (c packetCollector) Collect(ch chan<- prometheus.Metric) {
 	if p.dp == nil {
 		return
 	}
+	ch <- prometheus.MustNewConstMetric(descPktMTU, prometheus.GaugeValue, float64(p.dp.UnderlayMTU()))
 	pr := p.prober.Load()
 	if pr != nil {
 		ch <- prometheus.MustNewConstMetric(descPktLate, prometheus.CounterValue, float64(pr.LateRounds()))

@@ -38,14 +38,22 @@ var FragmentCounterNames = []string{
 	"fragments_followed",   // later fragments sent the way of their first
 }
 
-// Counters sums the per-CPU counters by name, CounterNames and
-// FragmentCounterNames.
+// MTUCounterNames names the per-CPU counters of packets too big for the
+// device they would leave by (enum mtu_counter of bpf/packet.c, in its
+// order; docs/packet.md, "MTU"), in a map of their own like
+// FragmentCounterNames, and exported like CounterNames.
+var MTUCounterNames = []string{
+	"too_big_drops", // dropped, answered with ICMP "fragmentation needed"
+}
+
+// Counters sums the per-CPU counters by name: CounterNames,
+// FragmentCounterNames and MTUCounterNames.
 func (d *Datapath) Counters() (map[string]uint64, error) {
-	out := make(map[string]uint64, len(CounterNames)+len(FragmentCounterNames))
+	out := make(map[string]uint64, len(CounterNames)+len(FragmentCounterNames)+len(MTUCounterNames))
 	for _, set := range []struct {
 		m     string
 		names []string
-	}{{"counters", CounterNames}, {"frag_counters", FragmentCounterNames}} {
+	}{{"counters", CounterNames}, {"frag_counters", FragmentCounterNames}, {"mtu_counters", MTUCounterNames}} {
 		m := d.coll.Maps[set.m]
 		if int(m.MaxEntries()) != len(set.names) {
 			return nil, fmt.Errorf("%s map has %d entries, this version names %d", set.m, m.MaxEntries(), len(set.names))

@@ -19,6 +19,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/strait-net/strait/ring"
@@ -43,6 +44,10 @@ const (
 	// probes (package health's format) to this node's own addresses that
 	// are no import's, so it takes no port of the node from anything else.
 	DefaultProbePort = 4790
+
+	// MinUnderlayMTU is the smallest UnderlayMTU: 576 bytes of IPv4, which
+	// every host must take, inside VXLAN.
+	MinUnderlayMTU = 576 + vxlanOverhead
 
 	// vxlanOverhead is what VXLAN adds in front of an inner Ethernet
 	// frame: outer IPv4 (20), UDP (8), VXLAN (8) and inner Ethernet (14).
@@ -82,7 +87,9 @@ type Config struct {
 	SNAT netip.Addr
 	// UnderlayMTU is the MTU between gateways (default 1500): TCP SYNs get
 	// their MSS clamped to UnderlayMTU − 90 so that full segments fit
-	// inside VXLAN without fragmenting.
+	// inside VXLAN without fragmenting, and the VXLAN device's MTU is
+	// UnderlayMTU − 50. SetUnderlayMTU changes it on attached programs (the
+	// gateway derives it from its routes to the peers: RouteMTU).
 	UnderlayMTU int
 	// PortMin..PortMax is the SNAT port range (default 1024..65535).
 	PortMin, PortMax uint16
@@ -160,8 +167,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("vni %d: allowed 1..16777215", d.VNI)
 	case d.SNAT.IsValid() && !d.SNAT.Unmap().Is4():
 		return fmt.Errorf("snat %v: the packet mode carries IPv4 only", d.SNAT)
-	case d.UnderlayMTU < 576+vxlanOverhead || d.UnderlayMTU > 65535:
-		return fmt.Errorf("underlayMTU %d: allowed %d..65535", d.UnderlayMTU, 576+vxlanOverhead)
+	case d.UnderlayMTU < MinUnderlayMTU || d.UnderlayMTU > 65535:
+		return fmt.Errorf("underlayMTU %d: allowed %d..65535", d.UnderlayMTU, MinUnderlayMTU)
 	case d.PortMin == 0 || d.PortMax < d.PortMin:
 		return fmt.Errorf("ports %d..%d: want 1 ≤ portMin ≤ portMax ≤ 65535", d.PortMin, d.PortMax)
 	case d.Idle < time.Second:
@@ -205,6 +212,9 @@ type Datapath struct {
 	// maglev is the maglev map's memory, nil when pins of an earlier
 	// version have it without a mapping.
 	maglev []byte
+	// settings is what Attach wrote into the config map (nil before), for
+	// SetUnderlayMTU to rewrite.
+	settings *settings
 }
 
 // maglevStride is a bucket's place in the mapped memory: the kernel rounds
@@ -321,6 +331,9 @@ func (d *Datapath) Attach(ctx context.Context) error {
 	if err := d.enableForwarding(); err != nil {
 		return err
 	}
+	if err := d.setTunnelMTU(); err != nil {
+		return err
+	}
 	s := settings{
 		TunIfindex: uint32(tun.Index), VNI: d.cfg.VNI, SNAT: d.cfg.SNAT, MSS: d.cfg.MSS(),
 		PortMin: d.cfg.PortMin, PortMax: d.cfg.PortMax, Idle: d.cfg.Idle,
@@ -331,6 +344,7 @@ func (d *Datapath) Attach(ctx context.Context) error {
 	if err := d.coll.Maps["config"].Update(uint32(0), s, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write settings: %w", err)
 	}
+	d.settings = &s
 	// A device without a link-layer address (TUN, as the lab's link
 	// emulator uses) hands the program bare IP packets.
 	lanProg := "lan_ingress"
@@ -407,6 +421,64 @@ func (d *Datapath) enableForwarding() error {
 		return fmt.Errorf("enable forwarding on %s: %w", d.cfg.Tunnel, err)
 	}
 	return nil
+}
+
+// setTunnelMTU gives the VXLAN device the MTU of what fits the underlay
+// inside VXLAN. The programs' redirects into it are not held to it (the
+// kernel checks the encapsulated packet against the underlay route), but
+// it says what they size for, and anything the kernel itself routes into
+// the device gets the same limit.
+func (d *Datapath) setTunnelMTU() error {
+	l, err := netlink.LinkByName(d.cfg.Tunnel)
+	if err != nil {
+		return fmt.Errorf("tunnel %q: %w", d.cfg.Tunnel, err)
+	}
+	if mtu := d.cfg.UnderlayMTU - vxlanOverhead; l.Attrs().MTU != mtu {
+		if err := netlink.LinkSetMTU(l, mtu); err != nil {
+			return fmt.Errorf("tunnel %q: set MTU %d: %w", d.cfg.Tunnel, mtu, err)
+		}
+	}
+	return nil
+}
+
+// UnderlayMTU is the underlay MTU the programs size for (Config.UnderlayMTU,
+// or the last SetUnderlayMTU).
+func (d *Datapath) UnderlayMTU() int { return d.cfg.UnderlayMTU }
+
+// SetUnderlayMTU makes attached programs size for an underlay of mtu bytes
+// between gateway nodes: SYNs clamped to mtu − 90 from now on (flows
+// already open keep the MSS they agreed), the VXLAN device's MTU mtu − 50.
+// Before Attach it only changes what Attach will write.
+func (d *Datapath) SetUnderlayMTU(mtu int) error {
+	if mtu < MinUnderlayMTU || mtu > 65535 {
+		return fmt.Errorf("underlayMTU %d: allowed %d..65535", mtu, MinUnderlayMTU)
+	}
+	if mtu == d.cfg.UnderlayMTU {
+		return nil
+	}
+	old := d.cfg.UnderlayMTU
+	d.cfg.UnderlayMTU = mtu
+	if d.settings == nil {
+		return nil
+	}
+	s := *d.settings
+	s.MSS = d.cfg.MSS()
+	if err := d.coll.Maps["config"].Update(uint32(0), s, ebpf.UpdateAny); err != nil {
+		d.cfg.UnderlayMTU = old
+		return fmt.Errorf("write settings: %w", err)
+	}
+	d.settings = &s
+	return d.setTunnelMTU()
+}
+
+// MSS reads the MSS the programs clamp SYNs to from their pinned
+// settings (what the last Attach or SetUnderlayMTU wrote, in any process).
+func (d *Datapath) MSS() (uint16, error) {
+	var s settings
+	if err := d.coll.Maps["config"].Lookup(uint32(0), &s); err != nil {
+		return 0, fmt.Errorf("read settings: %w", err)
+	}
+	return s.MSS, nil
 }
 
 func trimOut(b []byte) string { return strings.TrimSpace(string(b)) }

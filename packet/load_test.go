@@ -69,8 +69,8 @@ func TestConfigValidate(t *testing.T) {
 }
 
 // TestCounterNames checks CounterNames against enum counter in
-// bpf/packet.c, and FragmentCounterNames against enum frag_counter, name by
-// name (clang leaves the enums out of the object's BTF: no map or function
+// bpf/packet.c, FragmentCounterNames against enum frag_counter and
+// MTUCounterNames against enum mtu_counter, name by name (clang leaves the enums out of the object's BTF: no map or function
 // keeps their types).
 func TestCounterNames(t *testing.T) {
 	src, err := os.ReadFile("bpf/packet.c")
@@ -87,6 +87,7 @@ func TestCounterNames(t *testing.T) {
 	}{
 		{"counter", "C_", "counters", CounterNames},
 		{"frag_counter", "F_", "frag_counters", FragmentCounterNames},
+		{"mtu_counter", "M_", "mtu_counters", MTUCounterNames},
 	} {
 		block := regexp.MustCompile(`(?s)enum ` + c.enum + ` \{(.*?)\};`).FindSubmatch(src)
 		if block == nil {

@@ -24,7 +24,9 @@ import (
 //	echo ADDR PORT                   echo every datagram back
 //	ask ADDR PORT SIZE               send SIZE bytes on a connected socket,
 //	                                 print "ok" if they come back, "refused"
-//	                                 on ICMP port unreachable
+//	                                 on ICMP port unreachable, "error N" on
+//	                                 another error (EMSGSIZE: the path MTU
+//	                                 went down)
 //	vxlan SRC DST INNER              send one VXLAN datagram from SRC to
 //	                                 DST:4789 with INNER (hex) as its frame
 //	frags DST PORT SIZE ID SRCS [late]
@@ -67,6 +69,8 @@ elif cmd == "ask":
         print("refused")
     except socket.timeout:
         print("timeout")
+    except OSError as e:
+        print("error %d" % e.errno)
 elif cmd == "frags":
     dst, port, size, ident = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
     late = len(sys.argv) > 7 and sys.argv[7] == "late"

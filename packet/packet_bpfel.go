@@ -25,6 +25,7 @@ const (
 	packetMapFrags         = "frags"
 	packetMapImports       = "imports"
 	packetMapMaglev        = "maglev"
+	packetMapMtuCounters   = "mtu_counters"
 	packetMapNat           = "nat"
 	packetMapPeers         = "peers"
 	packetMapPolicy        = "policy"
@@ -96,6 +97,7 @@ type packetMapSpecs struct {
 	Frags        *ebpf.MapSpec `ebpf:"frags"`
 	Imports      *ebpf.MapSpec `ebpf:"imports"`
 	Maglev       *ebpf.MapSpec `ebpf:"maglev"`
+	MtuCounters  *ebpf.MapSpec `ebpf:"mtu_counters"`
 	Nat          *ebpf.MapSpec `ebpf:"nat"`
 	Peers        *ebpf.MapSpec `ebpf:"peers"`
 	Policy       *ebpf.MapSpec `ebpf:"policy"`
@@ -139,6 +141,7 @@ type packetMaps struct {
 	Frags        *ebpf.Map `ebpf:"frags"`
 	Imports      *ebpf.Map `ebpf:"imports"`
 	Maglev       *ebpf.Map `ebpf:"maglev"`
+	MtuCounters  *ebpf.Map `ebpf:"mtu_counters"`
 	Nat          *ebpf.Map `ebpf:"nat"`
 	Peers        *ebpf.Map `ebpf:"peers"`
 	Policy       *ebpf.Map `ebpf:"policy"`
@@ -158,6 +161,7 @@ func (m *packetMaps) Close() error {
 		m.Frags,
 		m.Imports,
 		m.Maglev,
+		m.MtuCounters,
 		m.Nat,
 		m.Peers,
 		m.Policy,

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -129,10 +130,16 @@ func (t *packetTool) Setup(ctx context.Context, env Env) (map[string]string, err
 			fmt.Sprintf("peers: [{address: %s, cluster: 1}]\npolicy:\n%s", serverGW.Addr, policyOut.String()),
 			nil},
 	}
+	// The programs clamp SYNs for the WAN link's MTU, as the vxlan tool's
+	// VTEPs follow it: sized for 1500 bytes, a 9000-byte WAN would carry
+	// 1500-byte packets (seed004's MTU 9000 scenarios; docs/packet.md,
+	// "MTU").
+	underlay := strconv.Itoa(wanMTU(env, serverGW, clientGW))
 	for _, g := range gws {
 		name := packetName(g.node)
 		t.gws = append(t.gws, g.node.ID)
-		attach := append([]string{env.Binary, "packet", "attach", "--name", name, "--pin-root", pins, "--lan", g.lan}, g.extra...)
+		attach := append([]string{env.Binary, "packet", "attach", "--name", name, "--pin-root", pins, "--lan", g.lan,
+			"--underlay-mtu", underlay}, g.extra...)
 		if err := t.strait(ctx, g.node, nil, attach...); err != nil {
 			return nil, err
 		}

@@ -43,6 +43,7 @@ struct icmphdr {
 	__be32 rest;
 };
 #define ICMP_DEST_UNREACH 3
+#define ICMP_FRAG_NEEDED 4 // code of ICMP_DEST_UNREACH
 #define ICMP_TIME_EXCEEDED 11
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
@@ -333,6 +334,22 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } frag_counters SEC(".maps");
 
+// Packets too big for the device they would leave by (docs/packet.md,
+// "MTU"). A map of its own for the reason frag_counters has one. Package
+// packet's MTUCounterNames are these names in lower case without M_.
+enum mtu_counter {
+	M_TOO_BIG_DROPS, // dropped, answered with ICMP "fragmentation needed"
+	M_COUNTERS,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, M_COUNTERS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} mtu_counters SEC(".maps");
+
 // A fragmented datagram as a hook sees it: only its first fragment holds
 // the ports, so the others are matched by the IPv4 reassembly key. peer is
 // the tunnel packet's outer source on the VXLAN device (never 0: peers are
@@ -384,6 +401,14 @@ static __always_inline void count_frag(enum frag_counter c)
 {
 	__u32 i = c;
 	__u64 *v = bpf_map_lookup_elem(&frag_counters, &i);
+	if (v)
+		*v += 1;
+}
+
+static __always_inline void count_mtu(enum mtu_counter c)
+{
+	__u32 i = c;
+	__u64 *v = bpf_map_lookup_elem(&mtu_counters, &i);
 	if (v)
 		*v += 1;
 }
@@ -744,6 +769,13 @@ static __always_inline __u32 route(struct __sk_buff *skb, struct config *cfg, __
 	fib.ipv4_dst = daddr;
 	fib.ifindex = cfg->tun_ifindex;
 	int rc = bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH);
+	// Without tot_len the helper checks this packet against the found
+	// device's MTU after filling in the route: an entry made by a packet
+	// too big for it must still cache the route (the programs check sizes
+	// themselves, too_big), or every later packet of the flow would go to
+	// the kernel's forwarding.
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED && fib.ifindex != cfg->tun_ifindex)
+		rc = BPF_FIB_LKUP_RET_SUCCESS;
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return 0;
 	// With SKIP_NEIGH, ipv4_dst holds the next hop: the gateway of the
@@ -761,6 +793,81 @@ static __always_inline int to_local(struct __sk_buff *skb, struct config *cfg, _
 	if (!ifindex)
 		return to_kernel(skb);
 	return to_next_hop(ifindex, nh);
+}
+
+// ---- MTU (docs/packet.md, "MTU"). A packet that crossed the tunnel may be
+// larger than the device it leaves by: a client on a 9000-byte LAN sends
+// 4000-byte datagrams over a 9000-byte underlay to a target on a 1500-byte
+// LAN, or a target's reply meets a client's 1500-byte LAN. The programs'
+// redirects are not held to the device's MTU on the way out, and a veth
+// drops what its peer's MTU does not take, silently: the flow would be
+// black-holed. A router answers such a packet with ICMP "fragmentation
+// needed" and the device's MTU, and the sender lowers its path MTU; so do
+// the programs. (A router would fragment a packet without DF instead; the
+// programs cannot, and answer it the same way: Linux senders lower their
+// path MTU for it too, and fragment themselves.) ----
+
+// too_big returns the MTU of the device ifindex when the packet does not
+// fit it, else 0. GSO packets are left alone (their segments are sized by
+// the sender's MSS, which the clamp and the target's SYN bound), and so are
+// packets of 576 bytes or less, which every IPv4 link is expected to carry:
+// an acknowledgment pays no helper call.
+static __always_inline __u32 too_big(struct __sk_buff *skb, const __u32 l2, __u32 ifindex)
+{
+	if (skb->gso_size)
+		return 0;
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct iphdr *ip = data + IP_OFF;
+	if ((void *)(ip + 1) > end)
+		return 0;
+	__u32 len = bpf_ntohs(ip->tot_len);
+	if (len <= 576)
+		return 0;
+	// Given the IP length, the helper compares it with the MTU alone (the
+	// device's link-layer header is its own business) and returns the MTU.
+	__u32 mtu = len;
+	if (bpf_check_mtu(skb, ifindex, &mtu, 0, 0) != BPF_MTU_CHK_RET_FRAG_NEEDED)
+		return 0;
+	return mtu;
+}
+
+// frag_needed turns a packet that came out of the tunnel and is too big for
+// the device it would leave by into the ICMP error a router sends — from
+// the packet's destination to its source, "fragmentation needed" with mtu,
+// quoting its IP header and first 8 bytes — and sends it back through the
+// tunnel to peer, untranslated: about a client's packet (client →
+// clusterset IP:port) the importing gateway delivers it as any error about
+// an import flow; about a target's reply (clusterset IP:port → client) the
+// exporting gateway restores it for the target (icmp_to_target).
+static __always_inline int frag_needed(struct __sk_buff *skb, const __u32 l2, struct config *cfg, __be32 peer,
+				       __u32 mtu)
+{
+	struct {
+		struct iphdr ip;
+		struct icmphdr icmp;
+		__u8 quote[28];
+	} m = {};
+	if (bpf_skb_load_bytes(skb, IP_OFF, m.quote, sizeof(m.quote)))
+		return TC_ACT_SHOT;
+	struct iphdr *q = (void *)m.quote;
+	m.ip.version = 4;
+	m.ip.ihl = 5;
+	m.ip.tot_len = bpf_htons(sizeof(m));
+	m.ip.ttl = 64;
+	m.ip.protocol = IPPROTO_ICMP;
+	m.ip.saddr = q->daddr;
+	m.ip.daddr = q->saddr;
+	m.ip.check = ~csum_fold(bpf_csum_diff(0, 0, (__be32 *)&m.ip, sizeof(m.ip), 0));
+	m.icmp.type = ICMP_DEST_UNREACH;
+	m.icmp.code = ICMP_FRAG_NEEDED;
+	m.icmp.rest = bpf_htonl(mtu & 0xffff); // 16 unused bits, then the MTU
+	m.icmp.checksum =
+		~csum_fold(bpf_csum_diff(0, 0, (__be32 *)&m.icmp, sizeof(m.icmp) + sizeof(m.quote), 0));
+	if (bpf_skb_change_tail(skb, l2 + sizeof(m), 0) || bpf_skb_store_bytes(skb, IP_OFF, &m, sizeof(m), 0))
+		return TC_ACT_SHOT;
+	count_mtu(M_TOO_BIG_DROPS);
+	return to_tunnel(skb, l2, cfg, peer);
 }
 
 // ---- Fragments (docs/packet.md, "Fragments"). A datagram larger than its
@@ -1167,6 +1274,14 @@ static __always_inline int export_flow(struct __sk_buff *skb, const __u32 l2, st
 		bpf_map_update_elem(&nat, &nk, &nv, BPF_ANY);
 		count(C_EXPORT_FLOWS);
 	}
+	if (nv.ifindex) {
+		__u32 mtu = too_big(skb, l2, nv.ifindex);
+		if (mtu) {
+			if (p->first_frag) // the rest of the datagram is dropped too
+				track(p, peer, FRAG_DROP, 0, 0, 0, 0, 0, 0);
+			return frag_needed(skb, l2, cfg, peer, mtu);
+		}
+	}
 	if (translate(skb, l2, p->proto, p->saddr, cfg->snat_addr, p->sport, nv.sport, p->daddr, nv.taddr, p->dport,
 		      nv.tport))
 		return TC_ACT_SHOT;
@@ -1180,6 +1295,49 @@ static __always_inline int export_flow(struct __sk_buff *skb, const __u32 l2, st
 	count(C_EXPORT_RX_PACKETS);
 	if (!nv.ifindex)
 		return to_kernel(skb);
+	return to_next_hop(nv.ifindex, nv.nh);
+}
+
+// icmp_to_target gives a target the ICMP error that the importing gateway's
+// programs sent about one of its replies (frag_needed: the reply was too
+// big for the client's LAN). The error quotes the reply as the importing
+// side saw it, clusterset IP:port → client:port, and goes from the client
+// to the clusterset IP; the target sent target:port → SNAT address:port
+// and can match only that. So the quote is restored to what the target
+// sent, the error goes from the SNAT address to the target, by the NAT
+// entry's route. NOT_TRACKED when no NAT entry of this peer matches.
+static __always_inline int icmp_to_target(struct __sk_buff *skb, const __u32 l2, struct config *cfg, struct pkt *p,
+					  __be32 peer, struct iphdr *in, __be16 *ports)
+{
+	struct nat_key nk = {.peer = peer,
+			     .caddr = in->daddr,
+			     .vaddr = in->saddr,
+			     .cport = ports[1],
+			     .vport = ports[0],
+			     .proto = in->protocol};
+	struct nat_val *cur = bpf_map_lookup_elem(&nat, &nk);
+	if (!cur || !cur->ifindex || in->ihl != 5 || p->daddr != in->saddr)
+		return NOT_TRACKED;
+	struct nat_val nv = *cur;
+	struct {
+		struct iphdr ip;
+		__be16 ports[2];
+	} oq = {.ip = *in, .ports = {ports[0], ports[1]}}, nq;
+	nq = oq;
+	nq.ip.saddr = nv.taddr;
+	nq.ip.daddr = cfg->snat_addr;
+	nq.ports[0] = nv.tport;
+	nq.ports[1] = nv.sport;
+	__u32 d = csum_add(csum_add(csum_add(~in->saddr, ~in->daddr), nv.taddr), cfg->snat_addr);
+	nq.ip.check = ~csum_fold(csum_add((__u16)~oq.ip.check, d));
+	// The ICMP checksum covers the quote: add what changed in it.
+	__s64 diff = bpf_csum_diff((__be32 *)&oq, sizeof(oq), (__be32 *)&nq, sizeof(nq), 0);
+	if (diff < 0 || bpf_l4_csum_replace(skb, ICMP_CSUM_OFF, 0, (__u32)diff, 0) ||
+	    bpf_skb_store_bytes(skb, IN_IP_OFF, &nq, sizeof(nq), 0))
+		return TC_ACT_SHOT;
+	if (set_addr(skb, l2, IP_SRC_OFF, p->saddr, cfg->snat_addr, 0, 0) ||
+	    set_addr(skb, l2, IP_DST_OFF, p->daddr, nv.taddr, 0, 0))
+		return TC_ACT_SHOT;
 	return to_next_hop(nv.ifindex, nv.nh);
 }
 
@@ -1269,6 +1427,14 @@ int tun_ingress(struct __sk_buff *skb)
 		if (fv && fv->gw == peer && fv->ifindex) {
 			__u32 ifindex = fv->ifindex;
 			__be32 nh = fv->nh;
+			__u32 mtu = too_big(skb, l2, ifindex);
+			if (mtu) {
+				// Back to the exporting gateway, which gives the
+				// error to the target (icmp_to_target).
+				if (p.first_frag)
+					track(&p, peer, FRAG_DROP, 0, 0, 0, 0, 0, 0);
+				return frag_needed(skb, l2, cfg, peer, mtu);
+			}
 			if (p.first_frag)
 				track(&p, peer, FRAG_NEXT_HOP, 0, p.saddr, p.daddr, p.id, ifindex, nh);
 			count(C_REPLY_RX_PACKETS);
@@ -1301,6 +1467,9 @@ int tun_ingress(struct __sk_buff *skb)
 			count(C_REPLY_RX_PACKETS);
 			return to_local(skb, cfg, p.saddr, p.daddr);
 		}
+		int v = icmp_to_target(skb, l2, cfg, &p, peer, &in, ports);
+		if (v != NOT_TRACKED)
+			return v;
 	}
 	count(C_UNKNOWN_SERVICE_DROPS);
 	return TC_ACT_SHOT;

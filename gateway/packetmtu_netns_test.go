@@ -1,0 +1,89 @@
+package gateway_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/strait-net/strait/gateway"
+	"github.com/strait-net/strait/internal/testenv"
+	"github.com/strait-net/strait/packet"
+)
+
+// TestPacketModeUnderlayMTU: gateways without packet.underlay-mtu size
+// their programs by their routes to the peer gateway. On the setup's
+// 1500-byte veths that is 1500; the WAN link raised to 9000 bytes (and the
+// LANs with it), both follow without a restart — strait_packet_underlay_mtu
+// 9000, SYNs clamped to 8910 in the pinned settings, the VXLAN device at
+// 8950 — and the import still carries TCP and UDP; lowered to 4000, they
+// follow again. A gateway sized for 1500 whatever its links (the old
+// default) fails at the first change.
+func TestPacketModeUnderlayMTU(t *testing.T) {
+	e := setupPacket(t, gateway.DataPlanePacket, gateway.DataPlanePacket, false)
+	dataPlane(t, e.a, "b", func(d gateway.PeerDataPlane) bool { return d.Active && d.Imports }, "packet mode on a")
+	dataPlane(t, e.b, "a", func(d gateway.PeerDataPlane) bool { return d.Active && d.Exports }, "packet mode on b")
+	const metric = "strait_packet_underlay_mtu"
+	for _, g := range []*gw{e.a, e.b} {
+		g.waitMetric(t, metric, func(v float64) bool { return v == 1500 }, "sized for the 1500-byte WAN")
+	}
+	links := [][2]string{{e.ga, "wan"}, {e.gb, "wan"}, {e.ga, "lan"}, {e.ca, "eth0"}, {e.gb, "lan"}, {e.sb, "eth0"}}
+	for _, mtu := range []int{9000, 4000} {
+		for _, l := range links {
+			testenv.Run(t, "ip", "-n", l[0], "link", "set", l[1], "mtu", strconv.Itoa(mtu))
+		}
+		for _, g := range []*gw{e.a, e.b} {
+			g.waitMetric(t, metric, func(v float64) bool { return v == float64(mtu) }, "sized for the WAN link after its MTU changed")
+		}
+		for _, ns := range []string{e.ga, e.gb} {
+			d, err := packet.Load(packet.Config{Name: ns, PinRoot: e.pins}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mss, err := d.MSS()
+			d.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if int(mss) != mtu-90 {
+				t.Errorf("%s: the programs clamp SYNs to %d, want %d for a %d-byte underlay", ns, mss, mtu-90, mtu)
+			}
+			out := testenv.Run(t, "ip", "-n", ns, "-o", "link", "show", "type", "vxlan")
+			if want := "mtu " + strconv.Itoa(mtu-50) + " "; !strings.Contains(out, want) {
+				t.Errorf("%s: VXLAN device %s, want %s", ns, strings.TrimSpace(out), want)
+			}
+		}
+		e.curl(t, strings.Repeat("jumbo ", 50000))
+		e.udp(t, mtu-500)
+	}
+	if !strings.Contains(e.a.proc.out.String(), "packet mode: underlay MTU") {
+		t.Errorf("a did not log its underlay MTU:\n%s", e.a.proc.out.String())
+	}
+}
+
+// TestPacketModeUnderlayMTUConfigured: packet.underlay-mtu is used as it
+// is, even above what the routes allow (then logged as a warning): a sized
+// for 9000 bytes on the setup's 1500-byte links clamps SYNs to 8910, and
+// its tunnel packets that do not fit are fragmented on the underlay, not
+// lost; b, not configured, follows its routes.
+func TestPacketModeUnderlayMTUConfigured(t *testing.T) {
+	e := setupPacketWith(t, gateway.DataPlanePacket, gateway.DataPlanePacket, false, ", underlay-mtu: 9000")
+	dataPlane(t, e.a, "b", func(d gateway.PeerDataPlane) bool { return d.Active && d.Imports }, "packet mode on a")
+	dataPlane(t, e.b, "a", func(d gateway.PeerDataPlane) bool { return d.Active && d.Exports }, "packet mode on b")
+	const metric = "strait_packet_underlay_mtu"
+	e.a.waitMetric(t, metric, func(v float64) bool { return v == 9000 }, "sized as configured")
+	e.b.waitMetric(t, metric, func(v float64) bool { return v == 1500 }, "sized for its route")
+	d, err := packet.Load(packet.Config{Name: e.ga, PinRoot: e.pins}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mss, err := d.MSS()
+	d.Close()
+	if err != nil || mss != 8910 {
+		t.Errorf("a's programs clamp SYNs to %d (%v), want 8910 as configured", mss, err)
+	}
+	e.curl(t, strings.Repeat("configured ", 20000))
+	e.udp(t, 1400)
+	if log := e.a.proc.out.String(); !strings.Contains(log, "larger-than") {
+		t.Errorf("a did not warn that its underlay-mtu exceeds its route:\n%s", log)
+	}
+}
