@@ -134,7 +134,7 @@ func (u *unit) emulate(ctx context.Context, spec run.BackendUnitSpec) error {
 			other = u.client
 		}
 		remote := u.b.remote(other.name)
-		targets = append(targets, EmuTarget{Cluster: c.name, Config: c.cfg, Remote: remote})
+		targets = append(targets, EmuTarget{Cluster: c.name, Config: c.cfg, Remote: remote, ResetPorts: u.b.resetPorts})
 		for _, r := range remote {
 			applied.Remote[c.name] = append(applied.Remote[c.name], r.String())
 		}
