@@ -23,7 +23,7 @@ type linkEmulator struct{}
 func (linkEmulator) Apply(ctx context.Context, run string, targets []kube.EmuTarget, p emulation.Params) (kube.Applied, error) {
 	ts := make([]linkemu.Target, 0, len(targets))
 	for _, t := range targets {
-		ts = append(ts, linkemu.Target{Cluster: t.Cluster, Config: t.Config, Nodes: t.Nodes, Remote: t.Remote})
+		ts = append(ts, linkemu.Target{Cluster: t.Cluster, Config: t.Config, Nodes: t.Nodes, Remote: t.Remote, ResetPorts: t.ResetPorts})
 	}
 	a, err := linkemu.Apply(ctx, run, ts, p)
 	if err != nil {

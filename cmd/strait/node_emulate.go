@@ -20,6 +20,7 @@ func init() {
 		remote                  []string
 		clean                   bool
 		seed                    uint64
+		resetPorts              []uint
 	)
 	cmd := &cobra.Command{
 		Use:    "node-emulate --run RUN --remote PREFIX,... --emulation JSON",
@@ -79,7 +80,14 @@ func init() {
 			// The userspace emulator's locked sleeping threads need
 			// spare Ps (see `strait lab emulate`).
 			runtime.GOMAXPROCS(runtime.NumCPU() + 4)
-			err = nodeemu.Run(cmd.Context(), nodeemu.Config{Run: run, Remote: prefixes, Params: p, Seed: seed, Ready: ready, Logger: log})
+			var ports []uint16
+			for _, port := range resetPorts {
+				if port == 0 || port > 65535 {
+					return fmt.Errorf("--reset-ports %d: want a TCP port, 1..65535", port)
+				}
+				ports = append(ports, uint16(port))
+			}
+			err = nodeemu.Run(cmd.Context(), nodeemu.Config{Run: run, Remote: prefixes, Params: p, Seed: seed, ResetPorts: ports, Ready: ready, Logger: log})
 			if err != nil {
 				// Kubernetes shows this file as the container's
 				// termination message (linkemu's errors quote it).
@@ -95,5 +103,6 @@ func init() {
 	cmd.Flags().StringVar(&probe, "probe", "", "only check that this ready file exists (a readiness probe)")
 	cmd.Flags().BoolVar(&clean, "clean", false, "remove the devices crashed agents of --run left (with --ready: then report and wait)")
 	cmd.Flags().Uint64Var(&seed, "seed", 0, "userspace emulator seed (0 = random)")
+	cmd.Flags().UintSliceVar(&resetPorts, "reset-ports", nil, "once in place, end this node's TCP connections toward --remote with a local or peer port among these")
 	labCmd.AddCommand(cmd)
 }

@@ -41,6 +41,10 @@ type EmuTarget struct {
 	Config  *rest.Config
 	Nodes   []string       // empty: every Linux node
 	Remote  []netip.Prefix // the other clusters' node, pod and service ranges
+	// ResetPorts: once the emulation is in place, the nodes' TCP
+	// connections toward Remote with a local or peer port among these
+	// are ended (the strait gateways' sessions, ClusterMap.Sessions).
+	ResetPorts []uint16
 }
 
 // Emulator applies a scenario's link emulation between clusters' nodes
@@ -79,6 +83,10 @@ type Backend struct {
 	// sourcesDone: a unit has looked for the clusters' source addresses
 	// (detectSources); the run's later units use what it found.
 	sourcesDone bool
+	// resetPorts are the strait gateways' WAN ports (Check), whose
+	// sessions an emulated unit ends once its emulation is in place;
+	// empty: none (no strait tool, or sessions: keep).
+	resetPorts []uint16
 }
 
 // conn is one cluster's client.
@@ -195,6 +203,15 @@ func (b *Backend) Check(ctx context.Context, p run.BackendPlan) error {
 		b.mu.Lock()
 		b.meta.Clusters[name] = info
 		b.mu.Unlock()
+		if emulated && hasTool(p.Tools, "strait") && b.opts.Clusters.Sessions == SessionsReset {
+			port, err := gatewayPort(ctx, b.conns[name])
+			if err != nil {
+				return err
+			}
+			if !slices.Contains(b.resetPorts, port) {
+				b.resetPorts = append(b.resetPorts, port)
+			}
+		}
 	}
 	return nil
 }

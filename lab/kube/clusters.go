@@ -31,6 +31,7 @@ import (
 //	direct: auto            # auto, pod or nodeport
 //	image: ghcr.io/strait-net/strait:v0.3.0
 //	installed: "{service}.{namespace}.svc.clusterset.local"
+//	sessions: reset         # reset or keep
 type ClusterMap struct {
 	Clusters map[string]Cluster `yaml:"clusters"`
 	// Direct is how the direct tool reaches the server: pod (the pod's IP,
@@ -50,6 +51,14 @@ type ClusterMap struct {
 	// ServiceExport (multicluster.x-k8s.io) for every workload, as
 	// Submariner needs; strait's tool always does.
 	Export bool `yaml:"export"`
+	// Sessions is what an emulated unit does with the strait gateways'
+	// sessions between the clusters when the strait tool runs: reset
+	// (the default) ends them once the emulation is in place, so that they
+	// start over on the emulated path as in the namespace lab, where the
+	// gateways start after the links are emulated; keep leaves them as
+	// they are, carrying what they learnt of the path before
+	// (docs/lab-clusters.md, "Measured").
+	Sessions string `yaml:"sessions"`
 
 	dir string // where relative kubeconfig paths are resolved
 }
@@ -81,11 +90,18 @@ const (
 	DirectNodePort = "nodeport"
 )
 
+// Sessions modes (ClusterMap.Sessions).
+const (
+	SessionsReset = "reset"
+	SessionsKeep  = "keep"
+)
+
 var clusterRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // ParseClusterMap decodes a clusters file strictly: unknown fields, a
 // cluster name that is not a DNS label, an unknown direct mode and an
-// installed template without {service} are errors. dir resolves relative
+// installed template without {service} and an unknown sessions mode are
+// errors. dir resolves relative
 // kubeconfig paths.
 func ParseClusterMap(b []byte, dir string) (*ClusterMap, error) {
 	var m ClusterMap
@@ -120,6 +136,13 @@ func ParseClusterMap(b []byte, dir string) (*ClusterMap, error) {
 	case DirectAuto, DirectPod, DirectNodePort:
 	default:
 		return nil, fmt.Errorf("direct %q: must be auto, pod or nodeport", m.Direct)
+	}
+	switch m.Sessions {
+	case "":
+		m.Sessions = SessionsReset
+	case SessionsReset, SessionsKeep:
+	default:
+		return nil, fmt.Errorf("sessions %q: must be reset or keep", m.Sessions)
 	}
 	if m.Installed != "" {
 		if !strings.Contains(m.Installed, "{service}") {

@@ -26,6 +26,8 @@ func TestParseClusterMap(t *testing.T) {
 		{"bad remote", "clusters: {a: {remote: [10.200.128.2, 10.0.0.0/33]}}\n", `clusters.a.remote: "10.0.0.0/33" is neither an IP address nor a prefix`},
 		{"remote ok", "clusters: {a: {remote: [10.200.128.2, 10.96.0.0/12, \"fd00::1\"]}}\n", ""},
 		{"installed ok", "clusters: {a: {}}\ninstalled: \"{service}.{namespace}.svc.clusterset.local\"\nexport: true\n", ""},
+		{"sessions keep", "clusters: {a: {}}\nsessions: keep\n", ""},
+		{"bad sessions", "clusters: {a: {}}\nsessions: drop\n", `sessions "drop": must be reset or keep`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, err := ParseClusterMap([]byte(tc.in), "/x")
@@ -33,8 +35,8 @@ func TestParseClusterMap(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if m.Direct == "" {
-					t.Error("direct: no default")
+				if m.Direct == "" || m.Sessions == "" {
+					t.Errorf("direct %q, sessions %q: no default", m.Direct, m.Sessions)
 				}
 				return
 			}
@@ -81,7 +83,7 @@ current-context: ca
 
 func FuzzParseClusterMap(f *testing.F) {
 	f.Add([]byte("clusters: {a: {kubeconfig: a.kc, context: ca}, b: {}}\ndirect: nodeport\n"))
-	f.Add([]byte("clusters: {a: {remote: [10.200.128.2, 10.96.0.0/12]}}\n"))
+	f.Add([]byte("clusters: {a: {remote: [10.200.128.2, 10.96.0.0/12]}}\nsessions: keep\n"))
 	f.Add([]byte("clusters: {a: {}}\ninstalled: \"{service}.{namespace}.svc.clusterset.local\"\nexport: true\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := ParseClusterMap(b, "/x")
@@ -100,6 +102,9 @@ func FuzzParseClusterMap(f *testing.F) {
 		case DirectAuto, DirectPod, DirectNodePort:
 		default:
 			t.Fatalf("accepted direct %q", m.Direct)
+		}
+		if m.Sessions != SessionsReset && m.Sessions != SessionsKeep {
+			t.Fatalf("accepted sessions %q", m.Sessions)
 		}
 		if m.Installed != "" && !strings.Contains(m.Installed, "{service}") {
 			t.Fatalf("accepted installed %q", m.Installed)

@@ -3,6 +3,7 @@ package kube_test
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,6 +22,12 @@ import (
 // into STRAIT_KUBE_MEASURE_OUT, and renders each run's report in headless
 // Chromium. Every run must complete and leave nothing behind. Not in make
 // test: each run takes minutes of both cores.
+//
+// STRAIT_KUBE_MEASURE_CLUSTERS adds lines to the clusters file (e.g.
+// "sessions: keep"). While a run lasts, the gateways' sessions as `ss -tin`
+// shows them on each node are sampled every half second into
+// ss-<cluster>.txt beside the run directory, to follow their congestion
+// control, minimum RTT and window through the run's units.
 func TestMeasureOnClusters(t *testing.T) {
 	runs := os.Getenv("STRAIT_KUBE_MEASURE")
 	if runs == "" {
@@ -38,7 +45,8 @@ func TestMeasureOnClusters(t *testing.T) {
 	deployStrait(t, p, bin, tmp)
 	t.Logf("setup: %v (load %s)", time.Since(start).Round(time.Second), loadavg())
 	clusters := filepath.Join(tmp, "clusters.yaml")
-	if err := os.WriteFile(clusters, fmt.Appendf(nil, "clusters:\n  a: {kubeconfig: %s}\n  b: {kubeconfig: %s}\n", p.Kubeconfig["a"], p.Kubeconfig["b"]), 0o644); err != nil {
+	extra := strings.ReplaceAll(os.Getenv("STRAIT_KUBE_MEASURE_CLUSTERS"), `\n`, "\n")
+	if err := os.WriteFile(clusters, fmt.Appendf(nil, "clusters:\n  a: {kubeconfig: %s}\n  b: {kubeconfig: %s}\n%s\n", p.Kubeconfig["a"], p.Kubeconfig["b"], extra), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	for i, args := range strings.Split(runs, ";") {
@@ -48,8 +56,10 @@ func TestMeasureOnClusters(t *testing.T) {
 		}
 		dir := filepath.Join(out, fmt.Sprint(i))
 		t0, before, segs := time.Now(), loadavg(), p.tcpCounters(t)
+		stop := p.sampleSessions(t, dir)
 		cmd, log := labRun(t, p, bin, tmp, append(f, "--clusters", clusters, "--out", dir)...)
 		err := cmd.Wait()
+		stop()
 		t.Logf("strait lab run %s: %v (load %s before, %s after)\n%s", strings.Join(f, " "), time.Since(t0).Round(time.Second), before, loadavg(), log)
 		// What the nodes' own sockets (the gateways' sessions, the
 		// API servers) sent and resent meanwhile, and the gateways'
@@ -116,4 +126,49 @@ func (p *pair) tcpCounters(t *testing.T) map[string][2]int64 {
 		out[c] = n
 	}
 	return out
+}
+
+// sampleSessions writes, every half second until stop is called, each
+// node's gateway sessions (`ss -tin` on port 4443, with the time) to
+// ss-<cluster>.txt in dir.
+func (p *pair) sampleSessions(t *testing.T, dir string) (stop func()) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]*os.File{}
+	for _, c := range []string{"a", "b"} {
+		f, err := os.Create(filepath.Join(dir, "ss-"+c+".txt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[c] = f
+	}
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			for c, f := range files {
+				now := time.Now()
+				out, err := exec.Command("ip", "netns", "exec", p.nodeNetns(c), "ss", "-tinH", "state", "established", "( sport = :4443 or dport = :4443 )").CombinedOutput()
+				fmt.Fprintf(f, "@ %d.%06d %v\n%s", now.Unix(), now.Nanosecond()/1000, err, out)
+			}
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+		for _, f := range files {
+			if err := f.Close(); err != nil {
+				t.Error(err)
+			}
+		}
+	}
 }

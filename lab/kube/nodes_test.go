@@ -203,7 +203,8 @@ func labRun(t *testing.T, p *pair, bin, dir string, args ...string) (*exec.Cmd, 
 }
 
 // experiment is quickstart reduced to what a test measures quickly: lcl,
-// direct and strait, a few echoes on kept and on new connections.
+// direct and strait, a few echoes on kept and on new connections, and a
+// short bulk stream.
 const experiment = `name: kube-test
 topology:
   name: lab
@@ -220,6 +221,7 @@ workloads:
   - {name: echo, payloads: [1KB]}
   - {name: echo, payloads: [1KB], keepalive: false}
 load: {requests: 20, warmup: 2}
+throughput: {streams: [1], duration: 500ms}
 `
 
 // TestRunOnClusters runs an experiment on two real clusters the way a
@@ -318,7 +320,22 @@ func TestRunOnClusters(t *testing.T) {
 				}
 			}
 		}
-		for _, f := range []string{"report.html", "requests.csv", "summary.json", "table.txt"} {
+		// The bulk stream through each tool: strait load stream's JSON
+		// result, as the namespace lab keeps it.
+		for _, tool := range []string{"direct", "strait"} {
+			b, err := os.ReadFile(filepath.Join(dirs[0], "raw", "lcl-"+tool+"-stream-x1-r1.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var res load.StreamResult
+			if err := json.Unmarshal(b, &res); err != nil {
+				t.Fatal(err)
+			}
+			if res.Mode != "stream" || res.Bytes == 0 || res.Gbps <= 0 {
+				t.Errorf("%s stream: %+v, want bytes sent", tool, res)
+			}
+		}
+		for _, f := range []string{"report.html", "requests.csv", "summary.json", "table.txt", "throughput.json"} {
 			if st, err := os.Stat(filepath.Join(dirs[0], f)); err != nil || st.Size() == 0 {
 				t.Errorf("%s: %v (empty or missing)", f, err)
 			}

@@ -151,6 +151,24 @@ func preflight(ctx context.Context, c *conn, server, client bool, tools []string
 	return info, nil
 }
 
+// gatewayPort is the WAN port of the strait gateways of cluster c: the
+// container port named "wan" of strait-system/strait-gateway (deploy/),
+// whose sessions an emulated unit resets (ClusterMap.Sessions).
+func gatewayPort(ctx context.Context, c *conn) (uint16, error) {
+	d, err := c.cs.AppsV1().Deployments("strait-system").Get(ctx, "strait-gateway", metav1.GetOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("cluster %s: tool strait: get Deployment strait-system/strait-gateway: %w", c.name, err)
+	}
+	for _, ct := range d.Spec.Template.Spec.Containers {
+		for _, p := range ct.Ports {
+			if p.Name == "wan" && p.ContainerPort > 0 && p.ContainerPort < 65536 {
+				return uint16(p.ContainerPort), nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("cluster %s: tool strait: Deployment strait-system/strait-gateway has no container port named wan (deploy/gateway.yaml names it) to reset the gateways' sessions by; name it, or set sessions: keep in the clusters file", c.name)
+}
+
 // cniNames are DaemonSets (in kube-system or their own namespaces) that
 // name the CNI they run.
 var cniNames = []string{"cilium", "calico", "flannel", "weave", "kindnet", "antrea", "canal", "kube-router", "ovn", "multus"}

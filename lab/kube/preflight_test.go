@@ -49,7 +49,7 @@ func checkEmu(t *testing.T, clusters string, dir string, e Emulator, tools []str
 		scs = append(scs, sc)
 	}
 	return b.Check(context.Background(), run.BackendPlan{Server: "a/server", Client: "b/client", Scenarios: scs, Tools: tools,
-		Services: []tool.Service{{Name: "echo", Port: 8080}}})
+		Services: []run.BackendService{{Service: tool.Service{Name: "echo", Port: 8080}, Args: []string{"app", "echo"}}}})
 }
 
 func wantErr(t *testing.T, err error, want string) {

@@ -23,7 +23,6 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"github.com/strait-net/strait/lab/run"
-	"github.com/strait-net/strait/lab/tool"
 	"github.com/strait-net/strait/load"
 )
 
@@ -43,7 +42,7 @@ type unit struct {
 	b              *Backend
 	id, ns         string
 	server, client *conn
-	services       []tool.Service
+	services       []run.BackendService
 	applied        Applied
 	serverPod      *corev1.Pod
 	// detect: this unit finds the clusters' source addresses
@@ -134,7 +133,7 @@ func (u *unit) emulate(ctx context.Context, spec run.BackendUnitSpec) error {
 			other = u.client
 		}
 		remote := u.b.remote(other.name)
-		targets = append(targets, EmuTarget{Cluster: c.name, Config: c.cfg, Remote: remote})
+		targets = append(targets, EmuTarget{Cluster: c.name, Config: c.cfg, Remote: remote, ResetPorts: u.b.resetPorts})
 		for _, r := range remote {
 			applied.Remote[c.name] = append(applied.Remote[c.name], r.String())
 		}
@@ -194,13 +193,22 @@ func (b *Backend) remote(name string) []netip.Prefix {
 func (u *unit) createServer(ctx context.Context) error {
 	var containers []corev1.Container
 	for _, s := range u.services {
-		containers = append(containers, corev1.Container{
+		c := corev1.Container{
 			Name: s.Name, Image: u.b.opts.Clusters.Image,
-			Args:  []string{"app", s.Name, "--listen", net.JoinHostPort("0.0.0.0", strconv.Itoa(s.Port))},
+			Args:  append(append([]string{}, s.Args...), "--listen", net.JoinHostPort("0.0.0.0", strconv.Itoa(s.Port))),
 			Ports: []corev1.ContainerPort{{Name: portName(s.Name), ContainerPort: int32(s.Port)}},
 			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(int32(s.Port))}},
 				PeriodSeconds: 1},
-		})
+		}
+		if s.Stream {
+			// A probe's connection sends no handshake: the stream
+			// server would log a failed test every second for the
+			// unit's life. It listens within milliseconds of its
+			// start, and the runner checks it through every tool
+			// before measuring (lab/run's backendStreamHealth).
+			c.ReadinessProbe = nil
+		}
+		containers = append(containers, c)
 	}
 	if u.detect {
 		containers = append(containers, corev1.Container{
@@ -448,9 +456,16 @@ func (u *unit) direct(ctx context.Context) (map[string]string, string, error) {
 		}
 		return t
 	}
-	if mode == DirectAuto && len(u.services) > 0 {
+	// The probe is an HTTP request: to a workload, not the stream server.
+	probe := ""
+	for _, s := range u.services {
+		if !s.Stream && probe == "" {
+			probe = s.Name
+		}
+	}
+	if mode == DirectAuto && probe != "" {
 		mode = DirectNodePort
-		target := pod()[u.services[0].Name]
+		target := pod()[probe]
 		// A few tries: one lost SYN must not send a routed pair through
 		// NodePorts.
 		for i := 0; i < 3 && mode != DirectPod; i++ {

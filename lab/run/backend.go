@@ -1,7 +1,9 @@
 package run
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -45,7 +47,7 @@ type BackendPlan struct {
 	Server, Client string // the experiment's cluster/node ids
 	Scenarios      []scenario.Scenario
 	Tools          []string
-	Services       []tool.Service
+	Services       []BackendService
 }
 
 // BackendUnitSpec is one unit: ID is unique within the run and stable
@@ -53,7 +55,22 @@ type BackendPlan struct {
 type BackendUnitSpec struct {
 	ID       string
 	Scenario scenario.Scenario
-	Services []tool.Service
+	Services []BackendService
+}
+
+// BackendService is a server a unit runs where the workloads run, as the
+// namespace lab runs it on the server node: a workload's app, or the
+// throughput measurement's stream server.
+type BackendService struct {
+	tool.Service
+	// Args are strait's arguments that start it, without the
+	// `--listen HOST:PORT` the backend adds: ["app", "echo"],
+	// ["load", "stream-server"].
+	Args []string
+	// Stream marks the stream server: it speaks package load's stream
+	// handshake, not HTTP, and logs a failed test for every connection
+	// that sends none (a TCP readiness probe's, say).
+	Stream bool
 }
 
 // BackendUnit is one unit's workloads, ready to be measured.
@@ -72,6 +89,8 @@ type BackendUnit interface {
 // checkBackend refuses the parts of an experiment a backend cannot run:
 // the runner measures them with processes on this host (usage, iperf3,
 // soak's sampling) or has not been taught to run them remotely yet.
+// Throughput runs: its client is `strait load stream`, run where the load
+// generator runs like `strait load seq`.
 func checkBackend(e *Experiment) error {
 	var parts []string
 	if e.Rate != nil {
@@ -83,26 +102,22 @@ func checkBackend(e *Experiment) error {
 	if e.Soak != nil {
 		parts = append(parts, "soak")
 	}
-	if tp := e.Throughput; tp != nil {
-		for _, sc := range e.scenarios {
-			if len(tp.cells(sc.Name, "direct")) > 0 {
-				parts = append(parts, "throughput (in scenario "+sc.Name+")")
-				break
-			}
-		}
-	}
 	if len(parts) > 0 {
-		return fmt.Errorf("runs on clusters measure workloads only; the experiment also has %s (narrow it with --scenarios, or run it in the namespace lab)", strings.Join(parts, ", "))
+		return fmt.Errorf("runs on clusters measure workloads and throughput only; the experiment also has %s (run it in the namespace lab)", strings.Join(parts, ", "))
 	}
 	return nil
 }
 
-// backendServices are the workload servers a unit runs, on the namespace
-// lab's ports.
-func backendServices(e *Experiment) []tool.Service {
-	var services []tool.Service
+// backendServices are the servers a unit runs, on the namespace lab's
+// ports: the workloads' apps, and the stream server where the experiment
+// measures throughput (as the namespace lab starts it: in every unit).
+func backendServices(e *Experiment) []BackendService {
+	var services []BackendService
 	for _, name := range e.servedWorkloads() {
-		services = append(services, tool.Service{Name: name, Port: workloadPorts[name]})
+		services = append(services, BackendService{Service: tool.Service{Name: name, Port: workloadPorts[name]}, Args: []string{"app", name}})
+	}
+	if e.Throughput != nil {
+		services = append(services, BackendService{Service: tool.Service{Name: streamService, Port: streamPort}, Args: []string{"load", "stream-server"}, Stream: true})
 	}
 	return services
 }
@@ -162,8 +177,113 @@ func (r *runner) backendUnit(ctx context.Context, u unit) (err error) {
 					u.id(), cell.Tool, cell.Workload, report.FormatSize(cell.Payload), s.Count, s.Errors, s.IQRMeanMS, s.MedianMS, s.P99MS)
 			}
 		}
+		if err := r.backendThroughput(ctx, bu, name, targets, u); err != nil {
+			return err
+		}
 	}
 	return os.WriteFile(r.donePath(u), nil, 0o644)
+}
+
+// backendThroughput is measureTool's throughput part through the backend's
+// load generator: `strait load stream` with the namespace lab's arguments,
+// its JSON result from the standard output into raw/ (the file the
+// namespace lab's --json writes), the same summary line. The backend
+// measures no processes' CPU, so the cells have no usage ("not measured"
+// in the report).
+func (r *runner) backendThroughput(ctx context.Context, bu BackendUnit, toolName string, targets map[string]string, u unit) error {
+	tp := r.e.Throughput
+	if tp == nil {
+		return nil
+	}
+	cells := tp.cells(u.scenario.Name, toolName)
+	if len(cells) == 0 {
+		return nil
+	}
+	target, ok := targets[streamService]
+	if !ok {
+		return fmt.Errorf("tool %s gave no address for %s", toolName, streamService)
+	}
+	// The namespace lab retries a refused connection while its stream
+	// server starts; here the server may also still be on its way
+	// through the tool (an export being imported), so it must answer a
+	// short request/response test first, as the workloads answer their
+	// health check.
+	if err := r.backendStreamHealth(ctx, bu, target); err != nil {
+		return fmt.Errorf("tool %s: %s not reachable at %s: %w", toolName, streamService, target, err)
+	}
+	for _, c := range cells {
+		out, err := bu.Load(ctx, append(r.streamArgs(c, target), "--json", "-"))
+		if err != nil {
+			return fmt.Errorf("tool %s: stream %+v: %w", toolName, c, err)
+		}
+		res, raw, err := decodeStreamOutput(out)
+		if err != nil {
+			return fmt.Errorf("tool %s: stream %+v: load stream output: %w", toolName, c, err)
+		}
+		path := throughputPath(r.dir, c, u.rep)
+		// Renamed only when complete, so a resumed run never reads half a file.
+		if err := os.WriteFile(path+".tmp", raw, 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(path+".tmp", path); err != nil {
+			return err
+		}
+		r.printThroughput(u, toolName, c, res)
+	}
+	return nil
+}
+
+// backendStreamHealth is backendHealth for the stream server.
+func (r *runner) backendStreamHealth(ctx context.Context, bu BackendUnit, target string) error {
+	var last error
+	for i := 0; i < 50; i++ {
+		_, last = bu.Load(ctx, []string{"stream", "--server", target, "--rr", "64", "--duration", "50ms", "--connect-timeout", "2s"})
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return last
+}
+
+// decodeStreamOutput takes the JSON result from what `strait load stream
+// --json -` printed: its table, then the result (an indented object, so
+// the first line that starts with '{' starts it). raw is the JSON as
+// --json FILE writes it.
+func decodeStreamOutput(out []byte) (res *load.StreamResult, raw []byte, err error) {
+	start := 0
+	if !bytes.HasPrefix(out, []byte("{")) {
+		i := bytes.Index(out, []byte("\n{"))
+		if i < 0 {
+			return nil, nil, fmt.Errorf("no JSON result in %q", abbreviate(out))
+		}
+		start = i + 1
+	}
+	raw = out[start:]
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	res = &load.StreamResult{}
+	if err := dec.Decode(res); err != nil {
+		return nil, nil, fmt.Errorf("JSON result: %w", err)
+	}
+	if rest := bytes.TrimSpace(raw[dec.InputOffset():]); len(rest) > 0 {
+		return nil, nil, fmt.Errorf("JSON result: %q follows it", abbreviate(rest))
+	}
+	if res.Mode != "stream" && res.Mode != "rr" {
+		return nil, nil, fmt.Errorf("JSON result: mode %q, want stream or rr", res.Mode)
+	}
+	return res, raw, nil
+}
+
+// abbreviate keeps an error message about a tool's output short.
+func abbreviate(b []byte) string {
+	if len(b) > 200 {
+		return string(b[:200]) + "…"
+	}
+	return string(b)
 }
 
 // backendHealth is healthCheck through the backend's load generator.

@@ -53,12 +53,13 @@ func TestBackendRefusals(t *testing.T) {
 	if _, err := Run(context.Background(), e, Options{OutDir: out, Backend: b}); err == nil || !strings.Contains(err.Error(), "cluster b: unreachable") || !b.checked {
 		t.Fatalf("a failed preflight: got %v (checked %v)", err, b.checked)
 	}
-	tp, err := Parse([]byte(strings.Replace(backendExperiment, "load: {requests: 3}", "load: {requests: 3}\nthroughput: {streams: [1]}", 1)), "builtin")
+	rt, err := Parse([]byte(strings.Replace(backendExperiment, "load: {requests: 3}", "load: {requests: 3}\nrate: {rps: 10, duration: 1s, workloads: [{name: echo, payloads: [1KB]}]}", 1)), "builtin")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Run(context.Background(), tp, Options{OutDir: out, Backend: &refusingBackend{}}); err == nil || !strings.Contains(err.Error(), "throughput (in scenario lcl)") {
-		t.Fatalf("throughput on a backend: got %v", err)
+	rb := &refusingBackend{}
+	if _, err := Run(context.Background(), rt, Options{OutDir: out, Backend: rb}); err == nil || !strings.Contains(err.Error(), "the experiment also has rate") || rb.checked {
+		t.Fatalf("rate on a backend: got %v (preflight asked: %v)", err, rb.checked)
 	}
 	if entries, _ := os.ReadDir(out); len(entries) != 0 {
 		t.Errorf("refused runs left %s", filepath.Join(out, entries[0].Name()))
@@ -87,7 +88,7 @@ func (b *localBackend) Unit(_ context.Context, u BackendUnitSpec) (BackendUnit, 
 	b.targets = map[string]string{}
 	for _, s := range u.Services {
 		addr := testenv.FreeAddr(b.t)
-		testenv.Start(b.t, b.bin, "app", s.Name, "--listen", addr)
+		testenv.Start(b.t, b.bin, append(s.Args, "--listen", addr)...)
 		b.targets[s.Name] = addr
 	}
 	return b, nil
@@ -196,4 +197,102 @@ func TestComposePathRun(t *testing.T) {
 	if len(md.Scenarios) != 1 || !maps.Equal(md.Scenarios[0], want) {
 		t.Errorf("metadata.json scenarios %v, want [%v]", md.Scenarios, want)
 	}
+}
+
+// TestBackendThroughput: a throughput section runs through a Backend as in
+// the namespace lab: the stream server among the unit's services, `strait
+// load stream` by the backend's load generator after the workloads' cells,
+// its JSON result in raw/, throughput.json and the table written.
+func TestBackendThroughput(t *testing.T) {
+	exp := strings.Replace(strings.Replace(backendExperiment, "tools: [direct, installed]", "tools: [direct]", 1),
+		"load: {requests: 3}", "load: {requests: 3}\nthroughput: {streams: [1, 2], duration: 300ms, rr: [64]}", 1)
+	e, err := Parse([]byte(exp), "builtin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &localBackend{t: t, bin: testenv.StraitBinary(t)}
+	res, err := Run(context.Background(), e, Options{OutDir: t.TempDir(), Backend: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := b.targets[streamService]; !ok {
+		t.Fatalf("the unit's services %v have no %s server", b.targets, streamService)
+	}
+	for _, c := range e.Throughput.cells("lcl", "direct") {
+		got, err := readResult[load.StreamResult](throughputPath(res.Dir, c, 1))
+		if err != nil {
+			t.Fatalf("%+v: %v", c, err)
+		}
+		switch {
+		case c.RR > 0 && (got.Mode != "rr" || got.Transactions == 0 || got.Parallel != c.Streams):
+			t.Errorf("%+v: result %+v, want rr transactions on %d connections", c, got, c.Streams)
+		case c.RR == 0 && (got.Mode != "stream" || got.Bytes == 0 || got.Parallel != c.Streams):
+			t.Errorf("%+v: result %+v, want bytes on %d streams", c, got, c.Streams)
+		}
+	}
+	var sums []map[string]any
+	raw, err := os.ReadFile(filepath.Join(res.Dir, "throughput.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &sums); err != nil {
+		t.Fatal(err)
+	}
+	if len(sums) != 4 {
+		t.Errorf("throughput.json has %d cells, want bulk and rr × 1 and 2 streams: %s", len(sums), raw)
+	}
+	table, err := os.ReadFile(filepath.Join(res.Dir, "table.txt"))
+	if err != nil || !strings.Contains(string(table), "mean Gbit/s") {
+		t.Errorf("table.txt has no throughput table (%v):\n%s", err, table)
+	}
+}
+
+// TestDecodeStreamOutput: the result is found after `strait load stream`'s
+// table, and anything else is an error saying what was there.
+func TestDecodeStreamOutput(t *testing.T) {
+	const result = "{\n  \"mode\": \"stream\",\n  \"gbit_s\": 1.5,\n  \"parallel\": 1\n}\n"
+	for _, tc := range []struct {
+		name, out, err string
+	}{
+		{"table then result", "stream client-to-server, 1 stream(s), 2s, cc bbr\nstream  bytes\n1  10\n" + result, ""},
+		{"result alone", result, ""},
+		{"no result", "stream client-to-server\n", "no JSON result"},
+		{"truncated", "table\n{\n  \"mode\": \"stream\",", "JSON result"},
+		{"trailing", "table\n" + result + "more\n", "follows it"},
+		{"not a stream result", "table\n{\"mode\": \"seq\"}\n", `mode "seq"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, raw, err := decodeStreamOutput([]byte(tc.out))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("got %v, want an error with %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Gbps != 1.5 || string(raw) != result {
+				t.Errorf("result %+v, raw %q; want 1.5 Gbit/s and the JSON as printed", res, raw)
+			}
+		})
+	}
+}
+
+// FuzzDecodeStreamOutput: whatever a load generator prints, decoding it
+// fails cleanly or yields a result whose raw JSON decodes alone.
+func FuzzDecodeStreamOutput(f *testing.F) {
+	f.Add([]byte("stream x\n{\"mode\": \"stream\", \"bytes\": 3}\n"))
+	f.Add([]byte("{\"mode\": \"rr\"}"))
+	f.Add([]byte("a\n{\n"))
+	f.Fuzz(func(t *testing.T, out []byte) {
+		res, raw, err := decodeStreamOutput(out)
+		if err != nil {
+			return
+		}
+		var again load.StreamResult
+		if err := json.Unmarshal(raw, &again); err != nil || again.Mode != res.Mode {
+			t.Fatalf("raw %q does not decode to the result (%v)", raw, err)
+		}
+	})
 }

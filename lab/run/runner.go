@@ -561,11 +561,7 @@ func (r *runner) measureTool(ctx context.Context, t tool.Tool, env tool.Env, u u
 			if _, err := uw.close(throughputPath(r.dir, c, u.rep), bytes, requests); err != nil {
 				return err
 			}
-			if c.RR > 0 {
-				r.printf("  %-10s %-9s rr %-5d ×%-3d %10.1f transactions/s\n", u.id(), t.Name(), c.RR, c.Streams, res.TPS)
-				continue
-			}
-			r.printf("  %-10s %-9s stream  ×%-3d %8.3f Gbit/s  (%d retransmits, cc %s)\n", u.id(), t.Name(), c.Streams, res.Gbps, res.Retransmits, res.CC)
+			r.printThroughput(u, t.Name(), c, res)
 		}
 	}
 	return nil

@@ -42,16 +42,9 @@ func (tp *Throughput) cells(scenario, tool string) []report.ThroughputCell {
 // tool. The stream server may still be starting, so a refused connection
 // is retried briefly; any other failure is the tool's.
 func (r *runner) measureThroughput(ctx context.Context, env tool.Env, target string, cell report.ThroughputCell, rep int) (*load.StreamResult, error) {
-	tp := r.e.Throughput
 	path := throughputPath(r.dir, cell, rep)
-	args := []string{r.opts.Binary, "load", "stream", "--server", target,
-		"--parallel", strconv.Itoa(cell.Streams), "--duration", tp.duration.String(), "--json", path + ".tmp"}
-	switch {
-	case cell.RR > 0:
-		args = append(args, "--rr", strconv.Itoa(cell.RR))
-	case tp.Reverse:
-		args = append(args, "--reverse")
-	}
+	args := append([]string{r.opts.Binary, "load"}, r.streamArgs(cell, target)...)
+	args = append(args, "--json", path+".tmp")
 	var last error
 	for attempt := 0; attempt < 20; attempt++ {
 		cmd, err := env.Lab.Command(ctx, env.Client.ID, args...)
@@ -78,6 +71,29 @@ func (r *runner) measureThroughput(ctx context.Context, env tool.Env, target str
 		}
 	}
 	return nil, last
+}
+
+// streamArgs are `strait load`'s arguments for one cell, without --json:
+// the namespace lab and a Backend run the same.
+func (r *runner) streamArgs(cell report.ThroughputCell, target string) []string {
+	tp := r.e.Throughput
+	args := []string{"stream", "--server", target, "--parallel", strconv.Itoa(cell.Streams), "--duration", tp.duration.String()}
+	switch {
+	case cell.RR > 0:
+		args = append(args, "--rr", strconv.Itoa(cell.RR))
+	case tp.Reverse:
+		args = append(args, "--reverse")
+	}
+	return args
+}
+
+// printThroughput is a throughput cell's progress line.
+func (r *runner) printThroughput(u unit, toolName string, c report.ThroughputCell, res *load.StreamResult) {
+	if c.RR > 0 {
+		r.printf("  %-10s %-9s rr %-5d ×%-3d %10.1f transactions/s\n", u.id(), toolName, c.RR, c.Streams, res.TPS)
+		return
+	}
+	r.printf("  %-10s %-9s stream  ×%-3d %8.3f Gbit/s  (%d retransmits, cc %s)\n", u.id(), toolName, c.Streams, res.Gbps, res.Retransmits, res.CC)
 }
 
 // aggregateThroughput reads every finished throughput file.

@@ -20,6 +20,7 @@ import (
 	"net/netip"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,6 +42,11 @@ type Target struct {
 	Config  *rest.Config   // how to reach the cluster's API server
 	Nodes   []string       // nodes to emulate on; empty = every Linux node
 	Remote  []netip.Prefix // destinations in the other cluster(s): node IPs, pod and service CIDRs
+	// ResetPorts: once a node's emulation is in place, its TCP connections
+	// toward Remote with a local or peer port among these are ended
+	// (nodeemu.ResetConnections), so that long-lived ones (strait
+	// gateways' sessions) start over on the emulated path.
+	ResetPorts []uint16
 }
 
 // Image is the image the DaemonSet runs (README, "Kubernetes"; docs/k8s-nodes.md).
@@ -127,6 +133,13 @@ func Apply(ctx context.Context, run string, targets []Target, p emulation.Params
 		}
 		args := []string{"lab", "node-emulate", "--run", run, "--remote", strings.Join(remote, ","),
 			"--emulation", string(spec), "--ready", readyFile}
+		if len(s.t.ResetPorts) > 0 {
+			var ports []string
+			for _, port := range s.t.ResetPorts {
+				ports = append(ports, strconv.Itoa(int(port)))
+			}
+			args = append(args, "--reset-ports", strings.Join(ports, ","))
+		}
 		if err := s.create(ctx, run, s.ds, component, args); err != nil {
 			return fail(err)
 		}

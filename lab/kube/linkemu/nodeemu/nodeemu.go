@@ -62,6 +62,12 @@ type Config struct {
 	Remote []netip.Prefix // destinations whose traffic is impaired
 	Params emulation.Params
 	Seed   uint64 // of the userspace emulator; 0 = random
+	// ResetPorts, once the emulation is in place and before Ready is
+	// written, ends this node's TCP connections toward Remote whose
+	// local or peer port is one of them (ResetConnections: e.g. strait
+	// gateways' sessions, which would otherwise carry what they learnt
+	// of the path before the emulation).
+	ResetPorts []uint16
 	// Ready, if set, is written (atomically) once the emulation is in place
 	// and removed when it is gone.
 	Ready  string
@@ -208,6 +214,16 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 		log.Info("emulation in place", "interface", p.iface.Attrs().Name, "backend", p.backend,
 			"via", p.a+">"+p.b, "remote", cfg.Remote, "params", cfg.Params.String())
+	}
+	if len(cfg.ResetPorts) > 0 {
+		// A failure leaves the emulation as good as without the reset:
+		// logged, not fatal.
+		ended, err := ResetConnections(cfg.Remote, cfg.ResetPorts)
+		if err != nil {
+			log.Warn("connections toward remote not reset: they keep what they learnt of the path before the emulation", "ports", cfg.ResetPorts, "ended", ended, "err", err)
+		} else {
+			log.Info("connections toward remote reset", "ports", cfg.ResetPorts, "ended", ended)
+		}
 	}
 	if cfg.Ready != "" {
 		if err := writeFile(cfg.Ready, string(backend)+"\n"); err != nil {

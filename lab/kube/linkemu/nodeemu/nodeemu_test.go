@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -18,8 +19,10 @@ import (
 // TestNodeAgent runs `strait lab node-emulate` in a namespace standing for a
 // node, joined by a veth to one standing for the other cluster, and checks
 // it with ping: the userspace backend adds its delay to the round trip
-// (egress only: once), SIGTERM takes everything away; the tbf backend's
-// veth pair, left by a SIGKILLed agent, goes with Clean.
+// (egress only: once), --reset-ports ends the connections across the link
+// on those ports (both ways) before it reports ready and no others, SIGTERM
+// takes everything away; the tbf backend's veth pair, left by a SIGKILLed
+// agent, goes with Clean.
 func TestNodeAgent(t *testing.T) {
 	testenv.RequireRoot(t)
 	for _, c := range []string{"ping", "bpftool"} {
@@ -48,9 +51,9 @@ func TestNodeAgent(t *testing.T) {
 	run := testenv.UniqueName("nodeemu-test-")
 	ready := filepath.Join(t.TempDir(), "ready")
 
-	agent := func(spec string) *exec.Cmd {
-		cmd := exec.Command("ip", "netns", "exec", node, bin, "lab", "node-emulate", "--run", run,
-			"--remote", "10.77.0.2/32,192.0.2.0/24", "--emulation", spec, "--ready", ready)
+	agent := func(spec string, extra ...string) *exec.Cmd {
+		cmd := exec.Command("ip", append([]string{"netns", "exec", node, bin, "lab", "node-emulate", "--run", run,
+			"--remote", "10.77.0.2/32,192.0.2.0/24", "--emulation", spec, "--ready", ready}, extra...)...)
 		var out strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
@@ -75,7 +78,46 @@ func TestNodeAgent(t *testing.T) {
 		}
 	}
 
-	cmd := agent(`{"delay":"5ms"}`)
+	// Long-lived connections across the link, opened before the
+	// emulation: the node's to the peer's port 7101, the peer's to the
+	// node's dual-stack listener on 7102 (an IPv6 socket with IPv4-mapped
+	// addresses, as the gateways' accepted sessions are), both to be
+	// ended by --reset-ports; and the node's to the peer's 7103, to be
+	// left alone.
+	testenv.Start(t, "ip", "netns", "exec", peer, bin, "app", "echo", "--listen", "10.77.0.2:7101")
+	testenv.Start(t, "ip", "netns", "exec", peer, bin, "app", "echo", "--listen", "10.77.0.2:7103")
+	testenv.Start(t, "ip", "netns", "exec", node, bin, "app", "echo", "--listen", "[::]:7102")
+	for _, c := range []struct{ netns, url string }{{node, "http://10.77.0.2:7101/"}, {peer, "http://10.77.0.1:7102/"}, {node, "http://10.77.0.2:7103/"}} {
+		testenv.Start(t, "ip", "netns", "exec", c.netns, bin, "load", "seq", "--url", c.url, "--requests", "100000", "--think", "200ms")
+	}
+	filters := map[string]string{"7101": "dport = :7101", "7102": "sport = :7102", "7103": "dport = :7103"}
+	opened := map[string][]string{}
+	deadline := time.Now().Add(time.Minute)
+	for port, f := range filters {
+		for len(opened[port]) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("no connection on port %s after a minute", port)
+			}
+			time.Sleep(50 * time.Millisecond)
+			opened[port] = sockets(t, node, f)
+		}
+	}
+	cmd := agent(`{"delay":"5ms"}`, "--reset-ports", "7101,7102")
+	for port, f := range filters {
+		now := sockets(t, node, f)
+		kept := 0
+		for _, s := range opened[port] {
+			if slices.Contains(now, s) {
+				kept++
+			}
+		}
+		switch {
+		case port == "7103" && kept != len(opened[port]):
+			t.Errorf("port %s, not to be reset: %d of the connections %v left, now %v", port, kept, opened[port], now)
+		case port != "7103" && kept != 0:
+			t.Errorf("port %s, reset: %d of the connections %v left, now %v", port, kept, opened[port], now)
+		}
+	}
 	if got := minRTT(t, node); got < base+4.5 {
 		t.Errorf("rtt min %.3f ms with 5 ms on the node's egress, baseline %.3f", got, base)
 	}
@@ -126,4 +168,17 @@ func minRTT(t *testing.T, netns string) float64 {
 	}
 	sort.Float64s(v)
 	return v[0]
+}
+
+// sockets lists the established TCP connections of netns that filter (an
+// ss filter) matches, by their socket cookie.
+func sockets(t *testing.T, netns, filter string) []string {
+	t.Helper()
+	var out []string
+	for _, f := range strings.Fields(testenv.Run(t, "ip", "netns", "exec", netns, "ss", "-tnHe", "state", "established", "( "+filter+" )")) {
+		if strings.HasPrefix(f, "sk:") {
+			out = append(out, f)
+		}
+	}
+	return out
 }
