@@ -95,7 +95,16 @@ type pump struct {
 	lead   writeLead
 	dep    *departures
 	depOff int64
+
+	// trace, if set before run, sees every packet written (tests only).
+	trace func(pkt []byte, t traced)
 }
+
+// traced is what the engine knows of a packet it wrote, by its clock:
+// when the kernel queued it on the source device, its release, the lead
+// it was handed over with, when its Write started, when it entered the
+// receiving stack (0: not stamped) and when the Write returned.
+type traced struct{ arrival, release, lead, start, entered, end int64 }
 
 // runningMedian follows the typical value of a stream of latencies: it
 // moves toward each sample by an eighth of the gap, by at least 0.5 µs and
@@ -326,7 +335,7 @@ func (p *pump) enqueue(now int64, bufs [][]byte, sizes []int) {
 			limited++
 			continue
 		}
-		p.q.push(entry{buf: bufs[i], n: size, release: release})
+		p.q.push(entry{buf: bufs[i], n: size, release: release, arrival: now})
 		bufs[i] = p.getBuf()
 	}
 	wake := p.waiting && p.q.len() > 0
@@ -424,7 +433,8 @@ func (p *pump) deliver(w *writer) error {
 	var late uint64
 	// A packet is late when it is handed over more than OnTimeSlack after
 	// its release less the lead: it then enters the stack that late.
-	now := p.now() + p.lead.get()
+	lead := p.lead.get()
+	now := p.now() + lead
 	for j, e := range w.due {
 		if now-e.release > int64(OnTimeSlack) {
 			late++
@@ -443,11 +453,19 @@ func (p *pump) deliver(w *writer) error {
 	}
 	start := p.now()
 	_, err := p.dst.Write(w.out, Headroom)
+	var entered int64
 	if p.dep != nil && len(w.due) == 1 && p.dep.count() == before+1 {
 		// One packet, delivered by this Write: its cost is clean. (A
 		// batch's first packet also waits for the coalescing of the
 		// rest.)
-		p.lead.observe(p.dep.at(before) + p.depOff - start)
+		entered = p.dep.at(before) + p.depOff
+		p.lead.observe(entered - start)
+	}
+	if p.trace != nil {
+		end := p.now()
+		for _, e := range w.due {
+			p.trace(e.buf[Headroom:Headroom+e.n], traced{e.arrival, e.release, lead, start, entered, end})
+		}
 	}
 	p.c.batches.Add(1)
 	// Write may have exchanged the slices between indexes; they are all
