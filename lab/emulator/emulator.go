@@ -227,7 +227,7 @@ func Run(ctx context.Context, cfg Config) error {
 				"packets_out", s.PacketsOut, "bytes_out", s.BytesOut,
 				"dropped_loss", s.DroppedLoss, "dropped_limit", s.DroppedLimit,
 				"read_errors", s.ReadErrors, "write_errors", s.WriteErrors, "batches", s.Batches,
-				"on_time", s.OnTime, "late", s.Late, "unstamped", s.Unstamped,
+				"on_time", s.OnTime, "late", s.Late, "direct", s.Direct, "unstamped", s.Unstamped,
 				"write_lead", time.Duration(e.pumps[2*i+j].lead.get()))
 		}
 	}

@@ -25,6 +25,9 @@ type Stats struct {
 	// others: a busy host's stalls show here (see docs/topology.md,
 	// "Accuracy").
 	OnTime, Late uint64
+	// Direct counts the packets the reader wrote itself because they were
+	// due when it read them and nothing waited before them (see enqueue).
+	Direct uint64
 	// Unstamped counts the reads from a TUN device dated by when the
 	// reader got to them, because the stamping filter could not be
 	// attached (see arrivals): their delay starts up to the reader's
@@ -41,7 +44,7 @@ type counters struct {
 	droppedLoss, droppedLimit                atomic.Uint64
 	readErrors, writeErrors, batches         atomic.Uint64
 	onTime, late                             atomic.Uint64
-	unstamped                                atomic.Uint64
+	direct, unstamped                        atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -51,7 +54,7 @@ func (c *counters) snapshot() Stats {
 		DroppedLoss: c.droppedLoss.Load(), DroppedLimit: c.droppedLimit.Load(),
 		ReadErrors: c.readErrors.Load(), WriteErrors: c.writeErrors.Load(),
 		Batches: c.batches.Load(), OnTime: c.onTime.Load(), Late: c.late.Load(),
-		Unstamped: c.unstamped.Load(),
+		Direct: c.direct.Load(), Unstamped: c.unstamped.Load(),
 	}
 }
 
@@ -96,6 +99,10 @@ type pump struct {
 	dep    *departures
 	depOff int64
 
+	// writing says that a Write into dst is under way or about to be,
+	// by the writer or by the reader (see enqueue): Write is called by
+	// one goroutine at a time, and packets leave in queue order.
+	writing bool
 	// trace, if set before run, sees every packet written (tests only).
 	trace func(pkt []byte, t traced)
 }
@@ -144,8 +151,14 @@ func newPump(src, dst Device, sh *shaper, mtu int, now clock) (*pump, error) {
 	return p, nil
 }
 
-// run forwards until stop is called and src is closed.
+// run forwards until stop is called and src is closed. Both the reader
+// and the writer may write into dst (see enqueue), so both share the
+// departure stamps, held until both have returned.
 func (p *pump) run() {
+	if dep := departuresOf(p.dst); dep != nil && dep.acquire() {
+		p.dep, p.depOff = dep, monoOffset(p.now)
+		defer dep.release()
+	}
 	var wg sync.WaitGroup
 	wg.Go(p.readLoop)
 	wg.Go(p.writeLoop)
@@ -199,6 +212,7 @@ func (p *pump) readLoop() {
 	wait, date, done := p.readWaiter()
 	defer done()
 	bs := p.src.BatchSize()
+	direct := newWriter(p.dst.BatchSize())
 	bufs := make([][]byte, bs)
 	sizes := make([]int, bs)
 	for i := range bufs {
@@ -210,8 +224,9 @@ func (p *pump) readLoop() {
 			return
 		}
 		n, err := p.src.Read(bufs, sizes, Headroom)
-		if n > 0 {
-			p.enqueue(date(bufs[0][Headroom:Headroom+sizes[0]]), bufs[:n], sizes[:n])
+		if n > 0 && p.enqueue(date(bufs[0][Headroom:Headroom+sizes[0]]), bufs[:n], sizes[:n], direct) {
+			// dst closed: the reader goes on until src is.
+			_ = p.deliver(direct)
 		}
 		if err == nil {
 			failures = 0
@@ -318,15 +333,36 @@ func (p *pump) readWaiter() (wait func() bool, date func(first []byte) int64, do
 	return wait, date, done
 }
 
-// enqueue decides the fate of a batch read at now and takes ownership of
-// the buffers of the packets it keeps, replacing them in bufs.
-func (p *pump) enqueue(now int64, bufs [][]byte, sizes []int) {
+// enqueue decides the fate of a batch that arrived at arrival and takes
+// ownership of the buffers of the packets it keeps, replacing them in bufs.
+//
+// With direct, packets due already (their release less the writer's lead
+// has passed: a direction without delay, or one whose delay is shorter
+// than the reader's wake-up) go into direct.due instead of the queue when
+// nothing is queued before them and no Write is under way, and enqueue
+// reports true: the caller must deliver them at once. Handing them to the
+// idle writer would add a second thread wake-up, as long as a veth hop on
+// this kind of VM (see docs/topology.md, "Accuracy"), to a packet that is
+// late already. Order holds: later packets queue behind the ones being
+// written, and the writer waits for that Write to finish.
+func (p *pump) enqueue(arrival int64, bufs [][]byte, sizes []int, direct *writer) bool {
 	var bytes uint64
 	var lost, limited uint64
 	p.mu.Lock()
+	// open: the packets may still go direct; it closes for good at the
+	// first packet that has to wait.
+	open := direct != nil && p.q.len() == 0 && !p.writing
+	var now int64
+	if direct != nil {
+		direct.due = direct.due[:0]
+	}
+	if open {
+		now = p.now()
+	}
+	held := p.q.len()
 	for i, size := range sizes {
 		bytes += uint64(size)
-		release, v := p.sh.admit(now, size, p.q.len())
+		release, v := p.sh.admit(arrival, size, held)
 		switch v {
 		case dropLoss:
 			lost++
@@ -335,10 +371,24 @@ func (p *pump) enqueue(now int64, bufs [][]byte, sizes []int) {
 			limited++
 			continue
 		}
-		p.q.push(entry{buf: bufs[i], n: size, release: release, arrival: now})
+		e := entry{buf: bufs[i], n: size, release: release, arrival: arrival}
+		if open && len(direct.due) < cap(direct.due) && dueOnArrival(release, p.lead.get(), now) {
+			direct.due = append(direct.due, e)
+		} else {
+			open = false
+			p.q.push(e)
+		}
+		held++
 		bufs[i] = p.getBuf()
 	}
-	wake := p.waiting && p.q.len() > 0
+	writeNow := direct != nil && len(direct.due) > 0
+	if writeNow {
+		p.writing = true
+		p.c.direct.Add(uint64(len(direct.due)))
+	}
+	// While a Write is under way, the one who writes wakes the writer
+	// when it is done (see deliver).
+	wake := p.waiting && p.q.len() > 0 && !p.writing
 	p.waiting = p.waiting && !wake
 	p.mu.Unlock()
 	if wake {
@@ -352,7 +402,12 @@ func (p *pump) enqueue(now int64, bufs [][]byte, sizes []int) {
 	if limited > 0 {
 		p.c.droppedLimit.Add(limited)
 	}
+	return writeNow
 }
+
+// dueOnArrival reports whether a packet released at release is due at
+// now, when the writer hands packets over lead ahead of their release.
+func dueOnArrival(release, lead, now int64) bool { return release-lead <= now }
 
 func (p *pump) writeLoop() {
 	// Go timers round sub-millisecond sleeps up to about 0.8 ms; nanosleep
@@ -360,15 +415,13 @@ func (p *pump) writeLoop() {
 	lockThread()
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 	p.calibrate()
-	if dep := departuresOf(p.dst); dep != nil && dep.acquire() {
-		p.dep, p.depOff = dep, monoOffset(p.now)
-		defer dep.release()
-	}
 
 	w := newWriter(p.dst.BatchSize())
 	for {
 		p.mu.Lock()
-		for p.q.len() == 0 && !p.stopped {
+		// While the reader writes due packets itself, the writer waits
+		// for it (deliver wakes it), so packets leave in order.
+		for (p.q.len() == 0 || p.writing) && !p.stopped {
 			p.waiting = true
 			p.mu.Unlock()
 			p.await(-1)
@@ -385,6 +438,7 @@ func (p *pump) writeLoop() {
 			p.sleep(d)
 			continue
 		}
+		p.writing = true
 		p.collect(now+releaseAhead, w)
 		p.mu.Unlock()
 		if err := p.deliver(w); err != nil {
@@ -425,8 +479,9 @@ func (p *pump) collect(now int64, w *writer) {
 }
 
 // deliver writes w.due to dst in one batch and recycles the packet
-// buffers; it counts each packet on time or late against its release. It
-// returns an error only when dst is closed.
+// buffers; it counts each packet on time or late against its release. The
+// caller set p.writing; deliver clears it and wakes the writer if packets
+// wait behind this Write. It returns an error only when dst is closed.
 func (p *pump) deliver(w *writer) error {
 	w.out = w.out[:0]
 	var bytes uint64
@@ -478,7 +533,13 @@ func (p *pump) deliver(w *writer) error {
 		p.free = append(p.free, w.due[i].buf)
 		w.due[i] = entry{}
 	}
+	p.writing = false
+	wake := p.waiting && p.q.len() > 0
+	p.waiting = p.waiting && !wake
 	p.mu.Unlock()
+	if wake {
+		p.signal()
+	}
 	if err != nil {
 		if errClosed(err) {
 			return err

@@ -116,7 +116,7 @@ func TestUntilDueLead(t *testing.T) {
 	}
 	defer unix.Close(p.wake)
 	bufs, sizes := [][]byte{make([]byte, p.bufSize)}, []int{64}
-	p.enqueue(1000*us, bufs, sizes) // released at 1500 µs
+	p.enqueue(1000*us, bufs, sizes, nil) // released at 1500 µs
 	now = 1400 * us
 	if got := p.untilDue(now); got != 100*us {
 		t.Fatalf("no lead: due in %v, want 100µs", time.Duration(got))
