@@ -34,7 +34,7 @@ func BenchmarkEnginePacket(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer unix.Close(pm.wake)
+	defer pm.close()
 	const batch = 44
 	bufs := make([][]byte, batch)
 	sizes := make([]int, batch)
@@ -142,7 +142,7 @@ func BenchmarkRelease(b *testing.B) {
 			_ = unix.Getrusage(unix.RUSAGE_SELF, &ru1)
 			pm.stop()
 			wg.Wait()
-			unix.Close(pm.wake)
+			pm.close()
 			late := make([]float64, 0, len(aims))
 			for i, aim := range aims {
 				if at, ok := dst.at[uint64(i)]; ok {

@@ -51,9 +51,11 @@ func woken(p *pump) bool {
 // TestReaderWritesDuePackets: a packet that is due when the reader has it
 // (no delay, or a delay within the writer's lead) and finds nothing queued
 // or being written is written by the reader at once, without waking the
-// writer; one that is not due yet, or finds packets before it, is queued,
-// and the writer then waits for the reader's Write and is woken after it.
-// Clock and arrivals are injected.
+// writer; one that is not due yet is queued and the idle writer's timer
+// armed for it (or the writer woken, when it is due within the spin); one
+// that finds packets before it is queued, and the writer then waits for
+// the reader's Write and is woken after it. Clock and arrivals are
+// injected.
 func TestReaderWritesDuePackets(t *testing.T) {
 	var now int64
 	clk := func() int64 { return now }
@@ -63,7 +65,7 @@ func TestReaderWritesDuePackets(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { unix.Close(pm.wake) })
+		t.Cleanup(pm.close)
 		pm.waiting = true // the writer sleeps in await
 		return pm, dst, newWriter(dst.BatchSize())
 	}
@@ -103,14 +105,41 @@ func TestReaderWritesDuePackets(t *testing.T) {
 	})
 
 	t.Run("not due", func(t *testing.T) {
+		// Due in 490 µs: the reader arms the idle writer's timer for
+		// when its sleep would end (see armTimer) instead of waking it.
 		pm, _, direct := newTestPump(emulation.Params{Delay: 500 * time.Microsecond})
 		now = 1000 * us
 		bufs, sizes := readBatch(pm, 0, 1, 100)
 		if pm.enqueue(990*us, bufs, sizes, direct) {
 			t.Fatal("a packet due in 490 µs was written by the reader")
 		}
-		if pm.q.len() != 1 || pm.writing || !woken(pm) {
-			t.Fatalf("queued %d, writing %v: want 1, false, and the writer woken", pm.q.len(), pm.writing)
+		if pm.q.len() != 1 || pm.writing || woken(pm) {
+			t.Fatalf("queued %d, writing %v, writer woken: want 1, false, no", pm.q.len(), pm.writing)
+		}
+		if want := 1490*us - spinWindow; !pm.armed || pm.armedAt != want {
+			t.Fatalf("timer armed %v for %v, want for %v", pm.armed, time.Duration(pm.armedAt), time.Duration(want))
+		}
+		// A later packet finds the writer waiting for its timer: it
+		// neither wakes it nor moves the timer.
+		later, lsizes := readBatch(pm, 1, 1, 100)
+		now = 1100 * us
+		pm.enqueue(1100*us, later, lsizes, direct)
+		if woken(pm) || pm.armedAt != 1490*us-spinWindow {
+			t.Fatalf("a later packet woke the writer or moved its timer to %v", time.Duration(pm.armedAt))
+		}
+	})
+
+	t.Run("due within the spin", func(t *testing.T) {
+		// Due in 15 µs, less than the spin window: the writer is woken
+		// at once, as before the timer.
+		pm, _, direct := newTestPump(emulation.Params{Delay: 25 * time.Microsecond})
+		now = 1000 * us
+		bufs, sizes := readBatch(pm, 0, 1, 100)
+		if pm.enqueue(990*us, bufs, sizes, direct) {
+			t.Fatal("a packet due in 15 µs was written by the reader")
+		}
+		if pm.armed || !woken(pm) {
+			t.Fatalf("timer armed %v, writer woken false: want it woken", pm.armed)
 		}
 	})
 
@@ -169,4 +198,26 @@ func TestReaderWritesDuePackets(t *testing.T) {
 			t.Fatalf("queued %d, want 1", pm.q.len())
 		}
 	})
+}
+
+// TestArmTimer: the reader arms the writer's timer where the writer would
+// end its sleep before the release (its usual lateness plus spinWindow
+// ahead), and wakes it at once when it would spin anyway.
+func TestArmTimer(t *testing.T) {
+	for _, c := range []struct {
+		now, d, late int64
+		at           int64
+		ok           bool
+	}{
+		{1000 * us, 500 * us, 30 * us, 1000*us + 500*us - spinWindow - 30*us, true},
+		{0, 10 * int64(time.Millisecond), 0, 10*int64(time.Millisecond) - spinWindow, true},
+		{1000 * us, spinWindow + 30*us, 30 * us, 0, false},
+		{1000 * us, 5 * us, 0, 0, false},
+		{1000 * us, -5 * us, 0, 0, false},
+	} {
+		at, ok := armTimer(c.now, c.d, c.late)
+		if at != c.at || ok != c.ok {
+			t.Errorf("armTimer(%v, %v, late %v) = %v, %v; want %v, %v", time.Duration(c.now), time.Duration(c.d), time.Duration(c.late), time.Duration(at), ok, time.Duration(c.at), c.ok)
+		}
+	}
 }

@@ -37,8 +37,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/strait-net/strait/lab/emulation"
 )
 
@@ -274,7 +272,7 @@ func newEngine(cfg Config, pairs [][2]Device, seed uint64, now clock) (*engine, 
 			p, err := newPump(dir.src, dir.dst, newShaper(dir.p, seed, uint64(2*i+d)), mtu, now)
 			if err != nil {
 				for _, p := range e.pumps {
-					unix.Close(p.wake)
+					p.close()
 				}
 				return nil, err
 			}

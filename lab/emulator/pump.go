@@ -81,8 +81,19 @@ type pump struct {
 	now      clock
 	c        counters
 
-	mu      sync.Mutex
-	wake    int // eventfd the reader and stop use to wake the writer
+	mu   sync.Mutex
+	wake int // eventfd the reader and stop use to wake the writer
+	// timer is a timerfd the reader arms, instead of waking the idle
+	// writer at once, for a packet whose release is far (see armTimer):
+	// the writer then wakes once, near the release, rather than also at
+	// the packet's arrival, when the sender and the reader run too.
+	// armed (under mu) says the writer waits for it, armedAt for when
+	// (the engine's clock); monoOff is the engine's clock minus
+	// CLOCK_MONOTONIC, the timer's clock.
+	timer   int
+	armed   bool
+	armedAt int64
+	monoOff int64
 	q       queue
 	free    [][]byte // packet buffers not in use, to avoid garbage per packet
 	waiting bool     // the writer waits for packets on wake
@@ -146,9 +157,20 @@ func newPump(src, dst Device, sh *shaper, mtu int, now clock) (*pump, error) {
 	if err != nil {
 		return nil, fmt.Errorf("eventfd: %w", err)
 	}
-	p := &pump{src: src, dst: dst, sh: sh, now: now, bufSize: Headroom + mtu, wake: wake}
+	timer, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_CLOEXEC|unix.TFD_NONBLOCK)
+	if err != nil {
+		unix.Close(wake)
+		return nil, fmt.Errorf("timerfd: %w", err)
+	}
+	p := &pump{src: src, dst: dst, sh: sh, now: now, bufSize: Headroom + mtu, wake: wake, timer: timer, monoOff: monoOffset(now)}
 	p.q.heap = sh.reorder
 	return p, nil
+}
+
+// close releases the pump's descriptors; run does it when it returns.
+func (p *pump) close() {
+	unix.Close(p.wake)
+	unix.Close(p.timer)
 }
 
 // run forwards until stop is called and src is closed. Both the reader
@@ -163,7 +185,7 @@ func (p *pump) run() {
 	wg.Go(p.readLoop)
 	wg.Go(p.writeLoop)
 	wg.Wait()
-	unix.Close(p.wake)
+	p.close()
 }
 
 // stop makes the writer return; the caller closes the devices so that the
@@ -387,8 +409,16 @@ func (p *pump) enqueue(arrival int64, bufs [][]byte, sizes []int, direct *writer
 		p.c.direct.Add(uint64(len(direct.due)))
 	}
 	// While a Write is under way, the one who writes wakes the writer
-	// when it is done (see deliver).
-	wake := p.waiting && p.q.len() > 0 && !p.writing
+	// when it is done (see deliver); while the writer waits for its
+	// timer, a later packet is not due before the head it was armed for
+	// (the queue is FIFO).
+	wake := p.waiting && p.q.len() > 0 && !p.writing && !p.armed
+	if wake && !p.sh.reorder {
+		now := p.now()
+		if at, ok := armTimer(now, p.q.peek().release-p.lead.get()-now, p.sleepLate.get()); ok && p.arm(at) {
+			wake = false
+		}
+	}
 	p.waiting = p.waiting && !wake
 	p.mu.Unlock()
 	if wake {
@@ -403,6 +433,30 @@ func (p *pump) enqueue(arrival int64, bufs [][]byte, sizes []int, direct *writer
 		p.c.droppedLimit.Add(limited)
 	}
 	return writeNow
+}
+
+// armTimer says when the reader arms the idle writer's timer for a head
+// of the queue due in d ns from now, given the writer's usual wake-up
+// lateness: where the writer would sleep before that release (see
+// planWait), at the moment its sleep would end. ok is false when the
+// writer would spin right away: the reader wakes it at once.
+func armTimer(now, d, sleepLate int64) (at int64, ok bool) {
+	if s := d - spinWindow - sleepLate; s > 0 {
+		return now + s, true
+	}
+	return 0, false
+}
+
+// arm sets the writer's timer to the engine's time at and marks the
+// writer as waiting for it; it reports false if the timer could not be
+// set. The caller holds p.mu.
+func (p *pump) arm(at int64) bool {
+	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(at - p.monoOff)}
+	if unix.TimerfdSettime(p.timer, unix.TFD_TIMER_ABSTIME, &spec, nil) != nil {
+		return false
+	}
+	p.armed, p.armedAt = true, at
+	return true
 }
 
 // dueOnArrival reports whether a packet released at release is due at
@@ -421,12 +475,18 @@ func (p *pump) writeLoop() {
 		p.mu.Lock()
 		// While the reader writes due packets itself, the writer waits
 		// for it (deliver wakes it), so packets leave in order.
-		for (p.q.len() == 0 || p.writing) && !p.stopped {
+		for (p.q.len() == 0 || p.writing || p.armed) && !p.stopped {
 			p.waiting = true
 			p.mu.Unlock()
-			p.await(-1)
+			timer := p.await(-1)
 			p.mu.Lock()
 			p.waiting = false
+			if p.armed && timer {
+				// The reader armed the timer for the head: its wake-up
+				// is a sleep like nanosleep's, and as late.
+				p.armed = false
+				p.sleepLate.observe(p.now() - p.armedAt)
+			}
 		}
 		if p.stopped {
 			p.mu.Unlock()
@@ -562,18 +622,26 @@ func (p *pump) signal() {
 	_, _ = unix.Write(p.wake, one[:])
 }
 
-// await blocks the writer's thread in poll(2) on the eventfd until signal
-// or for timeoutMs (-1: no limit). The writer waits here rather than on a
+// await blocks the writer's thread in poll(2) on the eventfd and the timer
+// until signal, the timer or for timeoutMs (-1: no limit), and reports
+// whether the timer fired. The writer waits here rather than on a
 // sync.Cond or a Go timer: those wake a locked goroutine through whichever
 // thread of normal priority runs the scheduler next, and on a busy machine
 // that took long enough (tens of ms) to overflow the queue. The kernel wakes
 // this thread directly.
-func (p *pump) await(timeoutMs int) {
-	fds := []unix.PollFd{{Fd: int32(p.wake), Events: unix.POLLIN}}
+func (p *pump) await(timeoutMs int) (timer bool) {
+	fds := []unix.PollFd{{Fd: int32(p.wake), Events: unix.POLLIN}, {Fd: int32(p.timer), Events: unix.POLLIN}}
 	if n, _ := unix.Poll(fds, timeoutMs); n > 0 {
 		var buf [8]byte
-		_, _ = unix.Read(p.wake, buf[:]) // reset the counter
+		if fds[0].Revents != 0 {
+			_, _ = unix.Read(p.wake, buf[:]) // reset the counter
+		}
+		if fds[1].Revents != 0 {
+			_, _ = unix.Read(p.timer, buf[:])
+			timer = true
+		}
 	}
+	return timer
 }
 
 // releaseAhead lets the writer take, with the packet that woke it, the
