@@ -71,9 +71,10 @@ func monotonic() clock {
 }
 
 // pump carries one direction of a link: a reader goroutine that timestamps,
-// drops or enqueues what src delivers, and a writer on a locked OS thread
-// that sleeps precisely until the head of the queue is due and writes every
-// due packet to dst in one batch.
+// drops or enqueues what src delivers (and writes to dst itself what is
+// due already, see enqueue), and a writer on a locked OS thread that sleeps
+// precisely until the head of the queue is due and writes every due packet
+// to dst in one batch.
 type pump struct {
 	src, dst Device
 	bufSize  int
@@ -96,7 +97,7 @@ type pump struct {
 	monoOff int64
 	q       queue
 	free    [][]byte // packet buffers not in use, to avoid garbage per packet
-	waiting bool     // the writer waits for packets on wake
+	waiting bool     // the writer waits on wake (and timer, if armed)
 	stopped bool
 
 	// sleepLate is how much later than asked the writer's nanosleep
