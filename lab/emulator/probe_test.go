@@ -184,7 +184,14 @@ func probeClient() error {
 	pkt := make([]byte, probeLen)
 	binary.BigEndian.PutUint32(pkt, probeMagic)
 	sentAt := make([]int64, count)
-	next := time.Now()
+	// The sends keep their schedule better on a thread of their own that
+	// sleeps in clock_nanosleep with 1 ns of timer slack than with
+	// time.Sleep, which rounds sub-millisecond sleeps up: the schedule
+	// then caught up in bursts, 17-23 % of the probes sent within 100 µs
+	// of the one before at load 1-10.
+	runtime.LockOSThread()
+	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
+	next := monoNow()
 	for i := range count {
 		path := i % len(targets)
 		binary.BigEndian.PutUint32(pkt[4:], uint32(path))
@@ -199,8 +206,16 @@ func probeClient() error {
 		if spread {
 			gap = interval/2 + time.Duration(rng.Int64N(int64(interval)))
 		}
-		next = next.Add(gap)
-		time.Sleep(time.Until(next))
+		next += int64(gap)
+		if now := monoNow(); spread && next < now+int64(interval/2) {
+			// Late (the host stalled the client): start again from now
+			// rather than catch up with a burst, whose probes would meet
+			// each other on the way.
+			next = now + int64(interval/2)
+		}
+		ts := unix.NsecToTimespec(next)
+		for unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil) == unix.EINTR {
+		}
 	}
 	close(done)
 	wg.Wait()
