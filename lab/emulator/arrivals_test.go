@@ -53,7 +53,7 @@ func TestArrivalStamps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Close(p.wake)
+	defer p.close()
 	wait, date, done := p.readWaiter()
 	defer done()
 

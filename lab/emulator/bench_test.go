@@ -34,7 +34,7 @@ func BenchmarkEnginePacket(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer unix.Close(pm.wake)
+	defer pm.close()
 	const batch = 44
 	bufs := make([][]byte, batch)
 	sizes := make([]int, batch)
@@ -50,7 +50,7 @@ func BenchmarkEnginePacket(b *testing.B) {
 	packets := 0
 	for b.Loop() {
 		now += batch * 12_000 // the link's pace: 12 µs per packet
-		pm.enqueue(now, bufs, sizes)
+		pm.enqueue(now, bufs, sizes, nil)
 		pm.mu.Lock()
 		pm.collect(now+int64(10*time.Millisecond), w)
 		pm.mu.Unlock()
@@ -127,7 +127,7 @@ func BenchmarkRelease(b *testing.B) {
 					binary.BigEndian.PutUint64(bufs[i][Headroom:], uint64(len(aims)))
 					aims = append(aims, aim)
 				}
-				pm.enqueue(t, bufs, sizes)
+				pm.enqueue(t, bufs, sizes, nil)
 				next = next.Add(tc.every)
 				time.Sleep(time.Until(next))
 			}
@@ -142,7 +142,7 @@ func BenchmarkRelease(b *testing.B) {
 			_ = unix.Getrusage(unix.RUSAGE_SELF, &ru1)
 			pm.stop()
 			wg.Wait()
-			unix.Close(pm.wake)
+			pm.close()
 			late := make([]float64, 0, len(aims))
 			for i, aim := range aims {
 				if at, ok := dst.at[uint64(i)]; ok {

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/strait-net/strait/internal/testenv"
 	"github.com/strait-net/strait/lab/emulation"
 )
@@ -44,7 +42,7 @@ func TestDepartureStamps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Close(p.wake)
+	defer p.close()
 	p.dep, p.depOff = dep, monoOffset(now)
 	w := newWriter(d.BatchSize())
 	rng := rand.New(rand.NewPCG(5, 5))

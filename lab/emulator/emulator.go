@@ -37,8 +37,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/strait-net/strait/lab/emulation"
 )
 
@@ -227,7 +225,7 @@ func Run(ctx context.Context, cfg Config) error {
 				"packets_out", s.PacketsOut, "bytes_out", s.BytesOut,
 				"dropped_loss", s.DroppedLoss, "dropped_limit", s.DroppedLimit,
 				"read_errors", s.ReadErrors, "write_errors", s.WriteErrors, "batches", s.Batches,
-				"on_time", s.OnTime, "late", s.Late, "unstamped", s.Unstamped,
+				"on_time", s.OnTime, "late", s.Late, "direct", s.Direct, "unstamped", s.Unstamped,
 				"write_lead", time.Duration(e.pumps[2*i+j].lead.get()))
 		}
 	}
@@ -274,7 +272,7 @@ func newEngine(cfg Config, pairs [][2]Device, seed uint64, now clock) (*engine, 
 			p, err := newPump(dir.src, dir.dst, newShaper(dir.p, seed, uint64(2*i+d)), mtu, now)
 			if err != nil {
 				for _, p := range e.pumps {
-					unix.Close(p.wake)
+					p.close()
 				}
 				return nil, err
 			}

@@ -399,17 +399,18 @@ func TestRunCreatesDevices(t *testing.T) {
 // its lead (see writeLead; one that sleeps to the release without the
 // final spin is late by its nanosleep overshoot, tens of µs, nearly every
 // time); every link's writer must have learnt a lead from the kernel's
-// stamps; seen from outside, a fixed delay may add at most its setting
-// plus 20 µs to what the same
-// path takes with no delay (the emulator once added +48 µs; docs/topology.md, "Accuracy"); and no probe
+// stamps; the undelayed link's reader must write every probe itself (see
+// pump.enqueue); seen from outside, a fixed delay may add at most its
+// setting plus 20 µs to what the same path takes with no delay (the
+// emulator once added +48 µs; docs/topology.md, "Accuracy"); and no probe
 // may arrive earlier than its delay less the jitter and the writer's
 // look-ahead. The outside view is judged at the lower decile, and only
 // from above: the host is shared, a stall delays some probes by
-// milliseconds, and the undelayed path waits for the idle writer to wake
-// (up to 70 µs more at its lower decile at load 30), which a delayed one
-// does not. The share on time ranged from 23 % to 90 % per link with the
-// load; a systematic error fails every attempt, the host's noise rarely
-// three in a row. It takes 3-10 s.
+// milliseconds, and the undelayed path waits for the idle reader to wake,
+// which the delayed ones do not (their delay runs from the kernel's
+// arrival stamp). The share on time ranged from 23 % to 90 % per link with
+// the load; a systematic error fails every attempt, the host's noise
+// rarely three in a row. It takes 3-10 s.
 func TestDelayAccuracy(t *testing.T) {
 	for attempt := 1; ; attempt++ {
 		bad := measureDelays(t)
@@ -473,6 +474,12 @@ func measureDelays(t *testing.T) (bad []string) {
 		// into B's stack: the writer must have learnt a lead.
 		if lead := l.pumps[0].lead.get(); lead <= 0 || lead > maxLead {
 			t.Errorf("%v: writer's lead %v after %d probes, want within (0, %v]", p, time.Duration(lead), n, time.Duration(maxLead))
+		}
+		// Without delay every probe is due when the reader has it, and
+		// the reader writes it itself: a wake-up of the writer would
+		// add tens of µs.
+		if p.Delay == 0 && s.Direct != s.PacketsOut {
+			t.Errorf("%v: the reader wrote %d of %d packets itself, want all", p, s.Direct, s.PacketsOut)
 		}
 		if p.Delay > 0 && s.OnTime < (s.OnTime+s.Late)/4 {
 			bad = append(bad, fmt.Sprintf("%v: writer on time for %d packets, late for %d", p, s.OnTime, s.Late))

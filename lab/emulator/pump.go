@@ -25,6 +25,9 @@ type Stats struct {
 	// others: a busy host's stalls show here (see docs/topology.md,
 	// "Accuracy").
 	OnTime, Late uint64
+	// Direct counts the packets the reader wrote itself because they were
+	// due when it read them and nothing waited before them (see enqueue).
+	Direct uint64
 	// Unstamped counts the reads from a TUN device dated by when the
 	// reader got to them, because the stamping filter could not be
 	// attached (see arrivals): their delay starts up to the reader's
@@ -41,7 +44,7 @@ type counters struct {
 	droppedLoss, droppedLimit                atomic.Uint64
 	readErrors, writeErrors, batches         atomic.Uint64
 	onTime, late                             atomic.Uint64
-	unstamped                                atomic.Uint64
+	direct, unstamped                        atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
@@ -51,7 +54,7 @@ func (c *counters) snapshot() Stats {
 		DroppedLoss: c.droppedLoss.Load(), DroppedLimit: c.droppedLimit.Load(),
 		ReadErrors: c.readErrors.Load(), WriteErrors: c.writeErrors.Load(),
 		Batches: c.batches.Load(), OnTime: c.onTime.Load(), Late: c.late.Load(),
-		Unstamped: c.unstamped.Load(),
+		Direct: c.direct.Load(), Unstamped: c.unstamped.Load(),
 	}
 }
 
@@ -68,9 +71,10 @@ func monotonic() clock {
 }
 
 // pump carries one direction of a link: a reader goroutine that timestamps,
-// drops or enqueues what src delivers, and a writer on a locked OS thread
-// that sleeps precisely until the head of the queue is due and writes every
-// due packet to dst in one batch.
+// drops or enqueues what src delivers (and writes to dst itself what is
+// due already, see enqueue), and a writer on a locked OS thread that sleeps
+// precisely until the head of the queue is due and writes every due packet
+// to dst in one batch.
 type pump struct {
 	src, dst Device
 	bufSize  int
@@ -78,11 +82,22 @@ type pump struct {
 	now      clock
 	c        counters
 
-	mu      sync.Mutex
-	wake    int // eventfd the reader and stop use to wake the writer
+	mu   sync.Mutex
+	wake int // eventfd the reader and stop use to wake the writer
+	// timer is a timerfd the reader arms, instead of waking the idle
+	// writer at once, for a packet whose release is far (see armTimer):
+	// the writer then wakes once, near the release, rather than also at
+	// the packet's arrival, when the sender and the reader run too.
+	// armed (under mu) says the writer waits for it, armedAt for when
+	// (the engine's clock); monoOff is the engine's clock minus
+	// CLOCK_MONOTONIC, the timer's clock.
+	timer   int
+	armed   bool
+	armedAt int64
+	monoOff int64
 	q       queue
 	free    [][]byte // packet buffers not in use, to avoid garbage per packet
-	waiting bool     // the writer waits for packets on wake
+	waiting bool     // the writer waits on wake (and timer, if armed)
 	stopped bool
 
 	// sleepLate is how much later than asked the writer's nanosleep
@@ -95,7 +110,20 @@ type pump struct {
 	lead   writeLead
 	dep    *departures
 	depOff int64
+
+	// writing says that a Write into dst is under way or about to be,
+	// by the writer or by the reader (see enqueue): Write is called by
+	// one goroutine at a time, and packets leave in queue order.
+	writing bool
+	// trace, if set before run, sees every packet written (tests only).
+	trace func(pkt []byte, t traced)
 }
+
+// traced is what the engine knows of a packet it wrote, by its clock:
+// when the kernel queued it on the source device, its release, the lead
+// it was handed over with, when its Write started, when it entered the
+// receiving stack (0: not stamped) and when the Write returned.
+type traced struct{ arrival, release, lead, start, entered, end int64 }
 
 // runningMedian follows the typical value of a stream of latencies: it
 // moves toward each sample by an eighth of the gap, by at least 0.5 µs and
@@ -130,18 +158,35 @@ func newPump(src, dst Device, sh *shaper, mtu int, now clock) (*pump, error) {
 	if err != nil {
 		return nil, fmt.Errorf("eventfd: %w", err)
 	}
-	p := &pump{src: src, dst: dst, sh: sh, now: now, bufSize: Headroom + mtu, wake: wake}
+	timer, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_CLOEXEC|unix.TFD_NONBLOCK)
+	if err != nil {
+		unix.Close(wake)
+		return nil, fmt.Errorf("timerfd: %w", err)
+	}
+	p := &pump{src: src, dst: dst, sh: sh, now: now, bufSize: Headroom + mtu, wake: wake, timer: timer, monoOff: monoOffset(now)}
 	p.q.heap = sh.reorder
 	return p, nil
 }
 
-// run forwards until stop is called and src is closed.
+// close releases the pump's descriptors; run does it when it returns.
+func (p *pump) close() {
+	unix.Close(p.wake)
+	unix.Close(p.timer)
+}
+
+// run forwards until stop is called and src is closed. Both the reader
+// and the writer may write into dst (see enqueue), so both share the
+// departure stamps, held until both have returned.
 func (p *pump) run() {
+	if dep := departuresOf(p.dst); dep != nil && dep.acquire() {
+		p.dep, p.depOff = dep, monoOffset(p.now)
+		defer dep.release()
+	}
 	var wg sync.WaitGroup
 	wg.Go(p.readLoop)
 	wg.Go(p.writeLoop)
 	wg.Wait()
-	unix.Close(p.wake)
+	p.close()
 }
 
 // stop makes the writer return; the caller closes the devices so that the
@@ -190,6 +235,7 @@ func (p *pump) readLoop() {
 	wait, date, done := p.readWaiter()
 	defer done()
 	bs := p.src.BatchSize()
+	direct := newWriter(p.dst.BatchSize())
 	bufs := make([][]byte, bs)
 	sizes := make([]int, bs)
 	for i := range bufs {
@@ -201,8 +247,9 @@ func (p *pump) readLoop() {
 			return
 		}
 		n, err := p.src.Read(bufs, sizes, Headroom)
-		if n > 0 {
-			p.enqueue(date(bufs[0][Headroom:Headroom+sizes[0]]), bufs[:n], sizes[:n])
+		if n > 0 && p.enqueue(date(bufs[0][Headroom:Headroom+sizes[0]]), bufs[:n], sizes[:n], direct) {
+			// dst closed: the reader goes on until src is.
+			_ = p.deliver(direct)
 		}
 		if err == nil {
 			failures = 0
@@ -309,15 +356,36 @@ func (p *pump) readWaiter() (wait func() bool, date func(first []byte) int64, do
 	return wait, date, done
 }
 
-// enqueue decides the fate of a batch read at now and takes ownership of
-// the buffers of the packets it keeps, replacing them in bufs.
-func (p *pump) enqueue(now int64, bufs [][]byte, sizes []int) {
+// enqueue decides the fate of a batch that arrived at arrival and takes
+// ownership of the buffers of the packets it keeps, replacing them in bufs.
+//
+// With direct, packets due already (their release less the writer's lead
+// has passed: a direction without delay, or one whose delay is shorter
+// than the reader's wake-up) go into direct.due instead of the queue when
+// nothing is queued before them and no Write is under way, and enqueue
+// reports true: the caller must deliver them at once. Handing them to the
+// idle writer would add a second thread wake-up, as long as a veth hop on
+// this kind of VM (see docs/topology.md, "Accuracy"), to a packet that is
+// late already. Order holds: later packets queue behind the ones being
+// written, and the writer waits for that Write to finish.
+func (p *pump) enqueue(arrival int64, bufs [][]byte, sizes []int, direct *writer) bool {
 	var bytes uint64
 	var lost, limited uint64
 	p.mu.Lock()
+	// open: the packets may still go direct; it closes for good at the
+	// first packet that has to wait.
+	open := direct != nil && p.q.len() == 0 && !p.writing
+	var now int64
+	if direct != nil {
+		direct.due = direct.due[:0]
+	}
+	if open {
+		now = p.now()
+	}
+	held := p.q.len()
 	for i, size := range sizes {
 		bytes += uint64(size)
-		release, v := p.sh.admit(now, size, p.q.len())
+		release, v := p.sh.admit(arrival, size, held)
 		switch v {
 		case dropLoss:
 			lost++
@@ -326,10 +394,32 @@ func (p *pump) enqueue(now int64, bufs [][]byte, sizes []int) {
 			limited++
 			continue
 		}
-		p.q.push(entry{buf: bufs[i], n: size, release: release})
+		e := entry{buf: bufs[i], n: size, release: release, arrival: arrival}
+		if open && len(direct.due) < cap(direct.due) && dueOnArrival(release, p.lead.get(), now) {
+			direct.due = append(direct.due, e)
+		} else {
+			open = false
+			p.q.push(e)
+		}
+		held++
 		bufs[i] = p.getBuf()
 	}
-	wake := p.waiting && p.q.len() > 0
+	writeNow := direct != nil && len(direct.due) > 0
+	if writeNow {
+		p.writing = true
+		p.c.direct.Add(uint64(len(direct.due)))
+	}
+	// While a Write is under way, the one who writes wakes the writer
+	// when it is done (see deliver); while the writer waits for its
+	// timer, a later packet is not due before the head it was armed for
+	// (the queue is FIFO).
+	wake := p.waiting && p.q.len() > 0 && !p.writing && !p.armed
+	if wake && !p.sh.reorder {
+		now := p.now()
+		if at, ok := armTimer(now, p.q.peek().release-p.lead.get()-now, p.sleepLate.get()); ok && p.arm(at) {
+			wake = false
+		}
+	}
 	p.waiting = p.waiting && !wake
 	p.mu.Unlock()
 	if wake {
@@ -343,7 +433,36 @@ func (p *pump) enqueue(now int64, bufs [][]byte, sizes []int) {
 	if limited > 0 {
 		p.c.droppedLimit.Add(limited)
 	}
+	return writeNow
 }
+
+// armTimer says when the reader arms the idle writer's timer for a head
+// of the queue due in d ns from now, given the writer's usual wake-up
+// lateness: where the writer would sleep before that release (see
+// planWait), at the moment its sleep would end. ok is false when the
+// writer would spin right away: the reader wakes it at once.
+func armTimer(now, d, sleepLate int64) (at int64, ok bool) {
+	if s := d - spinWindow - sleepLate; s > 0 {
+		return now + s, true
+	}
+	return 0, false
+}
+
+// arm sets the writer's timer to the engine's time at and marks the
+// writer as waiting for it; it reports false if the timer could not be
+// set. The caller holds p.mu.
+func (p *pump) arm(at int64) bool {
+	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(at - p.monoOff)}
+	if unix.TimerfdSettime(p.timer, unix.TFD_TIMER_ABSTIME, &spec, nil) != nil {
+		return false
+	}
+	p.armed, p.armedAt = true, at
+	return true
+}
+
+// dueOnArrival reports whether a packet released at release is due at
+// now, when the writer hands packets over lead ahead of their release.
+func dueOnArrival(release, lead, now int64) bool { return release-lead <= now }
 
 func (p *pump) writeLoop() {
 	// Go timers round sub-millisecond sleeps up to about 0.8 ms; nanosleep
@@ -351,20 +470,24 @@ func (p *pump) writeLoop() {
 	lockThread()
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 	p.calibrate()
-	if dep := departuresOf(p.dst); dep != nil && dep.acquire() {
-		p.dep, p.depOff = dep, monoOffset(p.now)
-		defer dep.release()
-	}
 
 	w := newWriter(p.dst.BatchSize())
 	for {
 		p.mu.Lock()
-		for p.q.len() == 0 && !p.stopped {
+		// While the reader writes due packets itself, the writer waits
+		// for it (deliver wakes it), so packets leave in order.
+		for (p.q.len() == 0 || p.writing || p.armed) && !p.stopped {
 			p.waiting = true
 			p.mu.Unlock()
-			p.await(-1)
+			timer := p.await(-1)
 			p.mu.Lock()
 			p.waiting = false
+			if p.armed && timer {
+				// The reader armed the timer for the head: its wake-up
+				// is a sleep like nanosleep's, and as late.
+				p.armed = false
+				p.sleepLate.observe(p.now() - p.armedAt)
+			}
 		}
 		if p.stopped {
 			p.mu.Unlock()
@@ -376,6 +499,7 @@ func (p *pump) writeLoop() {
 			p.sleep(d)
 			continue
 		}
+		p.writing = true
 		p.collect(now+releaseAhead, w)
 		p.mu.Unlock()
 		if err := p.deliver(w); err != nil {
@@ -416,15 +540,17 @@ func (p *pump) collect(now int64, w *writer) {
 }
 
 // deliver writes w.due to dst in one batch and recycles the packet
-// buffers; it counts each packet on time or late against its release. It
-// returns an error only when dst is closed.
+// buffers; it counts each packet on time or late against its release. The
+// caller set p.writing; deliver clears it and wakes the writer if packets
+// wait behind this Write. It returns an error only when dst is closed.
 func (p *pump) deliver(w *writer) error {
 	w.out = w.out[:0]
 	var bytes uint64
 	var late uint64
 	// A packet is late when it is handed over more than OnTimeSlack after
 	// its release less the lead: it then enters the stack that late.
-	now := p.now() + p.lead.get()
+	lead := p.lead.get()
+	now := p.now() + lead
 	for j, e := range w.due {
 		if now-e.release > int64(OnTimeSlack) {
 			late++
@@ -443,11 +569,19 @@ func (p *pump) deliver(w *writer) error {
 	}
 	start := p.now()
 	_, err := p.dst.Write(w.out, Headroom)
+	var entered int64
 	if p.dep != nil && len(w.due) == 1 && p.dep.count() == before+1 {
 		// One packet, delivered by this Write: its cost is clean. (A
 		// batch's first packet also waits for the coalescing of the
 		// rest.)
-		p.lead.observe(p.dep.at(before) + p.depOff - start)
+		entered = p.dep.at(before) + p.depOff
+		p.lead.observe(entered - start)
+	}
+	if p.trace != nil {
+		end := p.now()
+		for _, e := range w.due {
+			p.trace(e.buf[Headroom:Headroom+e.n], traced{e.arrival, e.release, lead, start, entered, end})
+		}
 	}
 	p.c.batches.Add(1)
 	// Write may have exchanged the slices between indexes; they are all
@@ -460,7 +594,13 @@ func (p *pump) deliver(w *writer) error {
 		p.free = append(p.free, w.due[i].buf)
 		w.due[i] = entry{}
 	}
+	p.writing = false
+	wake := p.waiting && p.q.len() > 0
+	p.waiting = p.waiting && !wake
 	p.mu.Unlock()
+	if wake {
+		p.signal()
+	}
 	if err != nil {
 		if errClosed(err) {
 			return err
@@ -483,18 +623,26 @@ func (p *pump) signal() {
 	_, _ = unix.Write(p.wake, one[:])
 }
 
-// await blocks the writer's thread in poll(2) on the eventfd until signal
-// or for timeoutMs (-1: no limit). The writer waits here rather than on a
+// await blocks the writer's thread in poll(2) on the eventfd and the timer
+// until signal, the timer or for timeoutMs (-1: no limit), and reports
+// whether the timer fired. The writer waits here rather than on a
 // sync.Cond or a Go timer: those wake a locked goroutine through whichever
 // thread of normal priority runs the scheduler next, and on a busy machine
 // that took long enough (tens of ms) to overflow the queue. The kernel wakes
 // this thread directly.
-func (p *pump) await(timeoutMs int) {
-	fds := []unix.PollFd{{Fd: int32(p.wake), Events: unix.POLLIN}}
+func (p *pump) await(timeoutMs int) (timer bool) {
+	fds := []unix.PollFd{{Fd: int32(p.wake), Events: unix.POLLIN}, {Fd: int32(p.timer), Events: unix.POLLIN}}
 	if n, _ := unix.Poll(fds, timeoutMs); n > 0 {
 		var buf [8]byte
-		_, _ = unix.Read(p.wake, buf[:]) // reset the counter
+		if fds[0].Revents != 0 {
+			_, _ = unix.Read(p.wake, buf[:]) // reset the counter
+		}
+		if fds[1].Revents != 0 {
+			_, _ = unix.Read(p.timer, buf[:])
+			timer = true
+		}
 	}
+	return timer
 }
 
 // releaseAhead lets the writer take, with the packet that woke it, the

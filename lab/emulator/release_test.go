@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/strait-net/strait/lab/emulation"
 )
 
@@ -114,9 +112,9 @@ func TestUntilDueLead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Close(p.wake)
+	defer p.close()
 	bufs, sizes := [][]byte{make([]byte, p.bufSize)}, []int{64}
-	p.enqueue(1000*us, bufs, sizes) // released at 1500 µs
+	p.enqueue(1000*us, bufs, sizes, nil) // released at 1500 µs
 	now = 1400 * us
 	if got := p.untilDue(now); got != 100*us {
 		t.Fatalf("no lead: due in %v, want 100µs", time.Duration(got))
