@@ -454,7 +454,12 @@ func (d *Datapath) SetUnderlayMTU(mtu int) error {
 		return fmt.Errorf("underlayMTU %d: allowed %d..65535", mtu, MinUnderlayMTU)
 	}
 	if mtu == d.cfg.UnderlayMTU {
-		return nil
+		// The settings may hold it while the device does not (its MTU
+		// failed to change last time): make sure of the device again.
+		if d.settings == nil {
+			return nil
+		}
+		return d.setTunnelMTU()
 	}
 	old := d.cfg.UnderlayMTU
 	d.cfg.UnderlayMTU = mtu

@@ -48,6 +48,9 @@ func RouteMTU(dst netip.Addr) (PathMTU, error) {
 	if m := routes[0].MTU; m > 0 && m < mtu {
 		mtu = m
 	}
+	// Loopback's 65536 (a peer on this node) is more than an IPv4 packet
+	// can be, and more than the programs' settings accept.
+	mtu = min(mtu, 65535)
 	return PathMTU{MTU: mtu, Peer: dst, Device: l.Attrs().Name}, nil
 }
 

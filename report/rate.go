@@ -34,6 +34,10 @@ type RateCell struct {
 // then measure a growing queue, not the path.
 const RateShortfall = 0.05
 
+// BelowRate reports whether a repetition that achieved achieved requests/s
+// fell short of its target by more than RateShortfall.
+func BelowRate(achieved, target float64) bool { return achieved < (1-RateShortfall)*target }
+
 // RateRepetition is one repetition's result, as `strait load rate` measured
 // it (latency corrected for coordinated omission, µs).
 type RateRepetition struct {
@@ -89,7 +93,7 @@ func SummarizeRate(cell RateCell, numbers []int, reps []*load.RateResult) (RateS
 		if cell.Connections != 0 && r.Connections != cell.Connections {
 			return s, fmt.Errorf("summarize rate %+v: repetition %d ran over %d connections, the cell over %d", cell, numbers[i], r.Connections, cell.Connections)
 		}
-		if r.AchievedRate < (1-RateShortfall)*cell.Rate {
+		if BelowRate(r.AchievedRate, cell.Rate) {
 			s.BelowRate = true
 		}
 		s.Repetitions = append(s.Repetitions, RateRepetition{

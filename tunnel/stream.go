@@ -563,8 +563,7 @@ const maxDirectWrite = 16 << 10
 // directSink lets the session's reader write a frame to the connection a
 // WriteTo forwards the stream to, while WriteTo waits with nothing
 // buffered: the frame then crosses no goroutine handoff (the reader waking
-// WriteTo, which writes and sleeps again), which on a gateway carrying many
-// keep-alive connections was one of the three wake-ups per request (README,
+// WriteTo, which writes and sleeps again: the inbound handoff of README,
 // "Performance"). The write never waits: what the socket does not take at
 // once stays buffered and wakes WriteTo. Its fields belong to whoever armed
 // or disarmed it under st.mu last: the reader while it is st.sink, WriteTo

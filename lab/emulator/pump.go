@@ -132,7 +132,7 @@ type traced struct{ arrival, release, lead, start, entered, end int64 }
 // and a stall of milliseconds moves it no more than 8 µs. It stays within
 // [0, maxSleepLate], so that a starved host cannot make the writer wake
 // (and spin) more than that early.
-type runningMedian struct{ v atomic.Int64 } // written by one goroutine
+type runningMedian struct{ v atomic.Int64 } // written by whoever holds p.writing, one at a time
 
 const (
 	minMedianStep = int64(500 * time.Nanosecond)

@@ -40,7 +40,7 @@ const (
 	floorRise = int64(250 * time.Nanosecond)
 )
 
-// observe takes the cost of one Write (writer goroutine only).
+// observe takes the cost of one Write (whoever holds p.writing: the writer, or the reader writing due packets).
 func (w *writeLead) observe(cost int64) {
 	cost = max(cost, 0)
 	switch {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -162,13 +163,20 @@ func (p *pair) sampleSessions(t *testing.T, dir string) (stop func()) {
 			}
 		}
 	}()
-	return func() {
-		close(done)
-		<-finished
-		for _, f := range files {
-			if err := f.Close(); err != nil {
-				t.Error(err)
+	// Stopped by the caller after its run, or at the test's end if the
+	// run failed first.
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			close(done)
+			<-finished
+			for _, f := range files {
+				if err := f.Close(); err != nil {
+					t.Error(err)
+				}
 			}
-		}
+		})
 	}
+	t.Cleanup(stop)
+	return stop
 }

@@ -501,7 +501,7 @@ func (r *runner) measureTool(ctx context.Context, t tool.Tool, env tool.Env, u u
 				return err
 			}
 			below := ""
-			if res.AchievedRate < (1-report.RateShortfall)*c.Rate {
+			if report.BelowRate(res.AchievedRate, c.Rate) {
 				below = "  BELOW RATE: a saturated queue, not the path"
 			}
 			r.printf("  %-10s %-9s %-7s %7s  rate %v/s over %d conns achieved %.1f/s errors=%d  p50 %.3f ms  p99 %.3f ms  max %.3f ms%s\n",

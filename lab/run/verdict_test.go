@@ -38,7 +38,7 @@ func TestWriteVerdicts(t *testing.T) {
 		for i, a := range achieved {
 			s.Repetitions = append(s.Repetitions, report.RateRepetition{Repetition: i + 1, AchievedRate: a})
 			s.AchievedRate += a / float64(len(achieved))
-			s.BelowRate = s.BelowRate || a < (1-report.RateShortfall)*s.Rate
+			s.BelowRate = s.BelowRate || report.BelowRate(a, s.Rate)
 		}
 		return s
 	}
