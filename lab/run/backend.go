@@ -235,10 +235,19 @@ func (r *runner) backendThroughput(ctx context.Context, bu BackendUnit, toolName
 
 // backendStreamHealth is backendHealth for the stream server.
 func (r *runner) backendStreamHealth(ctx context.Context, bu BackendUnit, target string) error {
+	return retryHealth(ctx, func() error {
+		_, err := bu.Load(ctx, []string{"stream", "--server", target, "--rr", "64", "--duration", "50ms", "--connect-timeout", "2s"})
+		return err
+	})
+}
+
+// retryHealth tries check up to 50 times, 200 ms apart, until it passes:
+// a backend's workloads may take seconds to become reachable through a
+// tool. It returns the last failure, or the context's error.
+func retryHealth(ctx context.Context, check func() error) error {
 	var last error
 	for i := 0; i < 50; i++ {
-		_, last = bu.Load(ctx, []string{"stream", "--server", target, "--rr", "64", "--duration", "50ms", "--connect-timeout", "2s"})
-		if last == nil {
+		if last = check(); last == nil {
 			return nil
 		}
 		select {
@@ -288,25 +297,19 @@ func abbreviate(b []byte) string {
 
 // backendHealth is healthCheck through the backend's load generator.
 func (r *runner) backendHealth(ctx context.Context, bu BackendUnit, target string) error {
-	var last error
-	for i := 0; i < 50; i++ {
+	return retryHealth(ctx, func() error {
 		out, err := bu.Load(ctx, []string{"seq", "--url", "http://" + target + "/", "--requests", "1",
 			"--connect-timeout", "1s", "--response-timeout", "5s", "--csv", "-", "--quiet"})
-		if err == nil {
-			var samples []load.Sample
-			if samples, err = load.ReadCSV(strings.NewReader(string(out))); err == nil {
-				if len(samples) == 1 && samples[0].OK() {
-					return nil
-				}
-				err = fmt.Errorf("request failed: %v", samples)
-			}
+		if err != nil {
+			return err
 		}
-		last = err
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
+		samples, err := load.ReadCSV(strings.NewReader(string(out)))
+		if err != nil {
+			return err
 		}
-	}
-	return last
+		if len(samples) == 1 && samples[0].OK() {
+			return nil
+		}
+		return fmt.Errorf("request failed: %v", samples)
+	})
 }
