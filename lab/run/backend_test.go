@@ -101,6 +101,18 @@ func (b *localBackend) Load(ctx context.Context, args []string) ([]byte, error) 
 }
 func (b *localBackend) Close(context.Context) error { b.closed++; return nil }
 
+// runLocalBackend runs e through a localBackend and fails the test if the
+// run fails.
+func runLocalBackend(t *testing.T, e *Experiment) (*localBackend, *Result) {
+	t.Helper()
+	b := &localBackend{t: t, bin: testenv.StraitBinary(t)}
+	res, err := Run(context.Background(), e, Options{OutDir: t.TempDir(), Backend: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, res
+}
+
 func TestBackendRun(t *testing.T) {
 	exp := strings.Replace(strings.Replace(backendExperiment, "tools: [direct, installed]", "tools: [direct, installed]\nrepetitions: 2", 1),
 		"workloads: [{name: echo, payloads: [1KB]}]", "workloads: [{name: echo, payloads: [1KB]}, {name: echo, payloads: [1KB], keepalive: false}]", 1)
@@ -108,11 +120,7 @@ func TestBackendRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &localBackend{t: t, bin: testenv.StraitBinary(t)}
-	res, err := Run(context.Background(), e, Options{OutDir: t.TempDir(), Backend: b})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, res := runLocalBackend(t, e)
 	if len(b.units) != 2 || b.closed != 2 {
 		t.Errorf("units %v, closed %d: want two, both closed", b.units, b.closed)
 	}
@@ -170,11 +178,7 @@ func TestComposePathRun(t *testing.T) {
 	if err := e.Override(Overrides{ComposePath: true}); err != nil {
 		t.Fatal(err)
 	}
-	b := &localBackend{t: t, bin: testenv.StraitBinary(t)}
-	res, err := Run(context.Background(), e, Options{OutDir: t.TempDir(), Backend: b})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, res := runLocalBackend(t, e)
 	if len(b.scenarios) != 1 {
 		t.Fatalf("the backend got scenarios %+v, want one unit's", b.scenarios)
 	}
@@ -210,11 +214,7 @@ func TestBackendThroughput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &localBackend{t: t, bin: testenv.StraitBinary(t)}
-	res, err := Run(context.Background(), e, Options{OutDir: t.TempDir(), Backend: b})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, res := runLocalBackend(t, e)
 	if _, ok := b.targets[streamService]; !ok {
 		t.Fatalf("the unit's services %v have no %s server", b.targets, streamService)
 	}
