@@ -13,6 +13,15 @@ func (p Params) RateOnly() bool {
 	return p.Rate != 0 && p.Delay == 0 && p.Jitter == 0 && p.Loss == 0
 }
 
+// Undelayed reports whether p holds no packet back: no delay and no
+// jitter. Such a direction needs no thread to release packets on time, so
+// the kernel carries it (lab/emulator's AttachLoss drops, tbf caps the
+// rate) instead of the userspace emulator, whose reader wake-up alone adds
+// tens of µs per packet on a VM (see docs/topology.md, "Accuracy").
+func (p Params) Undelayed() bool {
+	return p.Delay == 0 && p.Jitter == 0
+}
+
 // TBFBurstTime is how much line time the token bucket holds. The bucket
 // refills while the qdisc's watchdog timer waits to release the next
 // packet; on a loaded host that timer fires late, and a bucket smaller than

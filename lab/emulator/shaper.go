@@ -95,7 +95,12 @@ func percentU32(pct float64) uint32 {
 // than p% of packets — netem's known behaviour, kept so both backends
 // agree.)
 func (s *shaper) crandom(rho uint32, last *uint32) uint32 {
-	v := s.rng.Uint32()
+	return correlate(s.rng.Uint32(), rho, last)
+}
+
+// correlate is crandom's arithmetic on the fresh random value v; the
+// kernel backend's loss program (lossProgram) does the same.
+func correlate(v, rho uint32, last *uint32) uint32 {
 	if rho == 0 {
 		return v
 	}
