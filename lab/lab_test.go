@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -297,6 +299,61 @@ func TestUpRateOnlyWANUsesTBF(t *testing.T) {
 	// only catches a shaper that throttles far below its setting.
 	if ratio < 0.5 || ratio > 1.03 {
 		t.Errorf("throughput %.3f of the rate, want 0.5–1.03", ratio)
+	}
+}
+
+// TestUpLossOnlyWANUsesKernel: a WAN link with loss and no delay keeps its
+// veth pair and loses in the kernel (no emulator process): segmentation
+// off on each sending end, and pings across it lost at the rate of the
+// setting both ways, seen from outside (bounds of seven standard
+// deviations, so the test does not flake; one lossy direction alone would
+// fall outside them).
+func TestUpLossOnlyWANUsesKernel(t *testing.T) {
+	testenv.RequireRoot(t)
+	plan := newPlan(t)
+	lossy := emulation.Params{Loss: 30}
+	var wan topology.PlanLink
+	for i := range plan.Links {
+		if plan.Links[i].Class == topology.WAN {
+			plan.Links[i].AtoB, plan.Links[i].BtoA = lossy, lossy
+			wan = plan.Links[i]
+		}
+	}
+	// No binary: a lab without userspace links starts no emulator.
+	opts := lab.Options{StateDir: t.TempDir()}
+	l := up(t, plan, opts)
+	if l.Backend != lab.BackendKernel || l.EmulatorPID != 0 {
+		t.Fatalf("backend %s, emulator %d; want %s and none", l.Backend, l.EmulatorPID, lab.BackendKernel)
+	}
+	for _, end := range []topology.LinkEnd{wan.A, wan.B} {
+		out := testenv.Run(t, "ip", "netns", "exec", end.Netns, "ethtool", "-k", end.Device)
+		if !strings.Contains(out, "tcp-segmentation-offload: off") || !strings.Contains(out, "generic-segmentation-offload: off") {
+			t.Errorf("%s %s: segmentation offloads still on:\n%s", end.Netns, end.Device, out)
+		}
+	}
+	server, _ := l.Node("a/server")
+	const n = 400
+	cmd, err := l.Command(context.Background(), "b/client", "ping", "-q", "-n", "-i", "0.005", "-c", strconv.Itoa(n), "-W", "1", server.Addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := cmd.CombinedOutput() // ping exits 1 when replies are missing
+	m := regexp.MustCompile(`(\d+) packets transmitted, (\d+) received`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("ping output: %s", out)
+	}
+	sent, _ := strconv.Atoi(string(m[1]))
+	got, _ := strconv.Atoi(string(m[2]))
+	if sent != n {
+		t.Fatalf("ping sent %d, want %d: %s", sent, n, out)
+	}
+	// A ping and its reply cross the WAN link once each way.
+	p := 1 - (1-lossy.Loss/100)*(1-lossy.Loss/100)
+	lost := float64(n - got)
+	sd := math.Sqrt(n * p * (1 - p))
+	t.Logf("%d of %d pings lost (%.1f %%), %.1f %% expected", n-got, n, 100*lost/n, 100*p)
+	if math.Abs(lost-n*p) > 7*sd {
+		t.Errorf("%d of %d pings lost, want %.0f ± %.0f (%v loss each way)", n-got, n, n*p, 7*sd, emulation.FormatPercent(lossy.Loss))
 	}
 }
 

@@ -107,6 +107,9 @@ func Up(ctx context.Context, plan *topology.Plan, opts Options) (lab *Lab, err e
 	if tbf := tbfSummaries(plan, kinds); len(tbf) > 0 {
 		attrs = append(attrs, "tbf", strings.Join(tbf, "; "))
 	}
+	if k := kernelSummaries(plan, kinds); len(k) > 0 {
+		attrs = append(attrs, BackendKernel, strings.Join(k, "; "))
+	}
 	log.Info("lab up", append(attrs, "took", time.Since(start).Round(time.Millisecond))...)
 	return lab, lab.save()
 }
@@ -211,13 +214,25 @@ func allowCongestionControls(ccs map[string]bool) error {
 	return nil
 }
 
+// BackendKernel carries a link whose directions hold no packet back (no
+// delay, no jitter: loss, loss correlation, rate) in the kernel: a tcx
+// program on the receiving end drops (emulator.AttachLoss), a tbf on the
+// sending end caps the rate. Through the userspace emulator such a
+// direction paid the reader's thread wake-up, 40-45 µs per packet on a VM
+// (docs/topology.md, "Accuracy").
+const BackendKernel = "kernel"
+
 // chooseBackends picks the backend of every link of plan (BackendNone for a
 // link without impairment) and names the lab's backend: the one its
 // emulated links use, or those joined by "+" when they use several. Auto
 // gives rate-only links tbf, which shapes in the kernel without the
-// userspace emulator's per-packet CPU cost, and the others netem if the
-// kernel has it (probed in one of the lab's own namespaces, so the probe
-// leaves nothing on the host) and the userspace emulator otherwise.
+// userspace emulator's per-packet CPU cost, other links without delay or
+// jitter either way the kernel backend (BackendKernel), and the others
+// netem if the kernel has it (probed in one of the lab's own namespaces,
+// so the probe leaves nothing on the host) and the userspace emulator
+// otherwise. A link is carried by one backend both ways: a link delayed
+// one way only goes through the userspace emulator both ways, because its
+// ends are then TUN devices (see docs/topology.md, "Accuracy").
 func chooseBackends(ctx context.Context, plan *topology.Plan, opts Options) (string, []string, error) {
 	want := opts.Emulator
 	if want == "" {
@@ -234,6 +249,8 @@ func chooseBackends(ctx context.Context, plan *topology.Plan, opts Options) (str
 			kinds[i] = BackendNone
 		case rateOnly(l) && (want == BackendAuto || want == BackendTBF):
 			kinds[i] = BackendTBF
+		case undelayed(l) && want == BackendAuto:
+			kinds[i] = BackendKernel
 		case want == BackendTBF:
 			return "", nil, fmt.Errorf("emulator tbf: link %s is not rate-only (%s / %s): tbf only caps the rate; use emulator: auto", l.Name, l.AtoB, l.BtoA)
 		default:
@@ -280,6 +297,11 @@ func rateOnly(l topology.PlanLink) bool {
 	return true
 }
 
+// undelayed reports whether neither direction of l holds packets back.
+func undelayed(l topology.PlanLink) bool {
+	return l.AtoB.Undelayed() && l.BtoA.Undelayed()
+}
+
 func probeNetem(ctx context.Context, netns string) error {
 	if _, err := run(ctx, "tc", "-n", netns, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"); err != nil {
 		return err
@@ -311,6 +333,37 @@ func tbfSummaries(plan *topology.Plan, kinds []string) []string {
 	return out
 }
 
+// kernelSummaries says, per impaired direction of the links the kernel
+// backend carries, what carries what, for the "lab up" log line.
+func kernelSummaries(plan *topology.Plan, kinds []string) []string {
+	var out []string
+	for i, l := range plan.Links {
+		if kinds[i] != BackendKernel {
+			continue
+		}
+		for _, d := range []struct {
+			name string
+			p    emulation.Params
+		}{{"a-to-b", l.AtoB}, {"b-to-a", l.BtoA}} {
+			var parts []string
+			if d.p.Loss > 0 {
+				s := "loss " + emulation.FormatPercent(d.p.Loss)
+				if d.p.LossCorrelation > 0 {
+					s += " correlation " + emulation.FormatPercent(d.p.LossCorrelation)
+				}
+				parts = append(parts, s+" (bpf)")
+			}
+			if d.p.Rate != 0 {
+				parts = append(parts, tbfSummary(d.p)+" (tbf)")
+			}
+			if len(parts) > 0 {
+				out = append(out, fmt.Sprintf("%s %s: %s", l.Name, d.name, strings.Join(parts, ", ")))
+			}
+		}
+	}
+	return out
+}
+
 // createVeths makes the links that need no userspace emulator, kinds[i]
 // being links[i]'s backend, and puts the qdisc of each impaired direction
 // on its sending end. With netem, segmentation offloads are turned off on
@@ -328,6 +381,12 @@ func createVeths(ctx context.Context, links []topology.PlanLink, kinds []string,
 		return err
 	}
 	for i, l := range links {
+		if kinds[i] == BackendKernel {
+			if err := kernelLink(ctx, l, log); err != nil {
+				return fmt.Errorf("link %s: %w", l.Name, err)
+			}
+			continue
+		}
 		if kinds[i] != BackendNetem && kinds[i] != BackendTBF {
 			continue
 		}
@@ -358,6 +417,45 @@ func createVeths(ctx context.Context, links []topology.PlanLink, kinds []string,
 	}
 	return nil
 }
+
+// kernelLink impairs the veth pair of a BackendKernel link: per direction,
+// a tbf on the sending end for a rate, and for loss a drop program on the
+// receiving end's ingress, with the sending end's segmentation offloads
+// off so that the program sees every packet at its own size (see
+// emulator.KernelLoss). The program stays attached after this process
+// exits and goes with the device when the lab is taken down.
+func kernelLink(ctx context.Context, l topology.PlanLink, log *slog.Logger) error {
+	for _, d := range []struct {
+		from, to topology.LinkEnd
+		p        emulation.Params
+	}{{l.A, l.B, l.AtoB}, {l.B, l.A, l.BtoA}} {
+		if d.p.Rate != 0 {
+			args := append([]string{"-n", d.from.Netns, "qdisc", "add", "dev", d.from.Device, "root", "tbf"}, d.p.TBFArgsMTU(l.LinkMTU())...)
+			if _, err := run(ctx, "tc", args...); err != nil {
+				return err
+			}
+		}
+		if d.p.Loss <= 0 {
+			continue
+		}
+		if _, err := run(ctx, "ip", append([]string{"netns", "exec", d.from.Netns, "ethtool", "-K", d.from.Device}, noSegmentation...)...); err != nil {
+			return err
+		}
+		k, err := emulator.AttachLoss(d.to.Netns, d.to.Device, d.p)
+		if err != nil {
+			return err
+		}
+		k.Close()
+		log.Debug("kernel loss", "link", l.Name, "dev", d.to.Device, "params", d.p.String())
+	}
+	return nil
+}
+
+// noSegmentation are the ethtool features to turn off on a sending veth so
+// that the kernel splits every segmentation offload packet (TCP, UDP, and
+// tunnelled ones) before it crosses the pair.
+var noSegmentation = []string{"tso", "off", "gso", "off", "tx-udp-segmentation", "off",
+	"tx-udp_tnl-segmentation", "off", "tx-udp_tnl-csum-segmentation", "off", "tx-gso-list", "off"}
 
 const emulatorConfig = "emulator.json"
 
