@@ -240,13 +240,21 @@ func (s probeSample) rev() int64 { return s.t3 - s.t2 }
 // settings both ways. The links whose noLead is true hand packets over at
 // their release, without the writer's lead (see writeLead): the emulator
 // before the lead, measured side by side with the one after.
+//
+// A setting that is undelayed but impaired (loss, rate) is carried as the
+// lab carries it (see lab.BackendKernel): a veth pair with the loss program
+// on each receiving end (AttachLoss) and a tbf for a rate, no emulator.
 type probeLab struct {
 	nsA, nsB string
 	targets  []string // server address per path
-	pumps    []*pump  // per link: a-to-b, b-to-a
-	tap      *probeTap
-	sentAt   map[uint64]int64 // per probe, when the client's sendto returned
-	stop     func()
+	pumps    []*pump  // per setting: a-to-b, b-to-a; nil for a kernel-carried one
+	// stream is, per setting, the engine's random stream of its a-to-b
+	// direction (the link's index in the engine, doubled; see newEngine).
+	stream []uint64
+	kernel [][2]*KernelLoss // per setting: the loss programs receiving from A, from B (nil: none)
+	tap    *probeTap
+	sentAt map[uint64]int64 // per probe, when the client's sendto returned
+	stop   func()
 }
 
 func newProbeLab(t *testing.T, settings []emulation.Params, noLead []bool) *probeLab {
@@ -271,7 +279,26 @@ func newProbeLab(t *testing.T, settings []emulation.Params, noLead []bool) *prob
 	var devs []Device
 	var links []Link
 	var pairs [][2]Device
+	l.pumps = make([]*pump, 2*len(settings))
+	l.stream = make([]uint64, len(settings))
+	l.kernel = make([][2]*KernelLoss, len(settings))
+	t.Cleanup(func() {
+		for _, k := range l.kernel {
+			for _, kl := range k {
+				if kl != nil {
+					kl.Close()
+				}
+			}
+		}
+	})
+	var userspace []int // settings the engine carries, in its link order
 	for i, p := range settings {
+		if !p.IsZero() && p.Undelayed() {
+			l.kernelPath(t, i, p)
+			continue
+		}
+		l.stream[i] = uint64(2 * len(links))
+		userspace = append(userspace, i)
 		var pair [2]Device
 		for j, ns := range []string{l.nsA, l.nsB} {
 			name := fmt.Sprintf("e%d%c", i, "ab"[j])
@@ -298,9 +325,12 @@ func newProbeLab(t *testing.T, settings []emulation.Params, noLead []bool) *prob
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.pumps = e.pumps
-	for i, p := range e.pumps {
-		p.trace = l.tap.record(i % 2)
+	for k, i := range userspace {
+		for d := range 2 {
+			p := e.pumps[2*k+d]
+			p.trace = l.tap.record(d)
+			l.pumps[2*i+d] = p
+		}
 	}
 	var wg sync.WaitGroup
 	wg.Go(e.run)
@@ -332,6 +362,36 @@ func newProbeLab(t *testing.T, settings []emulation.Params, noLead []bool) *prob
 		_ = srv.Wait()
 	})
 	return l
+}
+
+// kernelPath joins the namespaces by a veth pair carrying setting i (path
+// i+1) the way the lab carries an undelayed link: segmentation off on the
+// sending ends, a tbf there for a rate, the loss program on the receiving
+// ends.
+func (l *probeLab) kernelPath(t *testing.T, i int, p emulation.Params) {
+	t.Helper()
+	a, b := fmt.Sprintf("k%da", i), fmt.Sprintf("k%db", i)
+	testenv.Run(t, "ip", "-n", l.nsA, "link", "add", a, "type", "veth", "peer", "name", b, "netns", l.nsB)
+	for j, end := range []struct{ ns, dev string }{{l.nsA, a}, {l.nsB, b}} {
+		testenv.Run(t, "ip", "-n", end.ns, "addr", "add", fmt.Sprintf("10.7.%d.%d/31", i, j), "dev", end.dev)
+		testenv.Run(t, "ip", "-n", end.ns, "link", "set", end.dev, "up")
+		if p.Rate != 0 {
+			testenv.Run(t, "tc", append([]string{"-n", end.ns, "qdisc", "add", "dev", end.dev, "root", "tbf"}, p.TBFArgs()...)...)
+		}
+		if p.Loss > 0 {
+			testenv.Run(t, "ip", "netns", "exec", end.ns, "ethtool", "-K", end.dev, "tso", "off", "gso", "off", "tx-udp-segmentation", "off")
+		}
+	}
+	if p.Loss > 0 {
+		for j, end := range []struct{ ns, dev string }{{l.nsB, b}, {l.nsA, a}} {
+			k, err := AttachLoss(end.ns, end.dev, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.kernel[i][j] = k
+		}
+	}
+	l.targets = append(l.targets, fmt.Sprintf("10.7.%d.1", i))
 }
 
 // run sends count probes, interval apart, round robin over the paths, and
@@ -410,6 +470,10 @@ func (p *probeTap) record(dir int) func([]byte, traced) {
 		t.release += p.off
 		t.start += p.off
 		t.end += p.off
+		if t.woke != 0 {
+			t.woke += p.off
+			t.aimed += p.off
+		}
 		p.mu.Lock()
 		p.stamps(dir, seq).tr = t
 		p.mu.Unlock()
@@ -512,7 +576,19 @@ func (d *tapDevice) Write(bufs [][]byte, offset int) (int, error) {
 
 // probeSplit collects, for one direction of an emulated path, the parts
 // of each probe's way (see TestDelayProbeExperiment).
-type probeSplit struct{ in, wake, late, write, lead, up []int64 }
+type probeSplit struct {
+	in, wake, late, write, lead, up []int64
+	// Of the packets handed over more than OnTimeSlack after their aim
+	// (tardy) and the others: how their writer had woken (by kind), and
+	// how much later than it meant to it woke (wakeLate).
+	tardyBy, onTimeBy          [wakeBusy + 1]int
+	tardyWakeLate, onWakeLate  []int64
+	tardyAfterAim, tardyInSpin int // tardy: woke after the aim; woke before it
+	// Timer wake-ups on the CPU that armed the timer and on another one,
+	// tardy and on time, and the wake-up past its aim of each.
+	sameCPU, otherCPU           [2]int
+	sameWakeLate, otherWakeLate []int64
+}
 
 func (p *probeSplit) add(ts *tapStamps, send, recv int64) {
 	if ts == nil || ts.tr.start == 0 {
@@ -523,7 +599,37 @@ func (p *probeSplit) add(ts *tapStamps, send, recv int64) {
 	if ts.read != 0 {
 		p.wake = append(p.wake, ts.read-tr.arrival)
 	}
-	p.late = append(p.late, tr.start-(tr.release-tr.lead))
+	late := tr.start - (tr.release - tr.lead)
+	p.late = append(p.late, late)
+	if tr.by == wakeTimer && tr.armCPU >= 0 && tr.wakeCPU >= 0 {
+		k := 0
+		if late > int64(OnTimeSlack) {
+			k = 1
+		}
+		if tr.armCPU == tr.wakeCPU {
+			p.sameCPU[k]++
+			p.sameWakeLate = append(p.sameWakeLate, tr.woke-tr.aimed)
+		} else {
+			p.otherCPU[k]++
+			p.otherWakeLate = append(p.otherWakeLate, tr.woke-tr.aimed)
+		}
+	}
+	if late > int64(OnTimeSlack) {
+		p.tardyBy[tr.by]++
+		if tr.woke != 0 {
+			p.tardyWakeLate = append(p.tardyWakeLate, tr.woke-tr.aimed)
+			if tr.woke > tr.release-tr.lead {
+				p.tardyAfterAim++
+			} else {
+				p.tardyInSpin++
+			}
+		}
+	} else {
+		p.onTimeBy[tr.by]++
+		if tr.woke != 0 {
+			p.onWakeLate = append(p.onWakeLate, tr.woke-tr.aimed)
+		}
+	}
 	p.lead = append(p.lead, tr.lead)
 	if tr.entered != 0 {
 		p.write = append(p.write, tr.entered-tr.start)
@@ -535,6 +641,31 @@ func (p *probeSplit) String(vethP50 float64) string {
 	m := func(v []int64) float64 { return summarize(v).p50 }
 	return fmt.Sprintf("n %d in %.1f wake %.1f late %.1f write %.1f lead %.1f up %.1f; in+up-veth %+.1f",
 		len(p.late), m(p.in), m(p.wake), m(p.late), m(p.write), m(p.lead), m(p.up), m(p.in)+m(p.up)-vethP50)
+}
+
+// tardiness says how the writer had woken for the packets handed over
+// late and for the others: per kind of wake-up (direct, signal, timer,
+// nanosleep, poll, busy), and the median of how late past its own aim
+// the wake-up came.
+func (p *probeSplit) tardiness() string {
+	tardy := 0
+	for _, n := range p.tardyBy {
+		tardy += n
+	}
+	return fmt.Sprintf("late %d of %d: by direct/signal/timer/nanosleep/poll/busy %v (on time %v); woke after the aim %d, before it (late in the spin or the write's start) %d; wake-up past its aim, median µs: late %.1f, on time %.1f; "+
+		"timer wake-ups on the arming CPU on time/late %v (past aim p50 %.1f p90 %.1f), on the other %v (p50 %.1f p90 %.1f)",
+		tardy, len(p.late), p.tardyBy, p.onTimeBy, p.tardyAfterAim, p.tardyInSpin, summarize(p.tardyWakeLate).p50, summarize(p.onWakeLate).p50,
+		p.sameCPU, summarize(p.sameWakeLate).p50, quantile(p.sameWakeLate, 0.9), p.otherCPU, summarize(p.otherWakeLate).p50, quantile(p.otherWakeLate, 0.9))
+}
+
+// quantile is v's q quantile in µs.
+func quantile(v []int64, q float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return float64(s[min(int(q*float64(len(s))), len(s)-1)]) / 1e3
 }
 
 // dist summarizes ns values: mean, median, 99th percentile, as µs.
@@ -578,9 +709,10 @@ func loadavg() string {
 // unit test: it needs root and STRAIT_EMU_PROBE=1; STRAIT_EMU_PROBE_COUNT
 // sets the probes per path (default 2000), one every millisecond on
 // average across all paths;
-// STRAIT_EMU_PROBE_DELAYS replaces the default settings (0, 500µs, 3.3ms,
-// 3.3ms±0.4ms, 5ms, 10ms±2ms) with a comma-separated list of
-// delay[±jitter];
+// STRAIT_EMU_PROBE_DELAYS replaces the default settings (0, 0 with 1 %
+// loss, 500µs, 3.3ms, 3.3ms±0.4ms, 5ms, 10ms±2ms) with a comma-separated
+// list of delay[±jitter][/loss%] (an undelayed setting with loss is
+// carried by the kernel, and its probes lost are counted);
 // STRAIT_EMU_PROBE_COMPARE=1 adds, per setting, a link whose writer has no
 // lead (the emulator before it), probed in the same rounds;
 // the gaps between probes are drawn from half to one and a half
@@ -597,11 +729,21 @@ func TestDelayProbeExperiment(t *testing.T) {
 	ms := func(d float64) time.Duration { return time.Duration(d * float64(time.Millisecond)) }
 	// The seeds' scenarios reach 10 ms ± 2 ms per direction (cloud20),
 	// whose writer also waits in poll(2) first.
-	settings := []emulation.Params{{}, {Delay: ms(0.5)}, {Delay: ms(3.3)}, {Delay: ms(3.3), Jitter: ms(0.4)}, {Delay: ms(5)}, {Delay: ms(10), Jitter: ms(2)}}
+	// The link with 1 % loss and no delay is carried by the kernel (see
+	// probeLab), as the lab carries it.
+	settings := []emulation.Params{{}, {Loss: 1}, {Delay: ms(0.5)}, {Delay: ms(3.3)}, {Delay: ms(3.3), Jitter: ms(0.4)}, {Delay: ms(5)}, {Delay: ms(10), Jitter: ms(2)}}
 	if v := os.Getenv("STRAIT_EMU_PROBE_DELAYS"); v != "" {
 		settings = nil
 		for _, f := range strings.Split(v, ",") {
 			var p emulation.Params
+			f, lossPct, lossy := strings.Cut(f, "/")
+			if lossy {
+				v, err := strconv.ParseFloat(strings.TrimSuffix(lossPct, "%"), 64)
+				if err != nil {
+					t.Fatalf("STRAIT_EMU_PROBE_DELAYS: loss %q: %v", lossPct, err)
+				}
+				p.Loss = v
+			}
 			ds, js, jit := strings.Cut(f, "±")
 			d, err := time.ParseDuration(ds)
 			if err != nil {
@@ -640,7 +782,7 @@ func TestDelayProbeExperiment(t *testing.T) {
 		// seen): the sender's and receiver's stamps, and for emulated
 		// paths the reader's wake-up and what the engine traced.
 		var b strings.Builder
-		b.WriteString("path seq dir send recv read arrival release lead start entered end\n")
+		b.WriteString("path seq dir send recv read arrival release lead start entered end woke aimed by\n")
 		for _, r := range res {
 			for _, s := range r {
 				for d, sr := range [][2]int64{{s.t0, s.t1}, {s.t2, s.t3}} {
@@ -648,8 +790,8 @@ func TestDelayProbeExperiment(t *testing.T) {
 					if x := l.tap.at[tapKey{d, s.seq}]; x != nil {
 						ts = *x
 					}
-					fmt.Fprintf(&b, "%d %d %d %d %d %d %d %d %d %d %d %d\n", s.path, s.seq, d, sr[0], sr[1], ts.read,
-						ts.tr.arrival, ts.tr.release, ts.tr.lead, ts.tr.start, ts.tr.entered, ts.tr.end)
+					fmt.Fprintf(&b, "%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n", s.path, s.seq, d, sr[0], sr[1], ts.read,
+						ts.tr.arrival, ts.tr.release, ts.tr.lead, ts.tr.start, ts.tr.entered, ts.tr.end, ts.tr.woke, ts.tr.aimed, ts.tr.by)
 				}
 			}
 		}
@@ -674,10 +816,10 @@ func TestDelayProbeExperiment(t *testing.T) {
 	fmt.Fprintf(&tab, "%-30s %-3s %6s %9s %9s %9s %8s %9s %7s\n", "link", "dir", "probes", "mean", "p50", "p99", "on-time", "lead-us", "note")
 	fmt.Fprintf(&tab, "%-30s %-3s %6d %9.1f %9.1f %9.1f %8s %9s %7s\n", "veth (one-way)", "fwd", len(veth), df.mean, df.p50, df.p99, "", "", "")
 	fmt.Fprintf(&tab, "%-30s %-3s %6d %9.1f %9.1f %9.1f %8s %9s %7s\n", "veth (one-way)", "rev", len(veth), dr.mean, dr.p50, dr.p99, "", "", "")
-	var splits []string
+	var splits, losses []string
 	for i, p := range settings {
 		got := res[i+1]
-		fset, rset, exact := probeSettings(l, i+1, p, uint64(2*i), got)
+		fset, rset, exact := probeSettings(l, i+1, p, l.stream[i], got)
 		var f, r []int64
 		var sp [2]probeSplit
 		for k, s := range got {
@@ -694,8 +836,20 @@ func TestDelayProbeExperiment(t *testing.T) {
 		if p.Jitter != 0 {
 			name += "±" + p.Jitter.String()
 		}
+		if p.Loss != 0 {
+			name += " " + emulation.FormatPercent(p.Loss) + " loss"
+		}
 		if i < len(noLead) && noLead[i] {
 			name += " no lead"
+		}
+		if l.pumps[2*i] == nil {
+			for d, v := range [][]int64{f, r} {
+				x, base := summarize(v), []dist{df, dr}[d]
+				fmt.Fprintf(&tab, "%-30s %-3s %6d %+9.1f %+9.1f %+9.1f %8s %9s %7s\n", "kernel "+name, []string{"fwd", "rev"}[d], len(got),
+					x.mean-base.mean, x.p50-base.p50, x.p99-base.p99, "", "", "")
+			}
+			losses = append(losses, l.lossLine("kernel "+name, i, p, len(got)))
+			continue
 		}
 		for d, v := range [][]int64{f, r} {
 			st := l.pumps[2*i+d].c.snapshot()
@@ -705,10 +859,14 @@ func TestDelayProbeExperiment(t *testing.T) {
 		}
 		for d := range sp {
 			splits = append(splits, fmt.Sprintf("%-30s %s split, median µs: %s; nanosleep lateness %v",
-				"emulated "+name, []string{"fwd", "rev"}[d], sp[d].String([]dist{df, dr}[d].p50), time.Duration(l.pumps[2*i+d].sleepLate.get())))
+				"emulated "+name, []string{"fwd", "rev"}[d], sp[d].String([]dist{df, dr}[d].p50), time.Duration(l.pumps[2*i+d].sleepLate.get())),
+				fmt.Sprintf("%-30s %s %s", "emulated "+name, []string{"fwd", "rev"}[d], sp[d].tardiness()))
 		}
 	}
 	t.Logf("delay probe results\n%s", tab.String())
+	for _, s := range losses {
+		t.Log(s)
+	}
 	t.Log("split: in = kernel arrival stamp - sender's stamp; wake = reader awake - arrival; late = Write start - (release - lead); " +
 		"write = entry into the receiving stack - Write start; up = receiver's stamp - entry; " +
 		"excess = in + late + (write - lead) + up - veth (at the medians, roughly)")
@@ -716,6 +874,28 @@ func TestDelayProbeExperiment(t *testing.T) {
 		t.Log(s)
 	}
 	t.Logf("on-time: share of packets handed to Write at most %v after their release less the lead; lead-us: how far ahead of its release the writer hands a packet to Write, at the end", OnTimeSlack)
+}
+
+// lossLine says how many of kernel-carried setting i's probes were lost,
+// seen from outside (probes sent and returned; a probe returns when
+// neither direction dropped it) and by the loss programs' counters.
+func (l *probeLab) lossLine(name string, i int, p emulation.Params, back int) string {
+	sent := 0
+	for seq := range l.sentAt {
+		if int(seq%uint64(len(l.targets))) == i+1 {
+			sent++
+		}
+	}
+	lost := 100 * (1 - float64(back)/float64(max(sent, 1)))
+	want := 100 * (1 - (1-p.Loss/100)*(1-p.Loss/100))
+	s := fmt.Sprintf("%s: %d probes sent, %d back: %.2f %% of round trips lost (%.2f %% expected for %v each way)", name, sent, back, lost, want, emulation.FormatPercent(p.Loss))
+	for d, k := range l.kernel[i] {
+		if k != nil {
+			c := k.Counts()
+			s += fmt.Sprintf("; %s program dropped %d of %d (%.2f %%), %d unsplit", []string{"fwd", "rev"}[d], c.Dropped, c.Seen, 100*float64(c.Dropped)/float64(max(c.Seen, 1)), c.Unsplit)
+		}
+	}
+	return s
 }
 
 // probeSettings returns, per probe of emulated path path (in the order

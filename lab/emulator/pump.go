@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -117,13 +118,38 @@ type pump struct {
 	writing bool
 	// trace, if set before run, sees every packet written (tests only).
 	trace func(pkt []byte, t traced)
+	// armCPU is the CPU the reader armed the timer on (under mu; traces
+	// only): the timer fires there.
+	armCPU int32
 }
 
 // traced is what the engine knows of a packet it wrote, by its clock:
 // when the kernel queued it on the source device, its release, the lead
 // it was handed over with, when its Write started, when it entered the
-// receiving stack (0: not stamped) and when the Write returned.
-type traced struct{ arrival, release, lead, start, entered, end int64 }
+// receiving stack (0: not stamped) and when the Write returned; and how
+// the thread that wrote it last woke before (by), when (woke) and when it
+// meant to (aimed), so a late packet can be traced to a late wake-up.
+type traced struct {
+	arrival, release, lead, start, entered, end int64
+	woke, aimed                                 int64
+	by                                          wakeKind
+	// The CPU the reader armed the timer on and the one the writer woke
+	// on (traces only; -1: not known): a timer that wakes a thread on
+	// another, halted, CPU needs a second wake-up of a virtual CPU.
+	armCPU, wakeCPU int32
+}
+
+// wakeKind is how the thread that wrote a packet last woke before it.
+type wakeKind uint8
+
+const (
+	wakeDirect    wakeKind = iota // the reader wrote it (see enqueue)
+	wakeSignal                    // the writer, woken by the reader's eventfd
+	wakeTimer                     // the writer, by the timer the reader armed
+	wakeNanosleep                 // the writer, from its nanosleep
+	wakePoll                      // the writer, from a poll(2) timeout
+	wakeBusy                      // the writer went on from its previous Write
+)
 
 // runningMedian follows the typical value of a stream of latencies: it
 // moves toward each sample by an eighth of the gap, by at least 0.5 µs and
@@ -457,6 +483,9 @@ func (p *pump) arm(at int64) bool {
 		return false
 	}
 	p.armed, p.armedAt = true, at
+	if p.trace != nil {
+		p.armCPU = currentCPU()
+	}
 	return true
 }
 
@@ -482,11 +511,17 @@ func (p *pump) writeLoop() {
 			timer := p.await(-1)
 			p.mu.Lock()
 			p.waiting = false
+			now := p.now()
+			w.woke, w.aimed, w.by, w.armCPU, w.wakeCPU = now, now, wakeSignal, -1, -1
 			if p.armed && timer {
 				// The reader armed the timer for the head: its wake-up
 				// is a sleep like nanosleep's, and as late.
 				p.armed = false
-				p.sleepLate.observe(p.now() - p.armedAt)
+				p.sleepLate.observe(now - p.armedAt)
+				w.aimed, w.by = p.armedAt, wakeTimer
+				if p.trace != nil {
+					w.armCPU, w.wakeCPU = p.armCPU, currentCPU()
+				}
 			}
 		}
 		if p.stopped {
@@ -496,7 +531,7 @@ func (p *pump) writeLoop() {
 		now := p.now()
 		if d := p.untilDue(now); d > 0 {
 			p.mu.Unlock()
-			p.sleep(d)
+			p.sleep(d, w)
 			continue
 		}
 		p.writing = true
@@ -505,6 +540,7 @@ func (p *pump) writeLoop() {
 		if err := p.deliver(w); err != nil {
 			return
 		}
+		w.woke, w.aimed, w.by, w.armCPU, w.wakeCPU = 0, 0, wakeBusy, -1, -1
 	}
 }
 
@@ -524,10 +560,14 @@ type writer struct {
 	slots [][]byte
 	out   [][]byte
 	due   []entry
+	// How the thread that owns the writer last woke (see traced).
+	woke, aimed     int64
+	by              wakeKind
+	armCPU, wakeCPU int32
 }
 
 func newWriter(batch int) *writer {
-	return &writer{slots: make([][]byte, batch), out: make([][]byte, 0, batch), due: make([]entry, 0, batch)}
+	return &writer{slots: make([][]byte, batch), out: make([][]byte, 0, batch), due: make([]entry, 0, batch), armCPU: -1, wakeCPU: -1}
 }
 
 // collect moves every packet due at now, up to a batch, from the queue to
@@ -580,7 +620,7 @@ func (p *pump) deliver(w *writer) error {
 	if p.trace != nil {
 		end := p.now()
 		for _, e := range w.due {
-			p.trace(e.buf[Headroom:Headroom+e.n], traced{e.arrival, e.release, lead, start, entered, end})
+			p.trace(e.buf[Headroom:Headroom+e.n], traced{e.arrival, e.release, lead, start, entered, end, w.woke, w.aimed, w.by, w.armCPU, w.wakeCPU})
 		}
 	}
 	p.c.batches.Add(1)
@@ -615,6 +655,15 @@ func (p *pump) deliver(w *writer) error {
 		p.c.late.Add(late)
 	}
 	return nil
+}
+
+// currentCPU is the CPU the calling thread runs on.
+func currentCPU() int32 {
+	var cpu uint32
+	if _, _, errno := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), 0, 0); errno != 0 {
+		return -1
+	}
+	return int32(cpu)
 }
 
 // signal wakes the writer if it waits in await.
@@ -664,17 +713,21 @@ const releaseAhead = int64(100 * time.Microsecond)
 // wakes once per batch.
 const spinWindow = int64(20 * time.Microsecond)
 
-// sleep waits about d nanoseconds, as planWait says; the writer's loop
-// then looks at the queue again.
-func (p *pump) sleep(d int64) {
+// sleep waits about d nanoseconds, as planWait says, and notes in w how
+// it woke; the writer's loop then looks at the queue again.
+func (p *pump) sleep(d int64, w *writer) {
 	switch how, v := planWait(d, p.sleepLate.get(), p.sh.reorder); how {
 	case waitPoll:
+		t0 := p.now()
 		p.await(int(v))
+		w.woke, w.aimed, w.by, w.armCPU, w.wakeCPU = p.now(), t0+v*int64(time.Millisecond), wakePoll, -1, -1
 	case waitNanosleep:
 		t0 := p.now()
 		ts := unix.NsecToTimespec(v)
 		_ = unix.Nanosleep(&ts, nil) // EINTR: the loop looks again
-		p.sleepLate.observe(p.now() - t0 - v)
+		now := p.now()
+		p.sleepLate.observe(now - t0 - v)
+		w.woke, w.aimed, w.by, w.armCPU, w.wakeCPU = now, t0+v, wakeNanosleep, -1, -1
 	case waitSpin:
 		for end := p.now() + v; p.now() < end; {
 		}
