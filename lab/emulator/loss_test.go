@@ -165,13 +165,15 @@ func TestKernelLossDrops(t *testing.T) {
 	lost := uint64(n - back)
 	t.Logf("%d probes, %d back; the program saw %d, dropped %d, %d unsplit", n, back, c.Seen, c.Dropped, c.Unsplit)
 	sd := math.Sqrt(n * pct / 100 * (1 - pct/100))
-	if d := math.Abs(float64(lost) - n*pct/100); d > 7*sd {
-		t.Errorf("%d of %d probes lost (%.1f %%), want %v %% within %.0f probes", lost, n, 100*float64(lost)/n, pct, 7*sd)
+	if d := math.Abs(float64(c.Dropped) - n*pct/100); d > 7*sd {
+		t.Errorf("the program dropped %d of %d probes (%.1f %%), want %v %% within %.0f probes", c.Dropped, n, 100*float64(c.Dropped)/n, pct, 7*sd)
 	}
 	// Every probe reached the program, nothing else IP did (IPv6 is
-	// off), and every probe it let through came back.
-	if c.Seen != n || c.Dropped != lost {
-		t.Errorf("the program saw %d and dropped %d for %d probes of which %d were lost: probes were lost elsewhere or not seen", c.Seen, c.Dropped, n, lost)
+	// off), and the probes it let through came back: a reply that came
+	// more than a second after the last probe (a host stalled that long)
+	// is the only other way to lose one, so a few are allowed.
+	if c.Seen != n || lost < c.Dropped || lost > c.Dropped+n/200 {
+		t.Errorf("the program saw %d and dropped %d of %d probes, %d were lost: probes were lost elsewhere or not seen", c.Seen, c.Dropped, n, lost)
 	}
 	if c.Unsplit != 0 {
 		t.Errorf("%d packets reached the program unsplit", c.Unsplit)

@@ -45,6 +45,7 @@ const (
 	probeMagic   = 0x73747270 // "strp"
 	probeLen     = 48         // magic, path, seq, t0, t1, t2, filler
 	probeSeed    = 42         // the probe lab's engine seed
+	probeRcvBuf  = 8 << 20    // the probe sockets' receive buffers, bytes
 )
 
 // probeRole runs the server or client process of the delay probe when the
@@ -95,6 +96,9 @@ func probeServe() error {
 	if err != nil {
 		return err
 	}
+	// Room for seconds of probes, so a stalled process does not lose
+	// what the links delivered (root may exceed rmem_max).
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, probeRcvBuf)
 	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: probePort}); err != nil {
 		return fmt.Errorf("bind: %w", err)
 	}
@@ -143,6 +147,7 @@ func probeClient() error {
 		return err
 	}
 	// The receiver ends after a second without replies once all are sent.
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, probeRcvBuf)
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 1}); err != nil {
 		return err
 	}
