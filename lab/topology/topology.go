@@ -106,9 +106,11 @@ const (
 var CongestionControls = []string{"reno", "cubic", "bbr"}
 
 // Emulators lists the accepted emulation backends: "auto" shapes links that
-// only cap the rate with the kernel's tbf, and the others with netem when
-// the kernel has it and strait's userspace emulator otherwise; "tbf" insists
-// on tbf and accepts only rate-only links.
+// only cap the rate with the kernel's tbf, carries links with no delay or
+// jitter either way in the kernel (loss in a tc program, rate in tbf:
+// docs/topology.md, "Accuracy"), and the others with netem when the kernel
+// has it and strait's userspace emulator otherwise; "tbf" insists on tbf
+// and accepts only rate-only links.
 var Emulators = []string{"auto", "netem", "userspace", "tbf"}
 
 // Parse decodes a topology file. Unknown fields, duplicate keys and values
