@@ -27,6 +27,8 @@ const (
 	packetMapMaglev        = "maglev"
 	packetMapMtuCounters   = "mtu_counters"
 	packetMapNat           = "nat"
+	packetMapPeerCache     = "peer_cache"
+	packetMapPeerEpoch     = "peer_epoch"
 	packetMapPeers         = "peers"
 	packetMapPolicy        = "policy"
 	packetMapRnat          = "rnat"
@@ -99,6 +101,8 @@ type packetMapSpecs struct {
 	Maglev       *ebpf.MapSpec `ebpf:"maglev"`
 	MtuCounters  *ebpf.MapSpec `ebpf:"mtu_counters"`
 	Nat          *ebpf.MapSpec `ebpf:"nat"`
+	PeerCache    *ebpf.MapSpec `ebpf:"peer_cache"`
+	PeerEpoch    *ebpf.MapSpec `ebpf:"peer_epoch"`
 	Peers        *ebpf.MapSpec `ebpf:"peers"`
 	Policy       *ebpf.MapSpec `ebpf:"policy"`
 	Rnat         *ebpf.MapSpec `ebpf:"rnat"`
@@ -143,6 +147,8 @@ type packetMaps struct {
 	Maglev       *ebpf.Map `ebpf:"maglev"`
 	MtuCounters  *ebpf.Map `ebpf:"mtu_counters"`
 	Nat          *ebpf.Map `ebpf:"nat"`
+	PeerCache    *ebpf.Map `ebpf:"peer_cache"`
+	PeerEpoch    *ebpf.Map `ebpf:"peer_epoch"`
 	Peers        *ebpf.Map `ebpf:"peers"`
 	Policy       *ebpf.Map `ebpf:"policy"`
 	Rnat         *ebpf.Map `ebpf:"rnat"`
@@ -163,6 +169,8 @@ func (m *packetMaps) Close() error {
 		m.Maglev,
 		m.MtuCounters,
 		m.Nat,
+		m.PeerCache,
+		m.PeerEpoch,
 		m.Peers,
 		m.Policy,
 		m.Rnat,
