@@ -16,6 +16,7 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	packetMapCoarseClock   = "coarse_clock"
 	packetMapConfig        = "config"
 	packetMapCounters      = "counters"
 	packetMapExports       = "exports"
@@ -90,6 +91,7 @@ type packetProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type packetMapSpecs struct {
+	CoarseClock  *ebpf.MapSpec `ebpf:"coarse_clock"`
 	Config       *ebpf.MapSpec `ebpf:"config"`
 	Counters     *ebpf.MapSpec `ebpf:"counters"`
 	Exports      *ebpf.MapSpec `ebpf:"exports"`
@@ -136,6 +138,7 @@ func (o *packetObjects) Close() error {
 //
 // It can be passed to loadPacketObjects or ebpf.CollectionSpec.LoadAndAssign.
 type packetMaps struct {
+	CoarseClock  *ebpf.Map `ebpf:"coarse_clock"`
 	Config       *ebpf.Map `ebpf:"config"`
 	Counters     *ebpf.Map `ebpf:"counters"`
 	Exports      *ebpf.Map `ebpf:"exports"`
@@ -158,6 +161,7 @@ type packetMaps struct {
 
 func (m *packetMaps) Close() error {
 	return _PacketClose(
+		m.CoarseClock,
 		m.Config,
 		m.Counters,
 		m.Exports,

@@ -515,12 +515,40 @@ static __always_inline int lookup_peer(__be32 addr, struct peer_val *out)
 	return 1;
 }
 
+// The coarse clock as this CPU last read it, and the jiffy it read it in.
+struct clock_slot {
+	__u64 jiffies;
+	__u64 ns;
+};
+
+// Not pinned: a cache, refilled within a tick.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct clock_slot);
+} coarse_clock SEC(".maps");
+
 // now is the clock of NAT entries' idle times. The coarse clock (a tick's
 // resolution) is cheaper than bpf_ktime_get_ns and ample for idle times of
-// minutes.
+// minutes. It moves only at a tick, as jiffies do, so each CPU reads it
+// once a jiffy and keeps it: bpf_jiffies64 is a load (the verifier
+// inlines it), where the clock's helper was a tenth of tun_ingress's
+// samples under iperf3 (docs/packet.md, "Per-packet cost"). A read that
+// meets a tick between the jiffies' update and the clock's keeps the old
+// time until the next jiffy: a tick off, in idle times of minutes.
 static __always_inline __u64 now(void)
 {
-	return bpf_ktime_get_coarse_ns();
+	__u32 zero = 0;
+	struct clock_slot *c = bpf_map_lookup_elem(&coarse_clock, &zero);
+	if (!c)
+		return bpf_ktime_get_coarse_ns();
+	__u64 j = bpf_jiffies64();
+	if (c->jiffies != j || !c->ns) {
+		c->ns = bpf_ktime_get_coarse_ns();
+		c->jiffies = j;
+	}
+	return c->ns;
 }
 
 // touch records a packet in an entry's seen time. It writes only when the
