@@ -283,6 +283,13 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		return nil, fmt.Errorf("load programs: %w", err)
 	}
 	d := &Datapath{cfg: cfg, log: log, coll: coll, dir: dir}
+	// What the programs copied from peers under the pinned epoch may be
+	// older than the map: a process of a version before the epoch wrote
+	// peers without advancing it.
+	if err := d.advancePeerEpoch(); err != nil {
+		coll.Close()
+		return nil, err
+	}
 	if spec.Maps["maglev"].Flags&unix.BPF_F_MMAPABLE != 0 {
 		size := (int(spec.Maps["maglev"].MaxEntries)*maglevStride + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1)
 		if d.maglev, err = unix.Mmap(coll.Maps["maglev"].FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
@@ -595,7 +602,29 @@ func (d *Datapath) SetPeers(peers map[netip.Addr]Peer) error {
 		}
 		m[addrValue{a.Unmap()}] = p
 	}
-	return syncMap(d.coll.Maps["peers"], "peers", m)
+	err := syncMap(d.coll.Maps["peers"], "peers", m)
+	// Even after a failed write: some entries may have changed.
+	return errors.Join(err, d.advancePeerEpoch())
+}
+
+// advancePeerEpoch tells the programs that the peers map changed: they
+// keep copies of its entries (in flow entries and per CPU) that are valid
+// only while peer_epoch holds the value they were read at (bpf/packet.c,
+// peer_epoch). Called after every write of peers; one process writes a
+// gateway's maps, so the read and the write need no lock.
+func (d *Datapath) advancePeerEpoch() error {
+	m := d.coll.Maps["peer_epoch"]
+	var e uint32
+	if err := m.Lookup(uint32(0), &e); err != nil {
+		return fmt.Errorf("peer epoch: %w", err)
+	}
+	if e++; e == 0 {
+		e = 1 // 0 means none: every packet looks peers up
+	}
+	if err := m.Update(uint32(0), e, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("peer epoch: %w", err)
+	}
+	return nil
 }
 
 // SetPolicy makes the policy map hold exactly entries (see CompilePolicy).

@@ -246,8 +246,8 @@ func (v addrValue) MarshalBinary() ([]byte, error) {
 }
 
 func (v *addrValue) UnmarshalBinary(b []byte) error {
-	// The flows map's value has the route toward the client (and
-	// padding) after the address.
+	// The flows map's value has the route toward the client (and the
+	// peers epoch its gateway was last found alive at) after the address.
 	if len(b) != addrValueLen && len(b) != flowValueLen {
 		return fmt.Errorf("address value: %d bytes, want %d or %d", len(b), addrValueLen, flowValueLen)
 	}

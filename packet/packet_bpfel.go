@@ -16,6 +16,7 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	packetMapCoarseClock   = "coarse_clock"
 	packetMapConfig        = "config"
 	packetMapCounters      = "counters"
 	packetMapExports       = "exports"
@@ -27,6 +28,8 @@ const (
 	packetMapMaglev        = "maglev"
 	packetMapMtuCounters   = "mtu_counters"
 	packetMapNat           = "nat"
+	packetMapPeerCache     = "peer_cache"
+	packetMapPeerEpoch     = "peer_epoch"
 	packetMapPeers         = "peers"
 	packetMapPolicy        = "policy"
 	packetMapRnat          = "rnat"
@@ -88,6 +91,7 @@ type packetProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type packetMapSpecs struct {
+	CoarseClock  *ebpf.MapSpec `ebpf:"coarse_clock"`
 	Config       *ebpf.MapSpec `ebpf:"config"`
 	Counters     *ebpf.MapSpec `ebpf:"counters"`
 	Exports      *ebpf.MapSpec `ebpf:"exports"`
@@ -99,6 +103,8 @@ type packetMapSpecs struct {
 	Maglev       *ebpf.MapSpec `ebpf:"maglev"`
 	MtuCounters  *ebpf.MapSpec `ebpf:"mtu_counters"`
 	Nat          *ebpf.MapSpec `ebpf:"nat"`
+	PeerCache    *ebpf.MapSpec `ebpf:"peer_cache"`
+	PeerEpoch    *ebpf.MapSpec `ebpf:"peer_epoch"`
 	Peers        *ebpf.MapSpec `ebpf:"peers"`
 	Policy       *ebpf.MapSpec `ebpf:"policy"`
 	Rnat         *ebpf.MapSpec `ebpf:"rnat"`
@@ -132,6 +138,7 @@ func (o *packetObjects) Close() error {
 //
 // It can be passed to loadPacketObjects or ebpf.CollectionSpec.LoadAndAssign.
 type packetMaps struct {
+	CoarseClock  *ebpf.Map `ebpf:"coarse_clock"`
 	Config       *ebpf.Map `ebpf:"config"`
 	Counters     *ebpf.Map `ebpf:"counters"`
 	Exports      *ebpf.Map `ebpf:"exports"`
@@ -143,6 +150,8 @@ type packetMaps struct {
 	Maglev       *ebpf.Map `ebpf:"maglev"`
 	MtuCounters  *ebpf.Map `ebpf:"mtu_counters"`
 	Nat          *ebpf.Map `ebpf:"nat"`
+	PeerCache    *ebpf.Map `ebpf:"peer_cache"`
+	PeerEpoch    *ebpf.Map `ebpf:"peer_epoch"`
 	Peers        *ebpf.Map `ebpf:"peers"`
 	Policy       *ebpf.Map `ebpf:"policy"`
 	Rnat         *ebpf.Map `ebpf:"rnat"`
@@ -152,6 +161,7 @@ type packetMaps struct {
 
 func (m *packetMaps) Close() error {
 	return _PacketClose(
+		m.CoarseClock,
 		m.Config,
 		m.Counters,
 		m.Exports,
@@ -163,6 +173,8 @@ func (m *packetMaps) Close() error {
 		m.Maglev,
 		m.MtuCounters,
 		m.Nat,
+		m.PeerCache,
+		m.PeerEpoch,
 		m.Peers,
 		m.Policy,
 		m.Rnat,

@@ -185,6 +185,86 @@ func TestPropertyMaglevMatchesRing(t *testing.T) {
 	check("gw-2 back, new flows", f.table)
 }
 
+// TestPeerEpoch: an established flow's packets skip the peers lookup — its
+// entry holds the epoch at which its gateway was last found alive — yet a
+// write of peers still moves it off a gateway that died: every SetPeers
+// advances the epoch, and so does a new Load over the pins (bpf/packet.c,
+// peer_epoch). It fails when SetPeers leaves the epoch as it was: the
+// stamped flow then stays on the dead gateway.
+func TestPeerEpoch(t *testing.T) {
+	f := newImportFixture(t, 2)
+	prog := f.d.Program("lan_ingress")
+	client := netip.MustParseAddrPort("10.1.0.2:40000")
+	flow := Flow{client, f.vip, UDP}
+	send := func(what string) {
+		t.Helper()
+		if ret := run(t, prog, frame(UDP, client, f.vip, false, 10)); ret != tcActRedirect {
+			t.Fatalf("%s: verdict %d, want redirect (%d)", what, ret, tcActRedirect)
+		}
+	}
+	epoch := func() uint32 {
+		t.Helper()
+		var e uint32
+		must(t, f.d.coll.Maps["peer_epoch"].Lookup(uint32(0), &e))
+		return e
+	}
+	stamp := func() uint32 {
+		t.Helper()
+		var v []byte
+		must(t, f.d.coll.Maps["flows"].Lookup(flow, &v))
+		return binary.NativeEndian.Uint32(v[12:]) // struct flow_val's alive_epoch
+	}
+
+	send("first packet")
+	if s := stamp(); s != 0 {
+		t.Errorf("a new flow's entry has epoch %d, want 0 (its gateway not yet checked)", s)
+	}
+	send("second packet")
+	e := epoch()
+	if e == 0 || stamp() != e {
+		t.Fatalf("after the second packet: flow epoch %d, peers epoch %d; want equal and not 0", stamp(), e)
+	}
+	gw, ok := f.d.Flow(flow)
+	if !ok {
+		t.Fatal("the flow is not pinned")
+	}
+
+	// Its gateway dies: the peers entry says so and the table's view
+	// leaves it out.
+	peers := map[netip.Addr]Peer{}
+	var dead string
+	for _, g := range f.gws {
+		peers[f.addrs[g]] = Peer{Cluster: 1, Alive: f.addrs[g] != gw}
+		if f.addrs[g] == gw {
+			dead = g
+		}
+	}
+	must(t, f.d.SetPeers(peers))
+	if epoch() == e {
+		t.Fatalf("SetPeers left the peers epoch at %d", e)
+	}
+	must(t, f.d.SetTable(0, f.table.WithDown(map[string]bool{dead: true}), f.addrs))
+	send("after the gateway died")
+	if now, _ := f.d.Flow(flow); now == gw {
+		t.Fatalf("the flow stayed on the dead gateway %v", gw)
+	}
+	c, err := f.d.Counters()
+	must(t, err)
+	if c["import_repinned_flows"] != 1 {
+		t.Errorf("import_repinned_flows = %d, want 1", c["import_repinned_flows"])
+	}
+
+	// A new process over the pins starts a new epoch: what the programs
+	// stamped before may be older than what an earlier version wrote.
+	e = epoch()
+	d2, err := Load(f.d.cfg, nil)
+	must(t, err)
+	defer d2.Close()
+	if epoch() == e {
+		t.Errorf("Load left the peers epoch at %d", e)
+	}
+}
+
 // TestFlowMapFull: with more live flows than the flow map holds, the
 // oldest are evicted and every packet is still forwarded — to the gateway
 // the table names, so an evicted flow that comes back lands where it was.

@@ -135,7 +135,10 @@ struct flow_val {
 	// reply path looks the route up itself.
 	__u32 ifindex;
 	__be32 nh; // the next hop toward the client
-	__u32 pad;
+	// The peers epoch at which gw was last found alive (0: never): while
+	// peer_epoch holds this value, the peers map has not been written
+	// since, and the flow's packets skip the peers lookup.
+	__u32 alive_epoch;
 };
 
 #define PEER_ALIVE 1
@@ -264,6 +267,45 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } peers SEC(".maps");
+
+// The peers map's epoch (docs/packet.md, "Per-packet work"): package packet
+// writes it after every write of the peers map, and when it loads the
+// programs, never 0. What a program read from peers at the current epoch
+// is still what peers says, so an established flow checks its peer against
+// a copy it already holds (its flow entry's alive_epoch, this CPU's
+// peer_cache) instead of a hash lookup per packet. 0 (maps of a version
+// before it, not yet written): every packet looks peers up. A map of its
+// own, like frag_counters, so pins of earlier versions are still adopted.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} peer_epoch SEC(".maps");
+
+#define PEER_CACHE_SLOTS 4 // a power of two
+
+// A peers entry as this CPU last read it, and the epoch it was read at.
+struct peer_slot {
+	__be32 addr;
+	__u32 epoch; // 0: empty
+	struct peer_val val;
+};
+
+struct peer_cache {
+	struct peer_slot slot[PEER_CACHE_SLOTS];
+};
+
+// The tunnel packets' peer check, per CPU: a few recently seen peers
+// (tun_ingress), one cache line, slots picked by the address's low bits.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct peer_cache);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} peer_cache SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -427,12 +469,86 @@ static __always_inline struct config *get_config(void)
 	return bpf_map_lookup_elem(&config, &zero);
 }
 
+// peers_epoch is peer_epoch's value (0: none).
+static __always_inline __u32 peers_epoch(void)
+{
+	__u32 zero = 0;
+	__u32 *e = bpf_map_lookup_elem(&peer_epoch, &zero);
+	return e ? *(volatile __u32 *)e : 0;
+}
+
+// lookup_peer reads the peers entry of addr into out, from this CPU's
+// cache when it was read at the current epoch; 0 when addr is no peer.
+// The epoch is read before the map: an entry read after a write of peers
+// but before its epoch was advanced is stamped with the old epoch, and the
+// next packet reads it again.
+static __always_inline int lookup_peer(__be32 addr, struct peer_val *out)
+{
+	__u32 zero = 0;
+	__u32 epoch = peers_epoch();
+	struct peer_slot *s = 0;
+	if (epoch) {
+		struct peer_cache *c = bpf_map_lookup_elem(&peer_cache, &zero);
+		if (c) {
+			// The address is in network order: its last byte
+			// varies most between a cluster's gateways.
+			s = &c->slot[(bpf_ntohl(addr) ^ (bpf_ntohl(addr) >> 8)) & (PEER_CACHE_SLOTS - 1)];
+			if (s->epoch == epoch && s->addr == addr) {
+				*out = s->val;
+				return 1;
+			}
+		}
+	}
+	struct peer_val *pv = bpf_map_lookup_elem(&peers, &addr);
+	if (!pv)
+		return 0;
+	*out = *pv;
+	if (s) {
+		// Emptied first: a half-written slot never matches.
+		s->epoch = 0;
+		__asm__ __volatile__("" ::: "memory"); // stores stay in order
+		s->addr = addr;
+		s->val = *out;
+		__asm__ __volatile__("" ::: "memory");
+		s->epoch = epoch;
+	}
+	return 1;
+}
+
+// The coarse clock as this CPU last read it, and the jiffy it read it in.
+struct clock_slot {
+	__u64 jiffies;
+	__u64 ns;
+};
+
+// Not pinned: a cache, refilled within a tick.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct clock_slot);
+} coarse_clock SEC(".maps");
+
 // now is the clock of NAT entries' idle times. The coarse clock (a tick's
 // resolution) is cheaper than bpf_ktime_get_ns and ample for idle times of
-// minutes.
+// minutes. It moves only at a tick, as jiffies do, so each CPU reads it
+// once a jiffy and keeps it: bpf_jiffies64 is a load (the verifier
+// inlines it), where the clock's helper was a tenth of tun_ingress's
+// samples under iperf3 (docs/packet.md, "Per-packet cost"). A read that
+// meets a tick between the jiffies' update and the clock's keeps the old
+// time until the next jiffy: a tick off, in idle times of minutes.
 static __always_inline __u64 now(void)
 {
-	return bpf_ktime_get_coarse_ns();
+	__u32 zero = 0;
+	struct clock_slot *c = bpf_map_lookup_elem(&coarse_clock, &zero);
+	if (!c)
+		return bpf_ktime_get_coarse_ns();
+	__u64 j = bpf_jiffies64();
+	if (c->jiffies != j || !c->ns) {
+		c->ns = bpf_ktime_get_coarse_ns();
+		c->jiffies = j;
+	}
+	return c->ns;
 }
 
 // touch records a packet in an entry's seen time. It writes only when the
@@ -963,9 +1079,17 @@ static __always_inline __be32 pick_gateway(struct __sk_buff *skb, struct config 
 	struct flow_val *fv = bpf_map_lookup_elem(&flows, &fk);
 	int repin = 0;
 	if (fv) {
-		struct peer_val *pv = bpf_map_lookup_elem(&peers, &fv->gw);
-		if (pv && (pv->flags & PEER_ALIVE))
+		// The flow's gateway was alive at alive_epoch, and peers has
+		// not been written since: no lookup. Else look, and stamp.
+		__u32 epoch = peers_epoch();
+		if (epoch && fv->alive_epoch == epoch)
 			return fv->gw;
+		struct peer_val *pv = bpf_map_lookup_elem(&peers, &fv->gw);
+		if (pv && (pv->flags & PEER_ALIVE)) {
+			if (epoch)
+				fv->alive_epoch = epoch;
+			return fv->gw;
+		}
 		repin = 1;
 	} else if (!policy_allows(0, imp->id, p->saddr)) {
 		count(C_EGRESS_POLICY_DROPS);
@@ -1393,8 +1517,8 @@ int tun_ingress(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	}
 	__be32 peer = bpf_htonl(key.remote_ipv4);
-	struct peer_val *pv = bpf_map_lookup_elem(&peers, &peer);
-	if (!pv) {
+	struct peer_val pv;
+	if (!lookup_peer(peer, &pv)) {
 		count(C_NON_PEER_DROPS);
 		return TC_ACT_SHOT;
 	}
@@ -1414,10 +1538,9 @@ int tun_ingress(struct __sk_buff *skb)
 		struct export_val *ev = bpf_map_lookup_elem(&exports, &ek);
 		if (ev) {
 			struct export_val e = *ev;
-			struct peer_val pvc = *pv;
 			if (p.proto == IPPROTO_TCP)
 				clamp_mss(skb, cfg->mss, l2);
-			return export_flow(skb, l2, cfg, &p, &e, &pvc, peer);
+			return export_flow(skb, l2, cfg, &p, &e, &pv, peer);
 		}
 		// A reply to a pinned import flow, from the gateway it is
 		// pinned to, goes by the route cached in the flow entry.
