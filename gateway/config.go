@@ -62,7 +62,10 @@ type Config struct {
 	// service that serves one connection at a time and more than this
 	// gateway connect to (README, "Preconnected target connections").
 	Preconnect int `yaml:"preconnect"`
-	// Sessions is the number of warm sessions to each peer gateway (0: 2).
+	// Sessions is the number of warm sessions (TCP connections) to each
+	// peer gateway, 0 for the tunnel's default of 8: under loss each
+	// carries only so many small requests a second (tunnel.PoolConfig.
+	// SessionsPerAddr, README "Many small requests over a lossy WAN").
 	Sessions int `yaml:"sessions"`
 	// KeepaliveTimeout is how long a silent peer gateway's sessions live
 	// (0: 1s). Health takes a silent gateway out of the table much sooner
@@ -256,7 +259,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("preconnect %d: must be -1 (off), 0 (default %d) or up to 64", c.Preconnect, defaultPrecon)
 	}
 	if c.Sessions < 0 || c.Sessions > 16 {
-		return fmt.Errorf("sessions %d: must be 0 (default 2) to 16", c.Sessions)
+		return fmt.Errorf("sessions %d: must be 0 (default 8) to 16", c.Sessions)
 	}
 	if c.KeepaliveTimeout < 0 {
 		return fmt.Errorf("keepalive-timeout %v: must not be negative", c.KeepaliveTimeout)

@@ -45,7 +45,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"bad source namespace", goodConfig + "sources: [{cidr: 10.0.0.0/8, namespace: Web}]\n", `sources[0].namespace "Web": must be a DNS label`},
 		{"preconnect", goodConfig + "preconnect: 65\n", "preconnect 65: must be -1 (off), 0 (default 2) or up to 64"},
 		{"preconnect negative", goodConfig + "preconnect: -2\n", "preconnect -2"},
-		{"sessions", goodConfig + "sessions: 17\n", "sessions 17: must be 0 (default 2) to 16"},
+		{"sessions", goodConfig + "sessions: 17\n", "sessions 17: must be 0 (default 8) to 16"},
 		{"keepalive", goodConfig + "keepalive-timeout: -1s\n", "keepalive-timeout -1s: must not be negative"},
 		{"keepalive below the probe interval", goodConfig + "probe-interval: 300ms\nkeepalive-timeout: 200ms\n", "keepalive-timeout 200ms: must exceed the probe interval 300ms"},
 		{"probe interval over the default keepalive timeout", goodConfig + "probe-interval: 1s\n", "probe-interval 1s: must be below keepalive-timeout, which defaults to 1s"},

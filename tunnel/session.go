@@ -1016,6 +1016,14 @@ func (s *session) AcceptStream(ctx context.Context) (Stream, error) {
 	}
 }
 
+// openStreams is how many streams the session carries now, opened by
+// either end (streamCounter).
+func (s *session) openStreams() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.streams)
+}
+
 func (s *session) removeStream(id uint32) {
 	s.mu.Lock()
 	delete(s.streams, id)

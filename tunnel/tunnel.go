@@ -9,8 +9,10 @@
 // of the multiplexer's rate, and over an emulated 1 Gbit/s WAN with 0.08 %
 // loss it collapses to tens of Mbit/s while TCP with BBR keeps most of the
 // link (tunnel/quic's BenchmarkTransports and TestTransportsOverEmulatedWAN
-// print both). Pool keeps a few warm Sessions to every gateway of a peer
-// cluster and spreads streams over the live ones.
+// print both). Pool keeps several warm Sessions (TCP connections) to every
+// gateway of a peer cluster and opens each stream on the least loaded live
+// one: under loss one connection carries only so many small requests a
+// second (PoolConfig.SessionsPerAddr).
 //
 // Opening a stream never waits for the peer: the opener's header leaves in
 // the same flush as its first data, so a new connection costs no WAN round
