@@ -27,6 +27,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
@@ -271,6 +272,17 @@ func (s *side) errorf(format string, args ...any) error {
 	return fmt.Errorf("cluster %s: "+format, append([]any{name}, args...)...)
 }
 
+// CPURequest is the agent's CPU request. Without one its pod is BestEffort,
+// whose cgroup has the least CPU weight there is (cpu.shares 2), and the
+// userspace emulator's reader and writer then lose the CPU to any busy
+// pod with a request, such as a strait gateway (200m) encrypting the very
+// stream the emulator delays: its queue overflowed and dropped up to 13 %
+// of a bulk stream's packets (docs/lab-clusters-emulation.md, "Measured").
+// In the namespace lab the emulator runs at nice -10 beside the tools'
+// processes; a request of one CPU gives it a weight over four times a
+// gateway's. No limit: a CPU quota would throttle it in bursts.
+const CPURequest = "1"
+
 // create makes the DaemonSet name running strait with args on s's nodes. A
 // DaemonSet of that name left by an interrupted run is replaced.
 func (s *side) create(ctx context.Context, run, name, comp string, args []string) error {
@@ -296,11 +308,13 @@ func (s *side) create(ctx context.Context, run, name, comp string, args []string
 						}}},
 					}},
 					Containers: []corev1.Container{{
-						Name:                     "emulate",
-						Image:                    Image,
-						ImagePullPolicy:          corev1.PullIfNotPresent,
-						Args:                     args,
-						SecurityContext:          &corev1.SecurityContext{Privileged: &privileged, RunAsUser: &root},
+						Name:            "emulate",
+						Image:           Image,
+						ImagePullPolicy: corev1.PullIfNotPresent,
+						Args:            args,
+						SecurityContext: &corev1.SecurityContext{Privileged: &privileged, RunAsUser: &root},
+						// Not BestEffort: see CPURequest.
+						Resources:                corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(CPURequest)}},
 						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 						VolumeMounts:             []corev1.VolumeMount{{Name: "state", MountPath: "/run/strait-linkemu"}},
 						ReadinessProbe: &corev1.Probe{
