@@ -276,11 +276,12 @@ func (s *side) errorf(format string, args ...any) error {
 // whose cgroup has the least CPU weight there is (cpu.shares 2), and the
 // userspace emulator's reader and writer then lose the CPU to any busy
 // pod with a request, such as a strait gateway (200m) encrypting the very
-// stream the emulator delays: its queue overflowed and dropped up to 13 %
-// of a bulk stream's packets (docs/lab-clusters-emulation.md, "Measured").
+// stream the emulator delays: its queue overflowed and dropped 15–17 % of
+// a bulk stream's packets (docs/lab-clusters.md, "The strait bulk stream").
 // In the namespace lab the emulator runs at nice -10 beside the tools'
 // processes; a request of one CPU gives it a weight over four times a
-// gateway's. No limit: a CPU quota would throttle it in bursts.
+// gateway's. No limit: a CPU quota would throttle it in bursts. The
+// cleaning pass emulates nothing and requests nothing.
 const CPURequest = "1"
 
 // create makes the DaemonSet name running strait with args on s's nodes. A
@@ -290,6 +291,11 @@ func (s *side) create(ctx context.Context, run, name, comp string, args []string
 	privileged := true
 	root := int64(0)
 	grace := int64(30)
+	var resources corev1.ResourceRequirements
+	if comp == component {
+		// Not BestEffort: see CPURequest.
+		resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(CPURequest)}
+	}
 	ds := &appsv1.DaemonSet{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: lbl, Annotations: map[string]string{annotationRun: run}},
 		Spec: appsv1.DaemonSetSpec{
@@ -308,13 +314,12 @@ func (s *side) create(ctx context.Context, run, name, comp string, args []string
 						}}},
 					}},
 					Containers: []corev1.Container{{
-						Name:            "emulate",
-						Image:           Image,
-						ImagePullPolicy: corev1.PullIfNotPresent,
-						Args:            args,
-						SecurityContext: &corev1.SecurityContext{Privileged: &privileged, RunAsUser: &root},
-						// Not BestEffort: see CPURequest.
-						Resources:                corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(CPURequest)}},
+						Name:                     "emulate",
+						Image:                    Image,
+						ImagePullPolicy:          corev1.PullIfNotPresent,
+						Args:                     args,
+						SecurityContext:          &corev1.SecurityContext{Privileged: &privileged, RunAsUser: &root},
+						Resources:                resources,
 						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 						VolumeMounts:             []corev1.VolumeMount{{Name: "state", MountPath: "/run/strait-linkemu"}},
 						ReadinessProbe: &corev1.Probe{
