@@ -27,6 +27,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
@@ -271,6 +272,18 @@ func (s *side) errorf(format string, args ...any) error {
 	return fmt.Errorf("cluster %s: "+format, append([]any{name}, args...)...)
 }
 
+// CPURequest is the agent's CPU request. Without one its pod is BestEffort,
+// whose cgroup has the least CPU weight there is (cpu.shares 2), and the
+// userspace emulator's reader and writer then lose the CPU to any busy
+// pod with a request, such as a strait gateway (200m) encrypting the very
+// stream the emulator delays: its queue overflowed and dropped 15–17 % of
+// a bulk stream's packets (docs/lab-clusters.md, "The strait bulk stream").
+// In the namespace lab the emulator runs at nice -10 beside the tools'
+// processes; a request of one CPU gives it a weight over four times a
+// gateway's. No limit: a CPU quota would throttle it in bursts. The
+// cleaning pass emulates nothing and requests nothing.
+const CPURequest = "1"
+
 // create makes the DaemonSet name running strait with args on s's nodes. A
 // DaemonSet of that name left by an interrupted run is replaced.
 func (s *side) create(ctx context.Context, run, name, comp string, args []string) error {
@@ -278,6 +291,11 @@ func (s *side) create(ctx context.Context, run, name, comp string, args []string
 	privileged := true
 	root := int64(0)
 	grace := int64(30)
+	var resources corev1.ResourceRequirements
+	if comp == component {
+		// Not BestEffort: see CPURequest.
+		resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(CPURequest)}
+	}
 	ds := &appsv1.DaemonSet{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace, Labels: lbl, Annotations: map[string]string{annotationRun: run}},
 		Spec: appsv1.DaemonSetSpec{
@@ -301,6 +319,7 @@ func (s *side) create(ctx context.Context, run, name, comp string, args []string
 						ImagePullPolicy:          corev1.PullIfNotPresent,
 						Args:                     args,
 						SecurityContext:          &corev1.SecurityContext{Privileged: &privileged, RunAsUser: &root},
+						Resources:                resources,
 						TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 						VolumeMounts:             []corev1.VolumeMount{{Name: "state", MountPath: "/run/strait-linkemu"}},
 						ReadinessProbe: &corev1.Probe{

@@ -60,6 +60,20 @@ func TestEmulationOnNodes(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = a.Remove(context.Background()) }) // after a failure; a no-op otherwise
 		t.Logf("Apply: %v", time.Since(start).Round(time.Millisecond))
+		// A BestEffort agent's emulator loses the CPU to the pods whose
+		// traffic it delays (linkemu.CPURequest).
+		for _, c := range []string{"a", "b"} {
+			pods, err := kubernetes.NewForConfigOrDie(p.config[c]).CoreV1().Pods(linkemu.Namespace).List(ctx,
+				metav1.ListOptions{LabelSelector: linkemu.LabelComponent + "=linkemu"})
+			if err != nil || len(pods.Items) == 0 {
+				t.Fatalf("cluster %s: the agents' pods: %v (%d found)", c, err, len(pods.Items))
+			}
+			for _, pod := range pods.Items {
+				if pod.Status.QOSClass == "BestEffort" {
+					t.Errorf("cluster %s: agent pod %s is BestEffort (cgroup cpu.shares 2), want a CPU request", c, pod.Name)
+				}
+			}
+		}
 		min, med := p.rtt(t)
 		t.Logf("delay 5ms each way: rtt min %.3f ms median %.3f ms (load %s)", min, med, loadavg())
 		// A delay is a floor: no load makes the round trip shorter than

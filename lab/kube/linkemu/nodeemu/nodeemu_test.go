@@ -1,12 +1,14 @@
 package nodeemu_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -121,6 +123,7 @@ func TestNodeAgent(t *testing.T) {
 	if got := minRTT(t, node); got < base+4.5 {
 		t.Errorf("rtt min %.3f ms with 5 ms on the node's egress, baseline %.3f", got, base)
 	}
+	bulkThroughImpairment(t, bin, node, peer, dev+"a", nodeemu.Prefix(run))
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("agent after SIGTERM: %v", err)
@@ -181,4 +184,103 @@ func sockets(t *testing.T, netns, filter string) []string {
 		}
 	}
 	return out
+}
+
+// bulkThroughImpairment sends a bulk TCP stream from a socket of the node
+// itself (as a strait gateway on the host network sends its sessions) to
+// the peer while the agent delays the node's egress toward it by 5 ms, and
+// checks that every byte the node's interface iface sent crossed the
+// impairment device (its far end, prefix+"0b", delivered it), segmentation
+// offload super-packets included, and that the sender's minimum RTT is the
+// delay's: a packet or an acknowledgment that bypassed the emulation gives
+// an RTT sample under the delay, and the kernel keeps the least one
+// (docs/lab-clusters-emulation.md, "Tests"). A floor no load lowers.
+func bulkThroughImpairment(t *testing.T, bin, node, peer, iface, prefix string) {
+	t.Helper()
+	testenv.Start(t, "ip", "netns", "exec", peer, bin, "load", "stream-server", "--listen", "10.77.0.2:5201")
+	in, out := prefix+"0a", prefix+"0b"
+	ifaceBefore, inBefore, outBefore := linkStats(t, node, iface), linkStats(t, node, in), linkStats(t, node, out)
+	var result string
+	var lastInfo string
+	deadline := time.Now().Add(time.Minute)
+	for {
+		// cubic: unpaced, so the node hands whole offload super-packets
+		// to the interface at once.
+		cmd := exec.Command("ip", "netns", "exec", node, bin, "load", "stream", "--server", "10.77.0.2:5201",
+			"--duration", "2s", "--cc", "cubic", "--json", "-")
+		var so, se strings.Builder
+		cmd.Stdout, cmd.Stderr = &so, &se
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		var err error
+	poll:
+		for {
+			select {
+			case err = <-done:
+				break poll
+			case <-time.After(100 * time.Millisecond):
+				if s := strings.TrimSpace(testenv.Run(t, "ip", "netns", "exec", node, "ss", "-tinH", "state", "established", "( dport = :5201 )")); s != "" {
+					lastInfo = s
+				}
+			}
+		}
+		if err == nil {
+			result = so.String()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("load stream through the emulation: %v\n%s%s", err, so.String(), se.String())
+		}
+		time.Sleep(200 * time.Millisecond) // the server may not listen yet
+	}
+	ifaceAfter, inAfter, outAfter := linkStats(t, node, iface), linkStats(t, node, in), linkStats(t, node, out)
+	sent := ifaceAfter.TX.Bytes - ifaceBefore.TX.Bytes
+	entered := inAfter.TX.Bytes - inBefore.TX.Bytes
+	enteredPkts := inAfter.TX.Packets - inBefore.TX.Packets
+	// What leaves the far end gets an Ethernet header on the interface.
+	impaired := outAfter.RX.Bytes - outBefore.RX.Bytes + 14*(outAfter.RX.Packets-outBefore.RX.Packets)
+	t.Logf("bulk from the node: %s; interface sent %d bytes, %d of them impaired; %d bytes in %d packets entered the impairment; last ss sample: %s",
+		strings.TrimSpace(result), sent, impaired, entered, enteredPkts, lastInfo)
+	if sent < 1<<20 {
+		t.Fatalf("the interface sent %d bytes during the stream, want at least 1 MiB (did the stream run?)", sent)
+	}
+	// Besides the stream, only ARP (not IPv4, never redirected) and the
+	// test's keep-alive requests (impaired too) cross the interface.
+	if bypassed := int64(sent) - int64(impaired); bypassed > int64(sent)/100 {
+		t.Errorf("%d of the %d bytes the interface sent did not come out of the impairment", bypassed, sent)
+	}
+	if enteredPkts == 0 || entered/enteredPkts <= 1500 {
+		t.Errorf("the impairment took %d bytes in %d packets: no offload super-packets, so the test did not check them", entered, enteredPkts)
+	}
+	minrtt := -1.0
+	for _, f := range strings.Fields(lastInfo) {
+		if v, ok := strings.CutPrefix(f, "minrtt:"); ok {
+			minrtt, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	switch {
+	case minrtt < 0:
+		t.Errorf("no minrtt in the stream's last ss sample %q", lastInfo)
+	case minrtt < 4.5:
+		t.Errorf("the stream's minimum RTT %.3f ms with 5 ms on the node's egress: some packets or acknowledgments crossed without the delay", minrtt)
+	}
+}
+
+type devStats struct {
+	RX, TX struct{ Bytes, Packets uint64 }
+}
+
+// linkStats reads dev's counters in netns.
+func linkStats(t *testing.T, netns, dev string) devStats {
+	t.Helper()
+	var v []struct {
+		Stats64 devStats `json:"stats64"`
+	}
+	if err := json.Unmarshal([]byte(testenv.Run(t, "ip", "-n", netns, "-s", "-j", "link", "show", "dev", dev)), &v); err != nil || len(v) != 1 {
+		t.Fatalf("ip -s -j link show %s: %v %v", dev, v, err)
+	}
+	return v[0].Stats64
 }
