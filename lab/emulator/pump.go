@@ -447,6 +447,7 @@ func (p *pump) enqueue(arrival int64, bufs [][]byte, sizes []int, direct *writer
 	// timer, a later packet is not due before the head it was armed for
 	// (the queue is FIFO).
 	wake := p.waiting && p.q.len() > 0 && !p.writing && !p.armed
+	boost := 0
 	if wake && !p.sh.reorder {
 		now := p.now()
 		if at, ok := armTimer(now, p.q.peek().release-p.lead.get()-now, p.sleepLate.get()); ok && p.arm(at) {
@@ -454,16 +455,17 @@ func (p *pump) enqueue(arrival int64, bufs [][]byte, sizes []int, direct *writer
 			if p.realtime && !p.boosted && p.writerTID != 0 {
 				// The writer sleeps toward this packet alone: it waits,
 				// spins and writes it in real time (see setRealtime).
-				// Under mu, so that the writer, which goes back under
-				// mu's protection too, cannot go back first and be
-				// left real-time.
-				p.boosted = setRealtime(p.writerTID, true)
-				p.realtime = p.boosted
+				p.boosted, boost = true, p.writerTID
 			}
 		}
 	}
 	p.waiting = p.waiting && !wake
 	p.mu.Unlock()
+	if boost != 0 && !setRealtime(boost, true) {
+		p.mu.Lock()
+		p.realtime, p.boosted = false, false
+		p.mu.Unlock()
+	}
 	if wake {
 		p.signal()
 	}
