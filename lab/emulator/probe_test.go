@@ -330,14 +330,10 @@ func newProbeLab(t *testing.T, settings []emulation.Params, noLead []bool) *prob
 	if err != nil {
 		t.Fatal(err)
 	}
-	noRT := os.Getenv("STRAIT_EMU_PROBE_NORT") != ""
 	for k, i := range userspace {
 		for d := range 2 {
 			p := e.pumps[2*k+d]
 			p.trace = l.tap.record(d)
-			// The emulator before the real-time writer of sparse
-			// flows (see setRealtime), to compare in one binary.
-			p.realtime = !noRT
 			l.pumps[2*i+d] = p
 		}
 	}
@@ -726,9 +722,7 @@ func loadavg() string {
 // lead (the emulator before it), probed in the same rounds;
 // the gaps between probes are drawn from half to one and a half
 // milliseconds, or are exactly one with STRAIT_EMU_PROBE_GRID=1 (as before);
-// STRAIT_EMU_PROBE_DUMP names a file for every probe's stamps;
-// STRAIT_EMU_PROBE_NORT=1 keeps every writer under the normal policy (the
-// emulator before setRealtime), here and in TestThroughputExperiment.
+// STRAIT_EMU_PROBE_DUMP names a file for every probe's stamps.
 func TestDelayProbeExperiment(t *testing.T) {
 	if os.Getenv("STRAIT_EMU_PROBE") == "" {
 		t.Skip("set STRAIT_EMU_PROBE=1 (needs root): measures the emulator's delay accuracy with a UDP ping-pong")

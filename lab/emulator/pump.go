@@ -116,13 +116,6 @@ type pump struct {
 	// by the writer or by the reader (see enqueue): Write is called by
 	// one goroutine at a time, and packets leave in queue order.
 	writing bool
-	// writerTID is the writer's thread (0 until it runs; under mu).
-	// realtime says whether the reader may put it under SCHED_FIFO when
-	// it arms its timer (see setRealtime), boosted that it did and the
-	// writer has not yet gone back (under mu).
-	writerTID int
-	realtime  bool
-	boosted   bool
 	// trace, if set before run, sees every packet written (tests only).
 	trace func(pkt []byte, t traced)
 	// armCPU is the CPU the reader armed the timer on (under mu; traces
@@ -196,7 +189,7 @@ func newPump(src, dst Device, sh *shaper, mtu int, now clock) (*pump, error) {
 		unix.Close(wake)
 		return nil, fmt.Errorf("timerfd: %w", err)
 	}
-	p := &pump{src: src, dst: dst, sh: sh, now: now, bufSize: Headroom + mtu, wake: wake, timer: timer, monoOff: monoOffset(now), realtime: true}
+	p := &pump{src: src, dst: dst, sh: sh, now: now, bufSize: Headroom + mtu, wake: wake, timer: timer, monoOff: monoOffset(now)}
 	p.q.heap = sh.reorder
 	return p, nil
 }
@@ -447,25 +440,14 @@ func (p *pump) enqueue(arrival int64, bufs [][]byte, sizes []int, direct *writer
 	// timer, a later packet is not due before the head it was armed for
 	// (the queue is FIFO).
 	wake := p.waiting && p.q.len() > 0 && !p.writing && !p.armed
-	boost := 0
 	if wake && !p.sh.reorder {
 		now := p.now()
 		if at, ok := armTimer(now, p.q.peek().release-p.lead.get()-now, p.sleepLate.get()); ok && p.arm(at) {
 			wake = false
-			if p.realtime && !p.boosted && p.writerTID != 0 {
-				// The writer sleeps toward this packet alone: it waits,
-				// spins and writes it in real time (see setRealtime).
-				p.boosted, boost = true, p.writerTID
-			}
 		}
 	}
 	p.waiting = p.waiting && !wake
 	p.mu.Unlock()
-	if boost != 0 && !setRealtime(boost, true) {
-		p.mu.Lock()
-		p.realtime, p.boosted = false, false
-		p.mu.Unlock()
-	}
 	if wake {
 		p.signal()
 	}
@@ -517,9 +499,6 @@ func (p *pump) writeLoop() {
 	lockThread()
 	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 	p.calibrate()
-	p.mu.Lock()
-	p.writerTID = unix.Gettid()
-	p.mu.Unlock()
 
 	w := newWriter(p.dst.BatchSize())
 	for {
@@ -551,39 +530,14 @@ func (p *pump) writeLoop() {
 		}
 		now := p.now()
 		if d := p.untilDue(now); d > 0 {
-			// A lone packet that arrived while the writer was busy with
-			// the one before: the writer sleeps toward it in real time
-			// too, as it would have after the reader's timer. A stream
-			// always has more than one packet queued.
-			boost := p.realtime && !p.boosted && p.q.len() == 1
-			p.boosted = p.boosted || boost
 			p.mu.Unlock()
-			if boost && !setRealtime(unix.Gettid(), true) {
-				p.mu.Lock()
-				p.realtime, p.boosted = false, false
-				p.mu.Unlock()
-			}
 			p.sleep(d, w)
 			continue
 		}
 		p.writing = true
 		p.collect(now+releaseAhead, w)
-		// Boosted by the reader for one packet: back to the normal
-		// policy once it is written, or before a batch is (see
-		// setRealtime). Dropping the policy before a single packet's
-		// write would hand the CPU to a waiting normal thread first.
-		unboost := p.boosted
-		p.boosted = false
 		p.mu.Unlock()
-		if unboost && len(w.due) > 1 {
-			setRealtime(unix.Gettid(), false)
-			unboost = false
-		}
-		err := p.deliver(w)
-		if unboost {
-			setRealtime(unix.Gettid(), false)
-		}
-		if err != nil {
+		if err := p.deliver(w); err != nil {
 			return
 		}
 		w.woke, w.aimed, w.by, w.armCPU, w.wakeCPU = 0, 0, wakeBusy, -1, -1
