@@ -37,9 +37,10 @@ const (
 	BackendNetem     = "netem"     // kernel netem qdiscs on veth pairs
 	BackendUserspace = "userspace" // TUN pairs driven by `strait lab emulate`
 	BackendTBF       = "tbf"       // kernel token bucket qdiscs on veth pairs, for rate-only links
-	// BackendAuto shapes rate-only links with tbf and the others with netem
-	// where the kernel has it, else with the userspace emulator. A lab that
-	// mixes two backends records both, e.g. "tbf+userspace".
+	// BackendAuto shapes rate-only links with tbf, carries links without
+	// delay or jitter either way with BackendKernel, and the others with
+	// netem where the kernel has it, else with the userspace emulator. A lab
+	// that mixes two backends records both, e.g. "kernel+userspace".
 	BackendAuto = "auto"
 )
 

@@ -77,6 +77,9 @@ func htons(x uint16) uint16 {
 // namespace netns ("" is the caller's). p must be undelayed and lose
 // something.
 func AttachLoss(netns, device string, p emulation.Params) (*KernelLoss, error) {
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("attach loss to %s: %w", device, err)
+	}
 	switch {
 	case !p.Undelayed():
 		return nil, fmt.Errorf("attach loss to %s: %v has a delay; the userspace emulator carries it", device, p)
@@ -96,7 +99,7 @@ func AttachLoss(netns, device string, p emulation.Params) (*KernelLoss, error) {
 	})
 	if err != nil {
 		k.Close()
-		return nil, fmt.Errorf("attach loss to %s in netns %q: %w", device, netns, err)
+		return nil, fmt.Errorf("attach loss to %s in netns %q (a tcx program: Linux 6.6 or later; emulator: userspace carries the link without it, docs/topology.md): %w", device, netns, err)
 	}
 	return k, nil
 }

