@@ -32,6 +32,19 @@ wan:
 
 // newPlan returns the two-cluster plan under a fresh lab name, so that
 // tests running in parallel never share a namespace.
+// impairWAN sets p both ways on plan's WAN links and returns the last one
+// (the test plan has one).
+func impairWAN(plan *topology.Plan, p emulation.Params) topology.PlanLink {
+	var wan topology.PlanLink
+	for i := range plan.Links {
+		if plan.Links[i].Class == topology.WAN {
+			plan.Links[i].AtoB, plan.Links[i].BtoA = p, p
+			wan = plan.Links[i]
+		}
+	}
+	return wan
+}
+
 func newPlan(t *testing.T) *topology.Plan {
 	t.Helper()
 	name := testenv.UniqueName("t")
@@ -143,12 +156,7 @@ func TestUpEmulatedWANAddsDelay(t *testing.T) {
 	testenv.RequireRoot(t)
 	plan := newPlan(t)
 	delay := 5 * time.Millisecond
-	for i := range plan.Links {
-		if plan.Links[i].Class == topology.WAN {
-			plan.Links[i].AtoB = emulation.Params{Delay: delay}
-			plan.Links[i].BtoA = emulation.Params{Delay: delay}
-		}
-	}
+	impairWAN(plan, emulation.Params{Delay: delay})
 	opts := options(t)
 	opts.Emulator = lab.BackendUserspace
 	l := up(t, plan, opts)
@@ -228,13 +236,7 @@ func TestUpRateOnlyWANUsesTBF(t *testing.T) {
 	testenv.RequireRoot(t)
 	plan := newPlan(t)
 	rate := emulation.Params{Rate: 100_000_000}
-	var wan topology.PlanLink
-	for i := range plan.Links {
-		if plan.Links[i].Class == topology.WAN {
-			plan.Links[i].AtoB, plan.Links[i].BtoA = rate, rate
-			wan = plan.Links[i]
-		}
-	}
+	wan := impairWAN(plan, rate)
 	opts := options(t)
 	l := up(t, plan, opts)
 	if l.Backend != lab.BackendTBF {
@@ -312,13 +314,7 @@ func TestUpLossOnlyWANUsesKernel(t *testing.T) {
 	testenv.RequireRoot(t)
 	plan := newPlan(t)
 	lossy := emulation.Params{Loss: 30}
-	var wan topology.PlanLink
-	for i := range plan.Links {
-		if plan.Links[i].Class == topology.WAN {
-			plan.Links[i].AtoB, plan.Links[i].BtoA = lossy, lossy
-			wan = plan.Links[i]
-		}
-	}
+	wan := impairWAN(plan, lossy)
 	// No binary: a lab without userspace links starts no emulator.
 	opts := lab.Options{StateDir: t.TempDir()}
 	l := up(t, plan, opts)

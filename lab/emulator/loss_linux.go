@@ -2,11 +2,8 @@ package emulator
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
-	"runtime"
 	"sync/atomic"
 	"unsafe"
 
@@ -203,43 +200,3 @@ func (k *KernelLoss) Counts() LossCounts {
 // Close lets go of this process's hold on the program and its counters;
 // an attached program stays until its device is removed.
 func (k *KernelLoss) Close() { k.stamper.close() }
-
-// inNetns runs fn on a locked OS thread that has entered network namespace
-// netns ("" runs it on the calling goroutine's thread, unchanged), on a
-// goroutine of its own: if switching back fails, that goroutine ends with
-// its thread still locked, and Go then discards the thread instead of
-// letting other goroutines run in the wrong namespace.
-func inNetns(netns string, fn func() error) error {
-	if netns == "" {
-		return fn()
-	}
-	ch := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		err, ok := func() (error, bool) {
-			target, err := unix.Open(filepath.Join("/var/run/netns", netns), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return fmt.Errorf("open netns: %w", err), true
-			}
-			defer unix.Close(target)
-			orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-			if err != nil {
-				return fmt.Errorf("open own netns: %w", err), true
-			}
-			defer unix.Close(orig)
-			if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-				return fmt.Errorf("setns: %w", err), true
-			}
-			ferr := fn()
-			if serr := unix.Setns(orig, unix.CLONE_NEWNET); serr != nil {
-				return errors.Join(ferr, fmt.Errorf("setns back: %w", serr)), false
-			}
-			return ferr, true
-		}()
-		if ok {
-			runtime.UnlockOSThread()
-		}
-		ch <- err
-	}()
-	return <-ch
-}

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -130,26 +129,12 @@ func TestKernelLossDrops(t *testing.T) {
 	}
 	defer k.Close()
 
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := exec.Command("ip", "netns", "exec", nsB, self)
-	srv.Env = append(os.Environ(), probeRoleEnv+"=server")
-	srv.Stderr = os.Stderr
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = srv.Process.Kill()
-		_ = srv.Wait()
-	})
+	startProbeServer(t, nsB)
 	// Probes sent before the server is bound would be lost without the
 	// program's doing.
 	waitUDPBound(t, nsB, probePort)
 	const n = 2000
-	cl := exec.Command("ip", "netns", "exec", nsA, self)
-	cl.Env = append(os.Environ(), probeRoleEnv+"=client", "STRAIT_EMU_PROBE_TARGETS=10.6.0.2",
+	cl := probeCommand(t, nsA, "client", "STRAIT_EMU_PROBE_TARGETS=10.6.0.2",
 		"STRAIT_EMU_PROBE_COUNT="+strconv.Itoa(n), "STRAIT_EMU_PROBE_INTERVAL=1ms")
 	var stderr strings.Builder
 	cl.Stderr = &stderr

@@ -352,12 +352,28 @@ func newProbeLab(t *testing.T, settings []emulation.Params, noLead []bool) *prob
 	}
 	t.Cleanup(l.stop)
 
+	startProbeServer(t, l.nsB)
+	return l
+}
+
+// probeCommand runs this test binary in network namespace ns in one of
+// the probe's roles (TestMain), with env added to the environment.
+func probeCommand(t *testing.T, ns, role string, env ...string) *exec.Cmd {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := exec.Command("ip", "netns", "exec", l.nsB, self)
-	srv.Env = append(os.Environ(), probeRoleEnv+"=server")
+	cmd := exec.Command("ip", "netns", "exec", ns, self)
+	cmd.Env = append(append(os.Environ(), probeRoleEnv+"="+role), env...)
+	return cmd
+}
+
+// startProbeServer runs the probe's echo server in network namespace ns
+// until the test ends.
+func startProbeServer(t *testing.T, ns string) {
+	t.Helper()
+	srv := probeCommand(t, ns, "server")
 	srv.Stderr = os.Stderr
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
@@ -366,7 +382,6 @@ func newProbeLab(t *testing.T, settings []emulation.Params, noLead []bool) *prob
 		_ = srv.Process.Kill()
 		_ = srv.Wait()
 	})
-	return l
 }
 
 // kernelPath joins the namespaces by a veth pair carrying setting i (path
@@ -403,12 +418,7 @@ func (l *probeLab) kernelPath(t *testing.T, i int, p emulation.Params) {
 // returns the ones that came back per path.
 func (l *probeLab) run(t *testing.T, count int, interval time.Duration) [][]probeSample {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := exec.Command("ip", "netns", "exec", l.nsA, self)
-	cl.Env = append(os.Environ(), probeRoleEnv+"=client",
+	cl := probeCommand(t, l.nsA, "client",
 		"STRAIT_EMU_PROBE_TARGETS="+strings.Join(l.targets, ","),
 		"STRAIT_EMU_PROBE_COUNT="+strconv.Itoa(count),
 		"STRAIT_EMU_PROBE_INTERVAL="+interval.String())
@@ -1032,12 +1042,7 @@ func TestThroughputExperiment(t *testing.T) {
 	for _, ns := range []string{l.nsA, l.nsB} {
 		testenv.Run(t, "ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.tcp_congestion_control=bbr", "net.ipv4.tcp_wmem=4096 65536 16777216", "net.ipv4.tcp_rmem=4096 131072 33554432")
 	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sink := exec.Command("ip", "netns", "exec", l.nsB, self)
-	sink.Env = append(os.Environ(), probeRoleEnv+"=sink")
+	sink := probeCommand(t, l.nsB, "sink")
 	var got strings.Builder
 	sink.Stdout, sink.Stderr = &got, os.Stderr
 	if err := sink.Start(); err != nil {
@@ -1049,8 +1054,7 @@ func TestThroughputExperiment(t *testing.T) {
 	_ = unix.Getrusage(unix.RUSAGE_SELF, &ru0)
 	load0 := loadavg()
 	start := time.Now()
-	src := exec.Command("ip", "netns", "exec", l.nsA, self)
-	src.Env = append(os.Environ(), probeRoleEnv+"=source", "STRAIT_EMU_PROBE_TARGETS="+l.targets[1], "STRAIT_EMU_PROBE_INTERVAL="+dur.String())
+	src := probeCommand(t, l.nsA, "source", "STRAIT_EMU_PROBE_TARGETS="+l.targets[1], "STRAIT_EMU_PROBE_INTERVAL="+dur.String())
 	src.Stderr = os.Stderr
 	if err := src.Run(); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package emulator
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"runtime"
@@ -20,13 +21,15 @@ import (
 // device carries departure stamps where they can be had (see departures).
 func createTUN(netns, name string, mtu int, drains *sync.WaitGroup) (Device, error) {
 	var dev *tunDevice
-	var err error
-	if netns == "" {
+	err := inNetns(netns, func() (err error) {
 		dev, err = createHere(name, mtu)
-	} else {
-		dev, err = createTUNIn(netns, name, mtu)
-	}
+		return err
+	})
 	if err != nil {
+		if dev != nil {
+			// Created, but the thread could not switch back.
+			_ = dev.Close()
+		}
 		return nil, err
 	}
 	drains.Go(func() {
@@ -36,52 +39,44 @@ func createTUN(netns, name string, mtu int, drains *sync.WaitGroup) (Device, err
 	return dev, nil
 }
 
-// createTUNIn does the namespace switch on a goroutine of its own: if
-// switching back fails, that goroutine ends with its thread still locked,
-// and Go then discards the thread instead of letting other goroutines run in
-// the wrong namespace.
-func createTUNIn(netns, name string, mtu int) (*tunDevice, error) {
-	type result struct {
-		dev *tunDevice
-		err error
+// inNetns runs fn on a locked OS thread that has entered network namespace
+// netns ("" runs it on the calling goroutine's thread, unchanged), on a
+// goroutine of its own: if switching back fails, that goroutine ends with
+// its thread still locked, and Go then discards the thread instead of
+// letting other goroutines run in the wrong namespace.
+func inNetns(netns string, fn func() error) error {
+	if netns == "" {
+		return fn()
 	}
-	ch := make(chan result, 1)
+	ch := make(chan error, 1)
 	go func() {
-		dev, err, ok := createOnThread(netns, name, mtu)
+		runtime.LockOSThread()
+		err, ok := func() (error, bool) {
+			target, err := unix.Open(filepath.Join("/var/run/netns", netns), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return fmt.Errorf("open netns: %w", err), true
+			}
+			defer unix.Close(target)
+			orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return fmt.Errorf("open own netns: %w", err), true
+			}
+			defer unix.Close(orig)
+			if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+				return fmt.Errorf("setns: %w", err), true
+			}
+			ferr := fn()
+			if serr := unix.Setns(orig, unix.CLONE_NEWNET); serr != nil {
+				return errors.Join(ferr, fmt.Errorf("setns back: %w", serr)), false
+			}
+			return ferr, true
+		}()
 		if ok {
 			runtime.UnlockOSThread()
 		}
-		ch <- result{dev, err}
+		ch <- err
 	}()
-	r := <-ch
-	return r.dev, r.err
-}
-
-// createOnThread locks the OS thread and leaves it locked; ok reports
-// whether the thread is back in its own namespace and may be unlocked.
-func createOnThread(netns, name string, mtu int) (dev *tunDevice, err error, ok bool) {
-	runtime.LockOSThread()
-	target, err := unix.Open(filepath.Join("/var/run/netns", netns), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open netns: %w", err), true
-	}
-	defer unix.Close(target)
-	orig, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open own netns: %w", err), true
-	}
-	defer unix.Close(orig)
-	if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
-		return nil, fmt.Errorf("setns: %w", err), true
-	}
-	dev, err = createHere(name, mtu)
-	if serr := unix.Setns(orig, unix.CLONE_NEWNET); serr != nil {
-		if dev != nil {
-			_ = dev.Close()
-		}
-		return nil, fmt.Errorf("setns back: %w", serr), false
-	}
-	return dev, err, true
+	return <-ch
 }
 
 // createHere creates the device in the calling thread's network namespace,
