@@ -16,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/strait-net/strait/catalog"
+	"github.com/strait-net/strait/tunnel"
 )
 
 // Config is a gateway's configuration file.
@@ -258,8 +259,8 @@ func (c *Config) Validate() error {
 	if c.Preconnect < -1 || c.Preconnect > 64 {
 		return fmt.Errorf("preconnect %d: must be -1 (off), 0 (default %d) or up to 64", c.Preconnect, defaultPrecon)
 	}
-	if c.Sessions < 0 || c.Sessions > 16 {
-		return fmt.Errorf("sessions %d: must be 0 (default 8) to 16", c.Sessions)
+	if c.Sessions < 0 || c.Sessions > tunnel.MaxSessionsPerAddr {
+		return fmt.Errorf("sessions %d: must be 0 (default %d) to %d", c.Sessions, tunnel.DefaultSessionsPerAddr, tunnel.MaxSessionsPerAddr)
 	}
 	if c.KeepaliveTimeout < 0 {
 		return fmt.Errorf("keepalive-timeout %v: must not be negative", c.KeepaliveTimeout)

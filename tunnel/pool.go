@@ -63,10 +63,10 @@ type PoolConfig struct {
 }
 
 // Sessions per gateway: PoolConfig.SessionsPerAddr's default and its
-// largest value.
+// largest value (gateway configuration's `sessions` takes the same).
 const (
-	defaultSessionsPerAddr = 8
-	maxSessionsPerAddr     = 16
+	DefaultSessionsPerAddr = 8
+	MaxSessionsPerAddr     = 16
 )
 
 // Validate reports the first invalid field.
@@ -76,8 +76,8 @@ func (c *PoolConfig) Validate() error {
 		return errors.New("pool config: Transport is required")
 	case len(c.Addrs) == 0:
 		return errors.New("pool config: Addrs needs at least one gateway address")
-	case c.SessionsPerAddr < 0 || c.SessionsPerAddr > maxSessionsPerAddr:
-		return fmt.Errorf("pool config: SessionsPerAddr must be 0 (default %d) or 1..%d, not %d", defaultSessionsPerAddr, maxSessionsPerAddr, c.SessionsPerAddr)
+	case c.SessionsPerAddr < 0 || c.SessionsPerAddr > MaxSessionsPerAddr:
+		return fmt.Errorf("pool config: SessionsPerAddr must be 0 (default %d) or 1..%d, not %d", DefaultSessionsPerAddr, MaxSessionsPerAddr, c.SessionsPerAddr)
 	case c.DialTimeout < 0, c.MinBackoff < 0, c.MaxBackoff < 0:
 		return errors.New("pool config: DialTimeout, MinBackoff and MaxBackoff must be >= 0")
 	case c.ProbeInterval < 0:
@@ -194,7 +194,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		return nil, err
 	}
 	if cfg.SessionsPerAddr == 0 {
-		cfg.SessionsPerAddr = defaultSessionsPerAddr
+		cfg.SessionsPerAddr = DefaultSessionsPerAddr
 	}
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = 5 * time.Second
@@ -435,8 +435,8 @@ func (p *Pool) OpenStream(ctx context.Context, key uint64, header []byte) (Strea
 // openOn opens a stream on one of addr's live sessions, in the order
 // placement gives them.
 func (p *Pool) openOn(ctx context.Context, addr string, key uint64, header []byte) (Stream, error) {
-	var buf [maxSessionsPerAddr]Session
-	var loadBuf [maxSessionsPerAddr]int
+	var buf [MaxSessionsPerAddr]Session
+	var loadBuf [MaxSessionsPerAddr]int
 	live, loads := buf[:0], loadBuf[:0]
 	counted := true
 	var lastErr error
