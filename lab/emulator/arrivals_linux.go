@@ -51,9 +51,13 @@ const arrivalValueSize = 16 + 16*arrivalRing
 const bpfFMmapable = 1 << 10
 
 // attachArrivals attaches the stamping filter to the TUN device fd. now is
-// the engine's clock.
-func attachArrivals(fd int, now clock) (*arrivals, error) {
-	st, err := newStamper("arrival", "strait_arrival", ebpf.SocketFilter, arrivalValueSize, arrivalProgram)
+// the engine's clock; linkHeader is the length of the link-layer header in
+// front of the IP header in the device's frames (0 for a TUN device, 14 for
+// a TAP device: see detour).
+func attachArrivals(fd int, now clock, linkHeader int) (*arrivals, error) {
+	st, err := newStamper("arrival", "strait_arrival", ebpf.SocketFilter, arrivalValueSize, func(mapFD int) asm.Instructions {
+		return arrivalProgram(mapFD, linkHeader)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -74,17 +78,17 @@ func attachArrivals(fd int, now clock) (*arrivals, error) {
 // overwrites the first, and every packet up to the next resynchronization
 // is read with the stamp of the one behind it: later than its own, never
 // earlier.
-func arrivalProgram(mapFD int) asm.Instructions {
+func arrivalProgram(mapFD, linkHeader int) asm.Instructions {
 	return asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1), // the packet's __sk_buff
 		asm.FnKtimeGetNs.Call(),
 		asm.Mov.Reg(asm.R7, asm.R0),
-		// Bytes 4-5 of the packet to fp-16 (zeroed by the kernel if the
+		// Bytes 4-5 of the IP packet to fp-16 (zeroed by the kernel if the
 		// packet is shorter).
 		asm.Mov.Imm(asm.R1, 0),
 		asm.StoreMem(asm.RFP, -16, asm.R1, asm.DWord),
 		asm.Mov.Reg(asm.R1, asm.R6),
-		asm.Mov.Imm(asm.R2, 4),
+		asm.Mov.Imm(asm.R2, int32(linkHeader+4)),
 		asm.Mov.Reg(asm.R3, asm.RFP),
 		asm.Add.Imm(asm.R3, -16),
 		asm.Mov.Imm(asm.R4, 2),

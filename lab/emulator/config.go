@@ -22,6 +22,11 @@ import (
 //	    "b": {"netns": "lab-edge", "device": "s-core"},
 //	    "a-to-b": {"delay": "5ms", "jitter": "1ms", "loss": "0.08%", "rate": "1gbit"},
 //	    "b-to-a": {"delay": "5ms", "jitter": "1ms", "loss": "0.08%", "rate": "1gbit"}
+//	  }, {
+//	    "name": "core-far", "veth": true,
+//	    "a": {"netns": "lab-core", "device": "s-far"},
+//	    "b": {"netns": "lab-far", "device": "s-core"},
+//	    "a-to-b": {"delay": "5ms"}, "b-to-a": {}
 //	  }],
 //	  "mtu": 1500,
 //	  "seed": 42,
@@ -50,6 +55,7 @@ type fileLink struct {
 	AtoB emulation.Spec `json:"a-to-b"`
 	BtoA emulation.Spec `json:"b-to-a"`
 	MTU  int            `json:"mtu,omitempty"`
+	Veth bool           `json:"veth,omitempty"`
 }
 
 // MarshalJSON writes the configuration file format LoadConfig reads.
@@ -63,6 +69,7 @@ func (c Config) MarshalJSON() ([]byte, error) {
 			AtoB: l.AtoB.Spec(),
 			BtoA: l.BtoA.Spec(),
 			MTU:  l.MTU,
+			Veth: l.Veth,
 		})
 	}
 	return json.Marshal(f)
@@ -95,7 +102,7 @@ func parseConfig(b []byte) (Config, error) {
 	c := Config{MTU: f.MTU, Seed: f.Seed, ReadyFile: f.ReadyFile}
 	var err error
 	for i, fl := range f.Links {
-		l := Link{Name: fl.Name, A: Endpoint(fl.A), B: Endpoint(fl.B), MTU: fl.MTU}
+		l := Link{Name: fl.Name, A: Endpoint(fl.A), B: Endpoint(fl.B), MTU: fl.MTU, Veth: fl.Veth}
 		if l.AtoB, err = fl.AtoB.Params(); err != nil {
 			return Config{}, fmt.Errorf("links[%d].a-to-b: %w", i, err)
 		}
@@ -117,7 +124,7 @@ func jsonError(err error) error {
 		return fmt.Errorf("%s: cannot use a JSON %s here (want %s)", te.Field, te.Value, jsonKind(te.Type.Kind().String()))
 	}
 	if msg, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return fmt.Errorf("unknown field %s: want links, mtu, seed, ready-file; in a link name, a, b, a-to-b, b-to-a, mtu; in an endpoint netns, device", msg)
+		return fmt.Errorf("unknown field %s: want links, mtu, seed, ready-file; in a link name, a, b, a-to-b, b-to-a, mtu, veth; in an endpoint netns, device", msg)
 	}
 	return fmt.Errorf("parse JSON: %w", err)
 }

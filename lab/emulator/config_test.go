@@ -20,6 +20,12 @@ func TestConfigRoundTrip(t *testing.T) {
 			B:    Endpoint{Netns: "lab-edge", Device: "s-core"},
 			AtoB: emulation.Params{Delay: 5 * time.Millisecond, Jitter: time.Millisecond, Distribution: emulation.Normal, Loss: 0.08, Rate: 1e9},
 			BtoA: emulation.Params{Delay: 5 * time.Millisecond, Limit: 500, Reorder: true},
+		}, {
+			Name: "core-far", Veth: true,
+			A:    Endpoint{Netns: "lab-core", Device: "s-far"},
+			B:    Endpoint{Netns: "lab-far", Device: "s-core"},
+			AtoB: emulation.Params{Loss: 1},
+			BtoA: emulation.Params{Delay: 5 * time.Millisecond},
 		}},
 		MTU: 1400, Seed: 42, ReadyFile: "/run/x.ready",
 	}
@@ -54,6 +60,8 @@ func TestConfigErrors(t *testing.T) {
 		{`{"links":[{"name":"l","a":{"device":"a"},"b":{"device":"a"}}]}`, "links[0].b.device \"a\": already used"},
 		{`{"links":[{` + link + `},{` + link + `}]}`, "links[1].name"},
 		{`{"links":[{` + link + `}],"speed":1}`, `unknown field "speed"`},
+		{`{"links":[{` + link + `,"veth":true,"a-to-b":{"loss":"1%"}}]}`, "links[0].veth: a veth link must be delayed one way only"},
+		{`{"links":[{` + link + `,"veth":true,"a-to-b":{"delay":"1ms"},"b-to-a":{"jitter":"1ms","delay":"2ms"}}]}`, "links[0].veth: a veth link must be delayed one way only"},
 		{`{"links":[{` + link + `}],"mtu":"big"}`, "mtu: cannot use"},
 		{`{"links":{}}`, "links: cannot use"},
 		{`{"links":[{` + link + `}]} {}`, "unexpected data"},

@@ -52,6 +52,23 @@ type Link struct {
 	A, B       Endpoint
 	AtoB, BtoA emulation.Params
 	MTU        int // of both devices; 0 means Config.MTU
+	// Veth says that A and B are the ends of a veth pair that exists
+	// already, rather than TUN devices to create, and that exactly one
+	// direction is delayed (delay or jitter): the emulator carries that
+	// direction alone, detoured through a TAP device (see detour), and
+	// the kernel the other, without a thread in its way. The caller
+	// impairs the undelayed direction, if at all, in the kernel
+	// (AttachLoss, tbf).
+	Veth bool
+}
+
+// delayed is the direction of a Veth link the emulator carries: 0 for
+// a-to-b, 1 for b-to-a.
+func (l Link) delayed() int {
+	if l.AtoB.Undelayed() {
+		return 1
+	}
+	return 0
 }
 
 // Config describes every link one emulator process carries.
@@ -124,6 +141,9 @@ func (c Config) Validate() error {
 		if err := l.BtoA.Validate(); err != nil {
 			return fmt.Errorf("%s.b-to-a: %w", field, err)
 		}
+		if l.Veth && l.AtoB.Undelayed() == l.BtoA.Undelayed() {
+			return fmt.Errorf("%s.veth: a veth link must be delayed one way only (a-to-b %v, b-to-a %v); a TUN link carries the others", field, l.AtoB, l.BtoA)
+		}
 	}
 	return nil
 }
@@ -180,6 +200,21 @@ func Run(ctx context.Context, cfg Config) error {
 	var drains sync.WaitGroup
 	pairs := make([][2]Device, len(cfg.Links))
 	for i, l := range cfg.Links {
+		if l.Veth {
+			from, to := l.A, l.B
+			if l.delayed() == 1 {
+				from, to = to, from
+			}
+			d, err := createDetour(from, to, cfg.linkMTU(l))
+			if err != nil {
+				closeAll()
+				drains.Wait()
+				return fmt.Errorf("link %s: detour %s in netns %q: %w", l.Name, from.Device, from.Netns, err)
+			}
+			devs = append(devs, d)
+			pairs[i] = [2]Device{d, d}
+			continue
+		}
 		for j, ep := range []Endpoint{l.A, l.B} {
 			d, err := createTUN(ep.Netns, ep.Device, cfg.linkMTU(l), &drains)
 			if err != nil {
@@ -217,17 +252,16 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.ReadyFile != "" && err == nil {
 		_ = os.Remove(cfg.ReadyFile)
 	}
-	for i, l := range cfg.Links {
-		for j, dir := range []string{"a-to-b", "b-to-a"} {
-			s := e.pumps[2*i+j].c.snapshot()
-			log.Info("link counters", "link", l.Name, "direction", dir,
-				"packets_in", s.PacketsIn, "bytes_in", s.BytesIn,
-				"packets_out", s.PacketsOut, "bytes_out", s.BytesOut,
-				"dropped_loss", s.DroppedLoss, "dropped_limit", s.DroppedLimit,
-				"read_errors", s.ReadErrors, "write_errors", s.WriteErrors, "batches", s.Batches,
-				"on_time", s.OnTime, "late", s.Late, "direct", s.Direct, "unstamped", s.Unstamped,
-				"write_lead", time.Duration(e.pumps[2*i+j].lead.get()))
-		}
+	for k, p := range e.pumps {
+		l, dir := cfg.Links[e.of[k].link], []string{"a-to-b", "b-to-a"}[e.of[k].dir]
+		s := p.c.snapshot()
+		log.Info("link counters", "link", l.Name, "direction", dir,
+			"packets_in", s.PacketsIn, "bytes_in", s.BytesIn,
+			"packets_out", s.PacketsOut, "bytes_out", s.BytesOut,
+			"dropped_loss", s.DroppedLoss, "dropped_limit", s.DroppedLimit,
+			"read_errors", s.ReadErrors, "write_errors", s.WriteErrors, "batches", s.Batches,
+			"on_time", s.OnTime, "late", s.Late, "direct", s.Direct, "unstamped", s.Unstamped,
+			"write_lead", time.Duration(p.lead.get()))
 	}
 	return err
 }
@@ -252,14 +286,21 @@ func writeReady(path string) error {
 	return err
 }
 
-// engine runs the two pumps of every link.
+// engine runs the pumps of every link: two for a TUN link, one for a
+// Veth link's delayed direction.
 type engine struct {
 	pumps []*pump
+	of    []pumpOf // per pump, what it carries
 }
 
-// newEngine wires pairs[i] = {A, B} of links[i]. Direction d of link i
-// draws from its own random stream, seeded by (seed, 2i+d), so one link's
-// traffic does not change another's random decisions.
+// pumpOf names a pump's link (an index in Config.Links) and direction (0:
+// a-to-b, 1: b-to-a).
+type pumpOf struct{ link, dir int }
+
+// newEngine wires pairs[i] = {A, B} of links[i]; for a Veth link both are
+// its detour, and only its delayed direction gets a pump. Direction d of
+// link i draws from its own random stream, seeded by (seed, 2i+d), so one
+// link's traffic does not change another's random decisions.
 func newEngine(cfg Config, pairs [][2]Device, seed uint64, now clock) (*engine, error) {
 	e := &engine{}
 	for i, l := range cfg.Links {
@@ -269,6 +310,9 @@ func newEngine(cfg Config, pairs [][2]Device, seed uint64, now clock) (*engine, 
 			src, dst Device
 			p        emulation.Params
 		}{{a, b, l.AtoB}, {b, a, l.BtoA}} {
+			if l.Veth && d != l.delayed() {
+				continue
+			}
 			p, err := newPump(dir.src, dir.dst, newShaper(dir.p, seed, uint64(2*i+d)), mtu, now)
 			if err != nil {
 				for _, p := range e.pumps {
@@ -277,6 +321,7 @@ func newEngine(cfg Config, pairs [][2]Device, seed uint64, now clock) (*engine, 
 				return nil, err
 			}
 			e.pumps = append(e.pumps, p)
+			e.of = append(e.of, pumpOf{i, d})
 		}
 	}
 	return e, nil

@@ -323,7 +323,11 @@ func (p *pump) readWaiter() (wait func() bool, date func(first []byte) int64, do
 	if rc.Control(func(v uintptr) { fd = int(v) }) != nil {
 		return plainWait, plainDate, func() {}
 	}
-	arr, err := attachArrivals(fd, p.now)
+	hdr := 0
+	if h, ok := p.src.(interface{ linkHeader() int }); ok {
+		hdr = h.linkHeader()
+	}
+	arr, err := attachArrivals(fd, p.now, hdr)
 	if err != nil {
 		arr = nil
 	}
