@@ -39,8 +39,9 @@ const (
 	BackendTBF       = "tbf"       // kernel token bucket qdiscs on veth pairs, for rate-only links
 	// BackendAuto shapes rate-only links with tbf, carries links without
 	// delay or jitter either way with BackendKernel, and the others with
-	// netem where the kernel has it, else with the userspace emulator. A lab
-	// that mixes two backends records both, e.g. "kernel+userspace".
+	// netem where the kernel has it, else links delayed one way only with
+	// BackendSplit and the others with the userspace emulator. A lab that
+	// mixes two backends records both, e.g. "kernel+userspace".
 	BackendAuto = "auto"
 )
 

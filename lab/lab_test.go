@@ -390,3 +390,101 @@ func TestUpMTU(t *testing.T) {
 	}
 	t.Errorf("9000-byte ping across the lab: %v\n%s", err, out)
 }
+
+// TestUpOneWayDelayedWANUsesSplit: a WAN link delayed one way only keeps
+// its veth pair, whose other direction the kernel carries undelayed, and
+// the emulator detours the delayed one (lab.BackendSplit): a ping's round
+// trip is the one delay, not twice it and not none, from either side;
+// `lab down` leaves no namespace, process or BPF program (the redirect and
+// the departure stamps are the emulator's, held by its links).
+func TestUpOneWayDelayedWANUsesSplit(t *testing.T) {
+	testenv.RequireRoot(t)
+	plan := newPlan(t)
+	delay := 5 * time.Millisecond
+	for i := range plan.Links {
+		if plan.Links[i].Class == topology.WAN {
+			// a is the first cluster: the server's side.
+			plan.Links[i].AtoB = emulation.Params{Delay: delay}
+		}
+	}
+	opts := options(t)
+	l := up(t, plan, opts)
+	if l.Backend != lab.BackendSplit || l.EmulatorPID == 0 {
+		t.Fatalf("backend %s, emulator %d; want %s and an emulator", l.Backend, l.EmulatorPID, lab.BackendSplit)
+	}
+	progs := bpfLinksOf(t, l.EmulatorPID)
+	if len(progs) != 2 {
+		t.Errorf("the emulator holds %d tcx links (programs %v), want 2: the redirect and the departure stamps", len(progs), progs)
+	}
+	for _, d := range []struct{ from, to string }{{"b/client", "a/server"}, {"a/server", "b/client"}} {
+		min := pingMin(t, l, d.from, d.to, 20)
+		t.Logf("ping %s → %s over a WAN link delayed %v one way: min rtt %v", d.from, d.to, delay, min)
+		// The lower bound holds however busy the host; the upper one
+		// catches a delay paid twice.
+		if min < delay || min > delay+delay/2 {
+			t.Errorf("ping %s → %s: min rtt %v, want %v (the one-way delay)", d.from, d.to, min, delay)
+		}
+	}
+	pid := l.EmulatorPID
+	if err := lab.Down(context.Background(), plan.Name, opts); err != nil {
+		t.Fatal(err)
+	}
+	if testenv.ProcessAlive(pid) {
+		t.Errorf("emulator pid %d still running after down", pid)
+	}
+	if ns := netnsOf(t, plan.Name); len(ns) > 0 {
+		t.Errorf("namespaces left after down: %v", ns)
+	}
+	for _, id := range progs {
+		if out, err := exec.Command("bpftool", "prog", "show", "id", strconv.Itoa(id)).CombinedOutput(); err == nil {
+			t.Errorf("program %d still loaded after down: %s", id, out)
+		}
+	}
+}
+
+// bpfLinksOf returns the programs of the tcx links process pid holds,
+// from its descriptors' fdinfo.
+func bpfLinksOf(t *testing.T, pid int) []int {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var progs []int
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil || !regexp.MustCompile(`(?m)^link_type:\s+tcx$`).Match(b) {
+			continue
+		}
+		if m := regexp.MustCompile(`(?m)^prog_id:\s+(\d+)$`).FindSubmatch(b); m != nil {
+			id, _ := strconv.Atoi(string(m[1]))
+			progs = append(progs, id)
+		}
+	}
+	return progs
+}
+
+// pingMin pings from one node to another's address and returns the
+// smallest RTT.
+func pingMin(t *testing.T, l *lab.Lab, from, to string, count int) time.Duration {
+	t.Helper()
+	dst, err := l.Node(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := l.Command(context.Background(), from, "ping", "-q", "-n", "-i", "0.05", "-c", strconv.Itoa(count), "-W", "2", dst.Addr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("ping %s → %s: %v\n%s", from, to, err, out)
+	}
+	m := regexp.MustCompile(`= ([0-9.]+)/`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("ping output: %s", out)
+	}
+	ms, _ := strconv.ParseFloat(string(m[1]), 64)
+	return time.Duration(ms * float64(time.Millisecond))
+}

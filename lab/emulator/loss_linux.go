@@ -200,3 +200,35 @@ func (k *KernelLoss) Counts() LossCounts {
 // Close lets go of this process's hold on the program and its counters;
 // an attached program stays until its device is removed.
 func (k *KernelLoss) Close() { k.stamper.close() }
+
+// ProbeTCX reports whether tcx programs (Linux 6.6 or later), which
+// AttachLoss and a Veth link's detour need, can be attached in network
+// namespace netns ("" is the caller's). It attaches a program that lets
+// every packet pass to the namespace's loopback device through a link and
+// closes it again, which leaves nothing behind.
+func ProbeTCX(netns string) error {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name:    "strait_probe",
+		Type:    ebpf.SchedCLS,
+		License: "GPL",
+		Instructions: asm.Instructions{
+			asm.Mov.Imm(asm.R0, tcxNext),
+			asm.Return(),
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("tcx probe: load: %w", err)
+	}
+	defer prog.Close()
+	return inNetns(netns, func() error {
+		idx, err := ifIndex("lo")
+		if err != nil {
+			return fmt.Errorf("tcx probe: %w", err)
+		}
+		l, err := link.AttachTCX(link.TCXOptions{Interface: idx, Program: prog, Attach: ebpf.AttachTCXIngress})
+		if err != nil {
+			return fmt.Errorf("tcx probe: attach: %w", err)
+		}
+		return l.Close()
+	})
+}

@@ -182,3 +182,20 @@ func waitUDPBound(t *testing.T, netns string, port int) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// ProbeTCX finds tcx in a fresh namespace and leaves no program on its
+// loopback device; it fails, naming tcx, in a namespace that does not
+// exist.
+func TestProbeTCX(t *testing.T) {
+	testenv.RequireRoot(t)
+	ns := testenv.Netns(t, testenv.UniqueName("stt-tcx-"))
+	if err := ProbeTCX(ns); err != nil {
+		t.Fatalf("ProbeTCX: %v", err)
+	}
+	if got := tcxPrograms(t, ns, "lo", ebpf.AttachTCXIngress); len(got) > 0 {
+		t.Errorf("after the probe, lo ingress has %v", got)
+	}
+	if err := ProbeTCX("stt-no-such-netns"); err == nil {
+		t.Error("ProbeTCX in a namespace that does not exist: no error")
+	}
+}
