@@ -356,6 +356,80 @@ func newProbeLab(t *testing.T, settings []emulation.Params, noLead []bool) *prob
 	return l
 }
 
+// oneWayPath joins the namespaces by one more link, delayed p from A to B
+// and undelayed from B to A, carried by a detour on a veth pair (split, as
+// the lab's split backend carries it) or by a pair of TUN devices (as the
+// userspace backend does), on an engine of its own that stops with the
+// lab. It returns the path's index among the targets and its pumps
+// (a-to-b, b-to-a; the detour has no b-to-a pump: the kernel carries it).
+func (l *probeLab) oneWayPath(t *testing.T, i int, p emulation.Params, split bool) (path int, pumps [2]*pump) {
+	t.Helper()
+	link := Link{Name: fmt.Sprint("oneway", i), AtoB: p, Veth: split}
+	var pair [2]Device
+	var devs []Device
+	var drains sync.WaitGroup
+	prefix := "o"
+	if split {
+		prefix = "s"
+	}
+	a, b := fmt.Sprintf("%s%da", prefix, i), fmt.Sprintf("%s%db", prefix, i)
+	link.A, link.B = Endpoint{Netns: l.nsA, Device: a}, Endpoint{Netns: l.nsB, Device: b}
+	subnet := 5
+	if !split {
+		subnet = 6
+	}
+	if split {
+		testenv.Run(t, "ip", "-n", l.nsA, "link", "add", a, "type", "veth", "peer", "name", b, "netns", l.nsB)
+		d, err := createDetour(link.A, link.B, DefaultMTU)
+		if err != nil {
+			t.Fatal(err)
+		}
+		devs = append(devs, d)
+		pair = [2]Device{d, d}
+	} else {
+		for j, ep := range []Endpoint{link.A, link.B} {
+			d, err := createTUN(ep.Netns, ep.Device, DefaultMTU, &drains)
+			if err != nil {
+				for _, d := range devs {
+					d.Close()
+				}
+				t.Fatal(err)
+			}
+			devs = append(devs, d)
+			pair[j] = d
+		}
+	}
+	for j, ep := range []Endpoint{link.A, link.B} {
+		testenv.Run(t, "ip", "-n", ep.Netns, "addr", "add", fmt.Sprintf("10.%d.%d.%d/31", subnet, i, j), "dev", ep.Device)
+		testenv.Run(t, "ip", "-n", ep.Netns, "link", "set", ep.Device, "up")
+	}
+	e, err := newEngine(Config{Links: []Link{link}}, [][2]Device{pair}, probeSeed, monotonic())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, p := range e.pumps {
+		pumps[e.of[k].dir] = p
+	}
+	var wg sync.WaitGroup
+	wg.Go(e.run)
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			e.stop()
+			for _, d := range devs {
+				d.Close()
+			}
+			wg.Wait()
+			drains.Wait()
+		})
+	}
+	t.Cleanup(stop)
+	prev := l.stop
+	l.stop = func() { prev(); stop() }
+	l.targets = append(l.targets, fmt.Sprintf("10.%d.%d.1", subnet, i))
+	return len(l.targets) - 1, pumps
+}
+
 // probeCommand runs this test binary in network namespace ns in one of
 // the probe's roles (TestMain), with env added to the environment.
 func probeCommand(t *testing.T, ns, role string, env ...string) *exec.Cmd {
@@ -788,6 +862,33 @@ func TestDelayProbeExperiment(t *testing.T) {
 		}
 	}
 	l := newProbeLab(t, settings, noLead)
+	// Links delayed one way only, through the detour and, to compare,
+	// through a TUN pair (STRAIT_EMU_PROBE_ONEWAY: delays, comma-separated;
+	// "none" leaves them out).
+	type oneWay struct {
+		p     emulation.Params
+		split bool
+		path  int
+		pumps [2]*pump
+	}
+	var oneWays []oneWay
+	oneWayDelays := "5ms"
+	if v := os.Getenv("STRAIT_EMU_PROBE_ONEWAY"); v != "" {
+		oneWayDelays = v
+	}
+	if oneWayDelays != "none" {
+		for i, f := range strings.Split(oneWayDelays, ",") {
+			d, err := time.ParseDuration(f)
+			if err != nil || d <= 0 {
+				t.Fatalf("STRAIT_EMU_PROBE_ONEWAY: %q: want a positive delay", f)
+			}
+			for _, split := range []bool{true, false} {
+				o := oneWay{p: emulation.Params{Delay: d}, split: split}
+				o.path, o.pumps = l.oneWayPath(t, i, o.p, split)
+				oneWays = append(oneWays, o)
+			}
+		}
+	}
 	load0 := loadavg()
 	res := l.run(t, per*len(l.targets), time.Millisecond)
 	load1 := loadavg()
@@ -876,6 +977,29 @@ func TestDelayProbeExperiment(t *testing.T) {
 			splits = append(splits, fmt.Sprintf("%-30s %s split, median µs: %s; nanosleep lateness %v",
 				"emulated "+name, []string{"fwd", "rev"}[d], sp[d].String([]dist{df, dr}[d].p50), time.Duration(l.pumps[2*i+d].sleepLate.get())),
 				fmt.Sprintf("%-30s %s %s", "emulated "+name, []string{"fwd", "rev"}[d], sp[d].tardiness()))
+		}
+	}
+	for _, o := range oneWays {
+		got := res[o.path]
+		name := "userspace (TUN) " + o.p.Delay.String() + "/0"
+		if o.split {
+			name = "split (detour) " + o.p.Delay.String() + "/0"
+		}
+		var f, r []int64
+		for _, s := range got {
+			f = append(f, s.fwd()-int64(o.p.Delay))
+			r = append(r, s.rev())
+		}
+		for d, v := range [][]int64{f, r} {
+			x, base := summarize(v), []dist{df, dr}[d]
+			onTime, lead := "kernel", ""
+			if pp := o.pumps[d]; pp != nil {
+				st := pp.c.snapshot()
+				onTime = fmt.Sprintf("%.0f%%", 100*float64(st.OnTime)/float64(max(st.OnTime+st.Late, 1)))
+				lead = fmt.Sprintf("%.1f", float64(pp.lead.get())/1e3)
+			}
+			fmt.Fprintf(&tab, "%-30s %-3s %6d %+9.1f %+9.1f %+9.1f %8s %9s %7s\n", name, []string{"fwd", "rev"}[d], len(got),
+				x.mean-base.mean, x.p50-base.p50, x.p99-base.p99, onTime, lead, "")
 		}
 	}
 	t.Logf("delay probe results\n%s", tab.String())
