@@ -260,6 +260,7 @@ type probeLab struct {
 	tap    *probeTap
 	sentAt map[uint64]int64 // per probe, when the client's sendto returned
 	stop   func()
+	now    clock // the engines' clock, whose epoch the tap knows
 }
 
 func newProbeLab(t *testing.T, settings []emulation.Params, noLead []bool) *probeLab {
@@ -326,6 +327,7 @@ func newProbeLab(t *testing.T, settings []emulation.Params, noLead []bool) *prob
 	epoch := time.Now()
 	l.tap.setClock(epoch)
 	now := func() int64 { return int64(time.Since(epoch)) }
+	l.now = now
 	e, err := newEngine(Config{Links: links}, pairs, probeSeed, now)
 	if err != nil {
 		t.Fatal(err)
@@ -385,7 +387,8 @@ func (l *probeLab) oneWayPath(t *testing.T, i int, p emulation.Params, split boo
 			t.Fatal(err)
 		}
 		devs = append(devs, d)
-		pair = [2]Device{d, d}
+		td := &tapDevice{Device: d, tap: l.tap, dir: 0, oneWay: true}
+		pair = [2]Device{td, td}
 	} else {
 		for j, ep := range []Endpoint{link.A, link.B} {
 			d, err := createTUN(ep.Netns, ep.Device, DefaultMTU, &drains)
@@ -396,19 +399,20 @@ func (l *probeLab) oneWayPath(t *testing.T, i int, p emulation.Params, split boo
 				t.Fatal(err)
 			}
 			devs = append(devs, d)
-			pair[j] = d
+			pair[j] = &tapDevice{Device: d, tap: l.tap, dir: j}
 		}
 	}
 	for j, ep := range []Endpoint{link.A, link.B} {
 		testenv.Run(t, "ip", "-n", ep.Netns, "addr", "add", fmt.Sprintf("10.%d.%d.%d/31", subnet, i, j), "dev", ep.Device)
 		testenv.Run(t, "ip", "-n", ep.Netns, "link", "set", ep.Device, "up")
 	}
-	e, err := newEngine(Config{Links: []Link{link}}, [][2]Device{pair}, probeSeed, monotonic())
+	e, err := newEngine(Config{Links: []Link{link}}, [][2]Device{pair}, probeSeed, l.now)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for k, p := range e.pumps {
 		pumps[e.of[k].dir] = p
+		p.trace = l.tap.record(e.of[k].dir)
 	}
 	var wg sync.WaitGroup
 	wg.Go(e.run)
@@ -616,6 +620,18 @@ type tapDevice struct {
 	tap    *probeTap
 	dir    int
 	noLead bool
+	// oneWay says that the device is a detour, which both reads and
+	// writes direction dir.
+	oneWay bool
+}
+
+// linkHeader lets the arrival filter find a detour's IP header as it does
+// without the tap.
+func (d *tapDevice) linkHeader() int {
+	if h, ok := d.Device.(interface{ linkHeader() int }); ok {
+		return h.linkHeader()
+	}
+	return 0
 }
 
 // File lets readWaiter wait on the TUN device's descriptor as it does
@@ -654,9 +670,13 @@ func (d *tapDevice) Write(bufs [][]byte, offset int) (int, error) {
 	}
 	n, err := d.Device.Write(bufs, offset)
 	t2 := monoNow()
+	dir := 1 - d.dir
+	if d.oneWay {
+		dir = d.dir
+	}
 	d.tap.mu.Lock()
 	for _, seq := range seqs {
-		s := d.tap.stamps(1-d.dir, seq)
+		s := d.tap.stamps(dir, seq)
 		s.write, s.written = t, t2
 	}
 	d.tap.mu.Unlock()
@@ -986,9 +1006,18 @@ func TestDelayProbeExperiment(t *testing.T) {
 			name = "split (detour) " + o.p.Delay.String() + "/0"
 		}
 		var f, r []int64
+		var sp [2]probeSplit
 		for _, s := range got {
 			f = append(f, s.fwd()-int64(o.p.Delay))
 			r = append(r, s.rev())
+			sp[0].add(l.tap.at[tapKey{0, s.seq}], s.t0, s.t1)
+			sp[1].add(l.tap.at[tapKey{1, s.seq}], s.t2, s.t3)
+		}
+		for d := range sp {
+			if pp := o.pumps[d]; pp != nil {
+				splits = append(splits, fmt.Sprintf("%-30s %s split, median µs: %s; nanosleep lateness %v",
+					name, []string{"fwd", "rev"}[d], sp[d].String([]dist{df, dr}[d].p50), time.Duration(pp.sleepLate.get())))
+			}
 		}
 		for d, v := range [][]int64{f, r} {
 			x, base := summarize(v), []dist{df, dr}[d]
