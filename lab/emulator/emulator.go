@@ -4,7 +4,10 @@
 // with netem's meanings (delay and jitter from netem's distribution tables,
 // random loss with netem's correlation, a serializing rate, a queue limit
 // with tail drop, FIFO order unless reordering is asked for) and writes it
-// into the other device.
+// into the other device. A link delayed one way only can instead be a veth
+// pair whose delayed direction alone detours through the emulator (see
+// Link.Veth and detour), so that its other direction pays no thread
+// wake-up.
 //
 // Loss must be real per-packet loss so that TCP reacts to it. The devices
 // use IFF_VNET_HDR with TCP segmentation offload: a super-packet the kernel
