@@ -89,6 +89,14 @@ func netnsOf(t *testing.T, name string) []string {
 // RTT ping reports.
 func pingRTT(t *testing.T, l *lab.Lab, from, to string, count int) time.Duration {
 	t.Helper()
+	_, avg := pingStats(t, l, from, to, count)
+	return avg
+}
+
+// pingStats pings from one node to another's address and returns the
+// smallest and the average RTT ping reports.
+func pingStats(t *testing.T, l *lab.Lab, from, to string, count int) (min, avg time.Duration) {
+	t.Helper()
 	dst, err := l.Node(to)
 	if err != nil {
 		t.Fatal(err)
@@ -102,13 +110,15 @@ func pingRTT(t *testing.T, l *lab.Lab, from, to string, count int) time.Duration
 		t.Fatalf("ping %s → %s: %v\n%s", from, to, err, out)
 	}
 	// rtt min/avg/max/mdev = 0.036/0.045/0.061/0.008 ms
-	line := out[strings.LastIndex(string(out), "=")+1:]
-	fields := strings.Split(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(string(line)), "ms")), "/")
-	d, err := time.ParseDuration(strings.TrimSpace(fields[1]) + "ms")
-	if err != nil {
-		t.Fatalf("parse ping output %q: %v", out, err)
+	m := regexp.MustCompile(`= ([0-9.]+)/([0-9.]+)/`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("ping output: %s", out)
 	}
-	return d
+	ms := func(b []byte) time.Duration {
+		v, _ := strconv.ParseFloat(string(b), 64)
+		return time.Duration(v * float64(time.Millisecond))
+	}
+	return ms(m[1]), ms(m[2])
 }
 
 func TestUpRoutesEveryNodeToEveryNode(t *testing.T) {
@@ -417,7 +427,7 @@ func TestUpOneWayDelayedWANUsesSplit(t *testing.T) {
 		t.Errorf("the emulator holds %d tcx links (programs %v), want 2: the redirect and the departure stamps", len(progs), progs)
 	}
 	for _, d := range []struct{ from, to string }{{"b/client", "a/server"}, {"a/server", "b/client"}} {
-		min := pingMin(t, l, d.from, d.to, 20)
+		min, _ := pingStats(t, l, d.from, d.to, 20)
 		t.Logf("ping %s → %s over a WAN link delayed %v one way: min rtt %v", d.from, d.to, delay, min)
 		// The lower bound holds however busy the host; the upper one
 		// catches a delay paid twice.
@@ -463,28 +473,4 @@ func bpfLinksOf(t *testing.T, pid int) []int {
 		}
 	}
 	return progs
-}
-
-// pingMin pings from one node to another's address and returns the
-// smallest RTT.
-func pingMin(t *testing.T, l *lab.Lab, from, to string, count int) time.Duration {
-	t.Helper()
-	dst, err := l.Node(to)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd, err := l.Command(context.Background(), from, "ping", "-q", "-n", "-i", "0.05", "-c", strconv.Itoa(count), "-W", "2", dst.Addr.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("ping %s → %s: %v\n%s", from, to, err, out)
-	}
-	m := regexp.MustCompile(`= ([0-9.]+)/`).FindSubmatch(out)
-	if m == nil {
-		t.Fatalf("ping output: %s", out)
-	}
-	ms, _ := strconv.ParseFloat(string(m[1]), 64)
-	return time.Duration(ms * float64(time.Millisecond))
 }

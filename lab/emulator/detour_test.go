@@ -22,21 +22,23 @@ import (
 	"github.com/strait-net/strait/lab/emulation"
 )
 
-// vethPair joins two fresh namespaces by a veth pair va (10.9.0.1) – vb
-// (10.9.0.2) and returns their names.
-func vethPair(t *testing.T) (nsA, nsB string) {
+// vethPair joins two fresh namespaces (named from prefix, without IPv6,
+// whose router and listener solicitations would cross the links under
+// test) by a veth pair a (subnet.1/24) – b (subnet.2/24), both up, and
+// returns their names.
+func vethPair(t *testing.T, prefix, a, b, subnet string) (nsA, nsB string) {
 	t.Helper()
 	testenv.RequireRoot(t)
-	nsA = testenv.Netns(t, testenv.UniqueName("stt-detour-"))
-	nsB = testenv.Netns(t, testenv.UniqueName("stt-detour-"))
+	nsA = testenv.Netns(t, testenv.UniqueName(prefix))
+	nsB = testenv.Netns(t, testenv.UniqueName(prefix))
 	for _, ns := range []string{nsA, nsB} {
 		testenv.Run(t, "ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
 	}
-	testenv.Run(t, "ip", "-n", nsA, "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", nsB)
-	testenv.Run(t, "ip", "-n", nsA, "addr", "add", "10.9.0.1/24", "dev", "va")
-	testenv.Run(t, "ip", "-n", nsB, "addr", "add", "10.9.0.2/24", "dev", "vb")
-	testenv.Run(t, "ip", "-n", nsA, "link", "set", "va", "up")
-	testenv.Run(t, "ip", "-n", nsB, "link", "set", "vb", "up")
+	testenv.Run(t, "ip", "-n", nsA, "link", "add", a, "type", "veth", "peer", "name", b, "netns", nsB)
+	for _, end := range []struct{ ns, dev, addr string }{{nsA, a, subnet + ".1/24"}, {nsB, b, subnet + ".2/24"}} {
+		testenv.Run(t, "ip", "-n", end.ns, "addr", "add", end.addr, "dev", end.dev)
+		testenv.Run(t, "ip", "-n", end.ns, "link", "set", end.dev, "up")
+	}
 	return nsA, nsB
 }
 
@@ -61,7 +63,7 @@ func pingMin(t *testing.T, ns, to string, count int) time.Duration {
 // TCP works through it (checksums and segmentation survive the TAP
 // device), and when Run returns the TAP device and the programs are gone.
 func TestRunVethLinkDelaysOneWay(t *testing.T) {
-	nsA, nsB := vethPair(t)
+	nsA, nsB := vethPair(t, "stt-detour-", "va", "vb", "10.9.0")
 	ready := filepath.Join(t.TempDir(), "ready")
 	cfg := Config{ReadyFile: ready, Links: []Link{{
 		Name: "wan", Veth: true,

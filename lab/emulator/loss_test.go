@@ -110,17 +110,7 @@ func TestAttachLossRefusesDelay(t *testing.T) {
 // drops must account for every probe lost (the way back is clean), and
 // nothing may arrive unsplit.
 func TestKernelLossDrops(t *testing.T) {
-	testenv.RequireRoot(t)
-	nsA := testenv.Netns(t, testenv.UniqueName("stt-emuloss-"))
-	nsB := testenv.Netns(t, testenv.UniqueName("stt-emuloss-"))
-	for _, ns := range []string{nsA, nsB} {
-		testenv.Run(t, "ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
-	}
-	testenv.Run(t, "ip", "-n", nsA, "link", "add", "la", "type", "veth", "peer", "name", "lb", "netns", nsB)
-	testenv.Run(t, "ip", "-n", nsA, "addr", "add", "10.6.0.1/24", "dev", "la")
-	testenv.Run(t, "ip", "-n", nsB, "addr", "add", "10.6.0.2/24", "dev", "lb")
-	testenv.Run(t, "ip", "-n", nsA, "link", "set", "la", "up")
-	testenv.Run(t, "ip", "-n", nsB, "link", "set", "lb", "up")
+	nsA, nsB := vethPair(t, "stt-emuloss-", "la", "lb", "10.6.0")
 	testenv.Run(t, "ip", "netns", "exec", nsA, "ethtool", "-K", "la", "tso", "off", "gso", "off", "tx-udp-segmentation", "off")
 	const pct = 20.0
 	k, err := AttachLoss(nsB, "lb", emulation.Params{Loss: pct})

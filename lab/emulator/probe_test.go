@@ -265,20 +265,8 @@ type probeLab struct {
 
 func newProbeLab(t *testing.T, settings []emulation.Params, noLead []bool) *probeLab {
 	t.Helper()
-	testenv.RequireRoot(t)
-	l := &probeLab{
-		nsA: testenv.Netns(t, testenv.UniqueName("stt-emudelay-")),
-		nsB: testenv.Netns(t, testenv.UniqueName("stt-emudelay-")),
-		tap: newProbeTap(),
-	}
-	for _, ns := range []string{l.nsA, l.nsB} {
-		testenv.Run(t, "ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
-	}
-	testenv.Run(t, "ip", "-n", l.nsA, "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", l.nsB)
-	testenv.Run(t, "ip", "-n", l.nsA, "addr", "add", "10.9.0.1/24", "dev", "va")
-	testenv.Run(t, "ip", "-n", l.nsB, "addr", "add", "10.9.0.2/24", "dev", "vb")
-	testenv.Run(t, "ip", "-n", l.nsA, "link", "set", "va", "up")
-	testenv.Run(t, "ip", "-n", l.nsB, "link", "set", "vb", "up")
+	l := &probeLab{tap: newProbeTap()}
+	l.nsA, l.nsB = vethPair(t, "stt-emudelay-", "va", "vb", "10.9.0")
 	l.targets = []string{"10.9.0.2"}
 
 	var drains sync.WaitGroup
@@ -339,19 +327,7 @@ func newProbeLab(t *testing.T, settings []emulation.Params, noLead []bool) *prob
 			l.pumps[2*i+d] = p
 		}
 	}
-	var wg sync.WaitGroup
-	wg.Go(e.run)
-	var once sync.Once
-	l.stop = func() {
-		once.Do(func() {
-			e.stop()
-			for _, d := range devs {
-				d.Close()
-			}
-			wg.Wait()
-			drains.Wait()
-		})
-	}
+	l.stop = start(e, devs, &drains)
 	t.Cleanup(l.stop)
 
 	startProbeServer(t, l.nsB)
@@ -414,10 +390,21 @@ func (l *probeLab) oneWayPath(t *testing.T, i int, p emulation.Params, split boo
 		pumps[e.of[k].dir] = p
 		p.trace = l.tap.record(e.of[k].dir)
 	}
+	stop := start(e, devs, &drains)
+	t.Cleanup(stop)
+	prev := l.stop
+	l.stop = func() { prev(); stop() }
+	l.targets = append(l.targets, fmt.Sprintf("10.%d.%d.1", subnet, i))
+	return len(l.targets) - 1, pumps
+}
+
+// start runs engine e and returns the function that stops it, once:
+// the engine, then its devices, then the goroutines draining them.
+func start(e *engine, devs []Device, drains *sync.WaitGroup) func() {
 	var wg sync.WaitGroup
 	wg.Go(e.run)
 	var once sync.Once
-	stop := func() {
+	return func() {
 		once.Do(func() {
 			e.stop()
 			for _, d := range devs {
@@ -427,11 +414,6 @@ func (l *probeLab) oneWayPath(t *testing.T, i int, p emulation.Params, split boo
 			drains.Wait()
 		})
 	}
-	t.Cleanup(stop)
-	prev := l.stop
-	l.stop = func() { prev(); stop() }
-	l.targets = append(l.targets, fmt.Sprintf("10.%d.%d.1", subnet, i))
-	return len(l.targets) - 1, pumps
 }
 
 // probeCommand runs this test binary in network namespace ns in one of
