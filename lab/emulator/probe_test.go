@@ -806,6 +806,9 @@ func loadavg() string {
 // carried by the kernel, and its probes lost are counted);
 // STRAIT_EMU_PROBE_COMPARE=1 adds, per setting, a link whose writer has no
 // lead (the emulator before it), probed in the same rounds;
+// STRAIT_EMU_PROBE_ONEWAY lists the delays (default 5ms; "none": no such
+// links) of links delayed from A to B only, each probed through a detour on
+// a veth pair (the lab's split backend) and through a TUN pair;
 // the gaps between probes are drawn from half to one and a half
 // milliseconds, or are exactly one with STRAIT_EMU_PROBE_GRID=1 (as before);
 // STRAIT_EMU_PROBE_DUMP names a file for every probe's stamps.
