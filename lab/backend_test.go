@@ -107,7 +107,8 @@ func TestChooseBackendsUndelayed(t *testing.T) {
 // A link delayed one way only goes to the split backend under auto when
 // the kernel has no netem, to netem when it has, and to the userspace
 // emulator when it has no tcx either (with the reason), as do links
-// without delay; links delayed both ways keep the general backend.
+// without delay (to netem, if there is netem but no tcx); links delayed
+// both ways keep the general backend.
 func TestChooseBackendsOneWay(t *testing.T) {
 	ms := emulation.Params{Delay: 5_000_000}
 	plan := &topology.Plan{Nodes: []topology.PlanNode{{Netns: "st-x-a-b"}}, Links: []topology.PlanLink{
@@ -131,6 +132,8 @@ func TestChooseBackendsOneWay(t *testing.T) {
 			[]string{BackendNone, BackendNetem, BackendNetem, BackendNetem, BackendKernel}, ""},
 		{"auto, no netem, no tcx", BackendAuto, errors.New("no netem"), errors.New("invalid argument"), BackendUserspace,
 			[]string{BackendNone, BackendUserspace, BackendUserspace, BackendUserspace, BackendUserspace}, "no tcx (Linux 6.6 or later) in this kernel (invalid argument)"},
+		{"auto, netem, no tcx", BackendAuto, nil, errors.New("invalid argument"), BackendNetem,
+			[]string{BackendNone, BackendNetem, BackendNetem, BackendNetem, BackendNetem}, "go to netem instead"},
 		{"userspace", BackendUserspace, errors.New("no netem"), nil, BackendUserspace,
 			[]string{BackendNone, BackendUserspace, BackendUserspace, BackendUserspace, BackendUserspace}, ""},
 	} {

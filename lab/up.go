@@ -253,8 +253,8 @@ var probeTCX = func(_ context.Context, netns string) error { return emulator.Pro
 // so the probe leaves nothing on the host); without netem, links delayed
 // one way only get BackendSplit and the others the userspace emulator.
 // The kernel and split backends need tcx (Linux 6.6), probed likewise:
-// without it auto gives their links the userspace emulator, and why says
-// so (empty when nothing fell back). An explicit emulator gives every
+// without it auto gives their links netem, or else the userspace emulator,
+// and why says so (empty when nothing fell back). An explicit emulator gives every
 // link it can carry the same backend.
 func chooseBackends(ctx context.Context, plan *topology.Plan, opts Options) (backend string, kinds []string, why string, err error) {
 	want := opts.Emulator
@@ -300,7 +300,10 @@ func chooseBackends(ctx context.Context, plan *topology.Plan, opts Options) (bac
 		kernelKind, splitKind := BackendKernel, BackendSplit
 		if tcxErr := probeTCX(ctx, netns()); tcxErr != nil {
 			kernelKind, splitKind = BackendUserspace, BackendUserspace
-			why = fmt.Sprintf("no tcx (Linux 6.6 or later) in this kernel (%v): links without delay, or delayed one way only, go through the userspace emulator's TUN devices", tcxErr)
+			if haveNetem() {
+				kernelKind = BackendNetem
+			}
+			why = fmt.Sprintf("no tcx (Linux 6.6 or later) in this kernel (%v): links without delay, or delayed one way only, go to %s instead", tcxErr, kernelKind)
 		}
 		for _, i := range undelayedLinks {
 			kinds[i] = kernelKind
