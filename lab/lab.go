@@ -103,6 +103,17 @@ type Lab struct {
 	Created      time.Time `json:"created"`
 }
 
+// CheckEmulator fails when the lab has an emulator daemon and it is no
+// longer running. A TUN link dies with its emulator, but a split link's
+// delayed direction falls back to the plain veth (docs/topology.md), so
+// without this check cells measured after a crash would look valid.
+func (l *Lab) CheckEmulator() error {
+	if l.EmulatorPID == 0 || processAlive(l.EmulatorPID) {
+		return nil
+	}
+	return fmt.Errorf("the link emulator (pid %d) of lab %s has exited, so its links are no longer emulated; see %s", l.EmulatorPID, l.Plan.Name, filepath.Join(l.Dir, "emulator.log"))
+}
+
 // Node returns the plan node with the given ID ("cluster/node") or namespace.
 func (l *Lab) Node(id string) (*topology.PlanNode, error) {
 	for i := range l.Plan.Nodes {

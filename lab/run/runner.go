@@ -394,6 +394,9 @@ func (r *runner) unit(ctx context.Context, u unit) (err error) {
 		if err := r.measureTool(ctx, t, env, u); err != nil {
 			return err
 		}
+		if err := l.CheckEmulator(); err != nil {
+			return fmt.Errorf("tool %s: %w", name, err)
+		}
 	}
 	return os.WriteFile(r.donePath(u), nil, 0o644)
 }
