@@ -1,6 +1,9 @@
 package tunnel
 
 import (
+	"log/slog"
+	"math/rand/v2"
+	"net"
 	"testing"
 	"time"
 )
@@ -75,6 +78,69 @@ func TestPingRuleRTTPeriod(t *testing.T) {
 		}
 		if want := int(end / rttPingPeriod); pings != want {
 			t.Errorf("client %v: %d pings in %v of traffic, want %d (one per %v)", client, pings, end, want, rttPingPeriod)
+		}
+	}
+}
+
+// TestUntilDecisionSkipsNoPing: the keepalive may sleep for untilDecision
+// only if needPing would have said no at every interval in between, for
+// any state, while the silence grows (a frame arriving only makes a ping
+// less due).
+func TestUntilDecisionSkipsNoPing(t *testing.T) {
+	const iv = 10 * time.Millisecond
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 20000; i++ {
+		now := time.Duration(rng.Int64N(int64(10*time.Second))) + rttPingPeriod
+		r := pingRule{interval: iv, timeout: time.Duration(1+rng.IntN(20)) * 100 * time.Millisecond,
+			lastPing: now - time.Duration(rng.Int64N(int64(rttPingPeriod)))}
+		silent := time.Duration(rng.Int64N(int64(2 * time.Second)))
+		sleep := r.untilDecision(now, silent)
+		if sleep < iv {
+			t.Fatalf("untilDecision = %v, below the interval %v", sleep, iv)
+		}
+		if sleep == iv {
+			continue // the old schedule: nothing skipped
+		}
+		for d := iv; d < sleep; d += iv {
+			probe := r // needPing records what it heard
+			if probe.needPing(now+d, silent+d, 0) {
+				t.Fatalf("state %+v, silent %v: sleeps %v but a ping was due after %v", r, silent, sleep, d)
+			}
+		}
+	}
+	// A dialer that probes for itself decides every interval.
+	r := pingRule{client: true, interval: iv, timeout: time.Second}
+	if got := r.untilDecision(time.Second, 0); got != iv {
+		t.Errorf("dialer: untilDecision = %v, want the interval %v", got, iv)
+	}
+}
+
+// TestIdleSessionsSleep: two idle sessions whose probing is left to a pool
+// and to the dialer must not wake their keepalive every interval (it cost
+// an idle gateway over a thousand wake-ups a second), yet still ping for
+// their RTT and keep each other alive.
+func TestIdleSessionsSleep(t *testing.T) {
+	a, b := net.Pipe()
+	cfg := (&Config{Logger: slog.New(slog.DiscardHandler), KeepaliveInterval: 10 * time.Millisecond,
+		KeepaliveTimeout: time.Second}).withDefaults()
+	dialer := newSession(a, nil, true, "b", "", "", cfg)
+	acceptor := newSession(b, nil, false, "a", "", "", cfg)
+	dialer.takeProbes()
+	defer dialer.Close()
+	defer acceptor.Close()
+	const idle = 1500 * time.Millisecond
+	time.Sleep(idle)
+	for _, s := range []*session{dialer, acceptor} {
+		select {
+		case <-s.Done():
+			t.Fatalf("%s session ended while idle: %v", s.peer, s.Err())
+		default:
+		}
+		// Every interval would be 150 wake-ups; sleeping to the next
+		// decision is a handful (silence checks at a quarter timeout, the
+		// RTT ping every second).
+		if wakes := s.st.keepaliveWakes.Load(); wakes > 30 {
+			t.Errorf("%s session: keepalive woke %d times in %v idle", s.peer, wakes, idle)
 		}
 	}
 }

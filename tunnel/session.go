@@ -87,6 +87,7 @@ type counters struct {
 	framesSent, framesReceived                     atomic.Uint64
 	pingsSent, pongsReceived                       atomic.Uint64
 	directWrites                                   atomic.Uint64 // frames the reader wrote to a WriteTo's socket (directSink)
+	keepaliveWakes                                 atomic.Uint64 // times the keepalive timer fired
 }
 
 type writeReq struct {
@@ -818,8 +819,9 @@ func (s *session) keepalive() {
 				s.sendPing()
 				pr.lastPing = now
 			}
-			nextPing = now + interval
+			nextPing = now + pr.untilDecision(now, silent)
 		}
+		s.st.keepaliveWakes.Add(1)
 		wait := max(min(nextPing-now, timeout-silent), time.Millisecond)
 		if stalled {
 			wait = interval
@@ -893,6 +895,23 @@ func (r *pingRule) needPing(now, silent time.Duration, heard uint64) bool {
 	default:
 		return silent >= max(2*r.interval, r.timeout/4)
 	}
+}
+
+// untilDecision is how long after now needPing can next answer yes, so the
+// keepalive sleeps until then instead of waking every interval: a gateway
+// holds many sessions (eight per peer gateway each way), and a wake-up per
+// session per interval cost an idle gateway over a thousand thread wake-ups
+// a second. Only a dialer that probes for itself decides every interval
+// (whether the peer sent anything unasked since the last one). The others
+// ping after a stretch of silence or when the RTT sample is due; a frame
+// arriving meanwhile only pushes that moment later, so waking at the
+// earlier estimate and deciding again loses nothing.
+func (r *pingRule) untilDecision(now, silent time.Duration) time.Duration {
+	if r.client {
+		return r.interval
+	}
+	next := min(rttPingPeriod-(now-r.lastPing), max(2*r.interval, r.timeout/4)-silent)
+	return max(next, r.interval)
 }
 
 // stuckSilenceFactor bounds, in keepalive timeouts, how long frames may be
