@@ -500,6 +500,7 @@ func (p *packetPlane) watchHealth(ctx context.Context) {
 				t.Reset(packetHelloInterval)
 			}
 		}
+		p.setSessionProbes()
 		select {
 		case <-ctx.Done():
 			return
@@ -514,6 +515,55 @@ func (p *packetPlane) watchHealth(ctx context.Context) {
 			start := time.Now()
 			p.sync()
 			p.log.Info("packet mode: peer gateways' health written to the maps", "health", h, "took", time.Since(start).Round(10*time.Microsecond))
+		}
+	}
+}
+
+// setSessionProbes runs the stream mode's probes toward each packet peer
+// at the interval its role there needs: the configuration's while the
+// peer's sessions may carry its traffic or judge one of its gateways, and
+// a slow one (sessionProbeInterval) once the packet mode carries the
+// peer's traffic both ways and every one of its gateways answered the
+// prober. The prober judges them from then on (packetLiveness); the
+// sessions carry only the control streams, and their pool and keepalives
+// waking a hundred times a second was most of an idle gateway's CPU
+// (docs/packet.md, "What the gateway processes cost"). A peer that falls
+// back to the stream mode gets the configuration's interval again within
+// a second (this runs on each of watchHealth's wakeups).
+func (p *packetPlane) setSessionProbes() {
+	pr := p.prober.Load()
+	slow := map[string]int{} // peer → its gateways all answering (0: not so)
+	p.mu.Lock()
+	for id, pp := range p.peers {
+		slow[id] = 0
+		gws, importing := p.gwUp[id]
+		if pr == nil || !pp.active || pp.answer != DataPlanePacket || !importing || len(gws) == 0 {
+			continue
+		}
+		answered := true
+		for gw := range gws {
+			a, err := underlayAddr(gw)
+			if st, ok := pr.State(a); err != nil || !ok || !st.Answered {
+				answered = false
+				break
+			}
+		}
+		if answered {
+			slow[id] = len(gws)
+		}
+	}
+	p.mu.Unlock()
+	for id, n := range slow {
+		pool := p.g.peer(id)
+		if pool == nil {
+			continue
+		}
+		// Every gateway of the pool is one the maps know (a pool whose
+		// Peer resource just changed may name others).
+		if n > 0 && n == len(pool.Gateways()) {
+			pool.SetProbeInterval(p.g.cfg.sessionProbeInterval())
+		} else {
+			pool.SetProbeInterval(0)
 		}
 	}
 }
