@@ -897,7 +897,7 @@ func (p *packetPlane) sync() {
 		}
 		down := packetDown(gws, live[id])
 		for addr, ip := range gws {
-			w.peers[ip] = packet.Peer{Cluster: clusterID, Alive: !down[addr]}
+			w.peers[ip] = packet.Peer{Cluster: clusterID, Alive: !down[addr], MSS: p.peerMSS(ip)}
 		}
 		if importing {
 			gwUp[id] = map[string]bool{}
@@ -983,7 +983,7 @@ func (p *packetPlane) sync() {
 	// cluster's gateways, having nowhere else to send.
 	for id := range failed {
 		for addr, ip := range peerGws[id] {
-			w.peers[ip] = packet.Peer{Cluster: w.peers[ip].Cluster, Alive: false}
+			w.peers[ip] = packet.Peer{Cluster: w.peers[ip].Cluster, Alive: false, MSS: w.peers[ip].MSS}
 			gwUp[id][addr] = false
 		}
 	}
@@ -1066,6 +1066,22 @@ func (p *packetPlane) sizeUnderlay(peers []netip.Addr) {
 		p.log.Log(context.Background(), lvl, "packet mode: underlay MTU", attrs...)
 		p.mtuSaid = said
 	}
+}
+
+// peerMSS is the MSS for the SYNs of flows through peer gateway ip: sized
+// for this node's route to it, so that a peer behind a 9000-byte path is
+// not held to a 1500-byte one's size (docs/packet.md, "MTU"); 0 (the
+// programs' MSS, for the narrowest route) when packet.underlay-mtu is set
+// or the route is unknown. Read at every sync, as the routes change.
+func (p *packetPlane) peerMSS(ip netip.Addr) uint16 {
+	if p.g.cfg.Packet.UnderlayMTU != 0 {
+		return 0
+	}
+	r, err := packet.RouteMTU(ip)
+	if err != nil {
+		return 0 // sizeUnderlay logs it
+	}
+	return packet.MSSFor(r.MTU)
 }
 
 // packetPeerAddrs are the underlay addresses of the gateways of every

@@ -1,9 +1,13 @@
 package gateway_test
 
 import (
+	byteorder "encoding/binary"
+	"maps"
+	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/strait-net/strait/gateway"
 	"github.com/strait-net/strait/internal/testenv"
@@ -85,5 +89,40 @@ func TestPacketModeUnderlayMTUConfigured(t *testing.T) {
 	e.udp(t, 1400)
 	if log := e.a.proc.out.String(); !strings.Contains(log, "larger-than") {
 		t.Errorf("a did not warn that its underlay-mtu exceeds its route:\n%s", log)
+	}
+}
+
+// TestPacketModePeerMSS: one MSS per peer gateway, sized for the route to
+// it. With b2's link at 9000 bytes and b1's at 1500, a's peers map clamps
+// SYNs through b2 to 8910 and through b1 to 1410, while the programs' own
+// MSS (and strait_packet_underlay_mtu) stay sized for the narrowest route:
+// a 9000-byte path is no longer held to a 1500-byte one's segments.
+func TestPacketModePeerMSS(t *testing.T) {
+	e := setupPacket(t, gateway.DataPlanePacket, gateway.DataPlanePacket, true)
+	dataPlane(t, e.a, "b", func(d gateway.PeerDataPlane) bool { return d.Active && d.Imports }, "packet mode on a")
+	for _, l := range [][2]string{{e.ga, "wan2"}, {e.gb2, "wan"}} {
+		testenv.Run(t, "ip", "-n", l[0], "link", "set", l[1], "mtu", "9000")
+	}
+	peers := e.pinnedMap(t, e.ga, "peers")
+	mss := func(addr string) uint16 {
+		var v [8]byte
+		if err := peers.Lookup(netip.MustParseAddr(addr).As4(), &v); err != nil {
+			return 0
+		}
+		return uint16(byteorder.NativeEndian.Uint32(v[4:]) >> 16)
+	}
+	want := map[string]uint16{e.b.addr: 1410, e.b2.addr: 8910}
+	for deadline := time.Now().Add(patience); ; time.Sleep(50 * time.Millisecond) {
+		got := map[string]uint16{e.b.addr: mss(e.b.addr), e.b2.addr: mss(e.b2.addr)}
+		if maps.Equal(got, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a's peers map clamps SYNs to %v, want %v", got, want)
+		}
+	}
+	e.a.waitMetric(t, "strait_packet_underlay_mtu", func(v float64) bool { return v == 1500 }, "the programs' MSS sized for the narrowest route")
+	for i := range 10 {
+		e.curl(t, strings.Repeat("per-peer MSS ", 2000+i))
 	}
 }

@@ -183,11 +183,22 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// MSS is the TCP MSS the programs clamp SYNs to.
+// MSS is the TCP MSS the programs clamp SYNs to when a peer's entry
+// names none (Peer.MSS).
 func (c *Config) MSS() uint16 {
 	d := *c
 	d.defaults()
-	return uint16(d.UnderlayMTU - vxlanOverhead - 40)
+	return MSSFor(d.UnderlayMTU)
+}
+
+// MSSFor is the MSS that fits TCP segments into an underlay of mtu bytes
+// after VXLAN's 50 and IPv4's and TCP's 40; 0 for an MTU below
+// MinUnderlayMTU or above 65535, which no setting allows.
+func MSSFor(mtu int) uint16 {
+	if mtu < MinUnderlayMTU || mtu > 65535 {
+		return 0
+	}
+	return uint16(mtu - vxlanOverhead - 40)
 }
 
 // Dir is the gateway's pin directory.

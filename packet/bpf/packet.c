@@ -142,10 +142,13 @@ struct flow_val {
 };
 
 #define PEER_ALIVE 1
+// The high half of a peer's flags: the MSS its SYNs are clamped to, sized
+// for the route to that gateway (docs/packet.md, "MTU"); 0: config's mss.
+#define PEER_MSS_SHIFT 16
 
 struct peer_val {
 	__u32 cluster; // cluster ID in policy keys (0 is this cluster)
-	__u32 flags;
+	__u32 flags;   // PEER_ALIVE, and the MSS << PEER_MSS_SHIFT
 };
 
 struct export_val {
@@ -783,18 +786,33 @@ static __always_inline int translate(struct __sk_buff *skb, const __u32 l2, __u8
 	return 0;
 }
 
-// clamp_mss lowers the MSS option of a SYN to mss, so that full-size
-// segments still fit the underlay after the VXLAN headers.
+// clamp_mss lowers the MSS option of a SYN to or from the peer gateway
+// peer, so that full-size segments still fit the underlay after the VXLAN
+// headers: to the MSS of the peer's entry, sized for the route to it, else
+// to mss (config's, sized for the narrowest route to any peer). A 9000-byte
+// peer's flows are not held to a 1500-byte one's size. Only SYNs pay the
+// peers lookup.
 //
 // A global function: the verifier checks it once, not once per caller.
-__noinline int clamp_mss(struct __sk_buff *skb, __u32 mss, __u32 l2)
+__noinline int clamp_mss(struct __sk_buff *skb, __u32 mss, __be32 peer, __u32 l2)
 {
 	if (l2 > ETH_HLEN)
 		return 0;
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
 	struct tcphdr *th = data + L4_OFF;
-	if (!mss || (void *)(th + 1) > end || !th->syn)
+	if ((void *)(th + 1) > end || !th->syn)
+		return 0;
+	struct peer_val *pv = bpf_map_lookup_elem(&peers, &peer);
+	if (pv && pv->flags >> PEER_MSS_SHIFT)
+		mss = pv->flags >> PEER_MSS_SHIFT;
+	if (!mss)
+		return 0;
+	// The lookup is a call: the packet pointers are read again.
+	data = (void *)(long)skb->data;
+	end = (void *)(long)skb->data_end;
+	th = data + L4_OFF;
+	if ((void *)(th + 1) > end)
 		return 0;
 	__u32 optlen = th->doff * 4;
 	if (optlen <= sizeof(*th) || optlen > 60)
@@ -1284,7 +1302,7 @@ static __always_inline int nat_reply(struct __sk_buff *skb, const __u32 l2, stru
 		      ck.cport))
 		return TC_ACT_SHOT;
 	if (p->proto == IPPROTO_TCP)
-		clamp_mss(skb, cfg->mss, l2);
+		clamp_mss(skb, cfg->mss, ck.peer, l2);
 	if (p->first_frag)
 		track(p, 0, FRAG_TUNNEL, ck.peer, ck.vaddr, ck.caddr, p->id, 0, 0);
 	count(C_REPLY_TX_PACKETS);
@@ -1407,7 +1425,7 @@ static __always_inline int lan(struct __sk_buff *skb, const __u32 l2)
 			return TC_ACT_SHOT;
 		}
 		if (p.proto == IPPROTO_TCP)
-			clamp_mss(skb, cfg->mss, l2);
+			clamp_mss(skb, cfg->mss, gw, l2);
 		count(C_IMPORT_TX_PACKETS);
 		return to_tunnel(skb, l2, cfg, gw);
 	}
@@ -1648,7 +1666,7 @@ int tun_ingress(struct __sk_buff *skb)
 		struct export_val e;
 		if (lookup_export(&ek, &e)) {
 			if (p.proto == IPPROTO_TCP)
-				clamp_mss(skb, cfg->mss, l2);
+				clamp_mss(skb, cfg->mss, peer, l2);
 			return export_flow(skb, l2, cfg, &p, &e, &pv, peer);
 		}
 		// A reply to a pinned import flow, from the gateway it is
