@@ -102,6 +102,11 @@ type PeerStatus struct {
 	Addrs   []string      `json:"addrs"`
 	Live    []string      `json:"live"`
 	RTT     time.Duration `json:"rttNanos"`
+	// ProbeInterval is how often the sessions' pool probes the peer's
+	// gateways now: probe-interval, or a slower one while the packet
+	// mode's prober judges them (docs/packet.md, "What the gateway
+	// processes cost").
+	ProbeInterval time.Duration `json:"probeIntervalNanos"`
 	// Gateways is the health and load of each of the peer's gateways as
 	// this gateway sees them.
 	Gateways []RemoteGateway `json:"gateways"`
@@ -334,7 +339,7 @@ func (g *Gateway) peerStatus() []PeerStatus {
 	defer g.mu.Unlock()
 	out := make([]PeerStatus, 0, len(g.peers))
 	for id, p := range g.peers {
-		ps := PeerStatus{Cluster: id, Addrs: p.addrs, Live: p.pool.Live(), RTT: p.pool.Stats().RTT}
+		ps := PeerStatus{Cluster: id, Addrs: p.addrs, Live: p.pool.Live(), RTT: p.pool.Stats().RTT, ProbeInterval: p.pool.ProbeInterval()}
 		for _, h := range p.pool.Gateways() {
 			ps.Gateways = append(ps.Gateways, RemoteGateway{Addr: h.Addr, Live: h.Live, Buckets: h.Buckets, Size: h.Size, Streams: h.Streams, Downs: h.Downs})
 		}

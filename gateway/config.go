@@ -338,6 +338,21 @@ func (c *Config) probeInterval() time.Duration {
 	return c.ProbeInterval
 }
 
+// sessionProbeInterval is the stream mode's probe and keepalive interval
+// toward a peer whose gateways the packet mode's prober judges
+// (packetPlane.setSessionProbes): an eighth of the keepalive timeout
+// (125 ms by default), so an idle session still pings after a quarter of
+// it without a frame, as at any interval (tunnel's pingRule), and a dead
+// gateway's sessions still end within the timeout; never shorter than
+// probe-interval.
+func (c *Config) sessionProbeInterval() time.Duration {
+	timeout := c.KeepaliveTimeout
+	if timeout == 0 {
+		timeout = defaultKeepaliveTimeout
+	}
+	return max(c.probeInterval(), timeout/8)
+}
+
 func (c *Config) intercept() string {
 	if c.Intercept == "" {
 		return InterceptAuto

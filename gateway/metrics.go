@@ -156,6 +156,7 @@ var (
 	descHandshake = prometheus.NewDesc("strait_handshake_failures_total", "TLS handshakes rejected by certificate verification, by reason.", []string{"reason"}, nil)
 	descRTT       = prometheus.NewDesc("strait_peer_rtt_seconds", "Smoothed round-trip time to each peer cluster's gateways, from keepalives.", []string{"peer"}, nil)
 	descLive      = prometheus.NewDesc("strait_peer_sessions_live", "Live sessions to each peer cluster.", []string{"peer"}, nil)
+	descProbe     = prometheus.NewDesc("strait_peer_probe_interval_seconds", "How often the sessions' pool probes each peer cluster's gateways: probe-interval, or slower while the packet mode's prober judges them.", []string{"peer"}, nil)
 	descUp        = prometheus.NewDesc("strait_peer_gateway_up", "1 while the table sends flows to the peer gateway, 0 while it is taken out as dead.", []string{"peer", "gateway"}, nil)
 	descShare     = prometheus.NewDesc("strait_peer_gateway_share", "The peer gateway's share of the table's buckets, its inherited ones included.", []string{"peer", "gateway"}, nil)
 	descGwStreams = prometheus.NewDesc("strait_peer_gateway_streams_total", "Streams opened on each peer gateway.", []string{"peer", "gateway"}, nil)
@@ -165,7 +166,7 @@ var (
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descHandshake, descRTT, descLive, descUp, descShare, descGwStreams, descDowns, descImports, descCarried} {
+	for _, d := range []*prometheus.Desc{descHandshake, descRTT, descLive, descProbe, descUp, descShare, descGwStreams, descDowns, descImports, descCarried} {
 		ch <- d
 	}
 }
@@ -178,6 +179,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, p := range g.peerStatus() {
 		ch <- prometheus.MustNewConstMetric(descRTT, prometheus.GaugeValue, p.RTT.Seconds(), p.Cluster)
 		ch <- prometheus.MustNewConstMetric(descLive, prometheus.GaugeValue, float64(len(p.Live)), p.Cluster)
+		ch <- prometheus.MustNewConstMetric(descProbe, prometheus.GaugeValue, p.ProbeInterval.Seconds(), p.Cluster)
 		for _, r := range p.Gateways {
 			up := 0.0
 			if r.Live {

@@ -500,6 +500,7 @@ func (p *packetPlane) watchHealth(ctx context.Context) {
 				t.Reset(packetHelloInterval)
 			}
 		}
+		p.setSessionProbes()
 		select {
 		case <-ctx.Done():
 			return
@@ -514,6 +515,55 @@ func (p *packetPlane) watchHealth(ctx context.Context) {
 			start := time.Now()
 			p.sync()
 			p.log.Info("packet mode: peer gateways' health written to the maps", "health", h, "took", time.Since(start).Round(10*time.Microsecond))
+		}
+	}
+}
+
+// setSessionProbes runs the stream mode's probes toward each packet peer
+// at the interval its role there needs: the configuration's while the
+// peer's sessions may carry its traffic or judge one of its gateways, and
+// a slow one (sessionProbeInterval) once the packet mode carries the
+// peer's traffic both ways and every one of its gateways answered the
+// prober. The prober judges them from then on (packetLiveness); the
+// sessions carry only the control streams, and their pool and keepalives
+// waking a hundred times a second was most of an idle gateway's CPU
+// (docs/packet.md, "What the gateway processes cost"). A peer that falls
+// back to the stream mode gets the configuration's interval again within
+// a second (this runs on each of watchHealth's wakeups).
+func (p *packetPlane) setSessionProbes() {
+	pr := p.prober.Load()
+	slow := map[string]int{} // peer → its gateways all answering (0: not so)
+	p.mu.Lock()
+	for id, pp := range p.peers {
+		slow[id] = 0
+		gws, importing := p.gwUp[id]
+		if pr == nil || !pp.active || pp.answer != DataPlanePacket || !importing || len(gws) == 0 {
+			continue
+		}
+		answered := true
+		for gw := range gws {
+			a, err := underlayAddr(gw)
+			if st, ok := pr.State(a); err != nil || !ok || !st.Answered {
+				answered = false
+				break
+			}
+		}
+		if answered {
+			slow[id] = len(gws)
+		}
+	}
+	p.mu.Unlock()
+	for id, n := range slow {
+		pool := p.g.peer(id)
+		if pool == nil {
+			continue
+		}
+		// Every gateway of the pool is one the maps know (a pool whose
+		// Peer resource just changed may name others).
+		if n > 0 && n == len(pool.Gateways()) {
+			pool.SetProbeInterval(p.g.cfg.sessionProbeInterval())
+		} else {
+			pool.SetProbeInterval(0)
 		}
 	}
 }
@@ -847,7 +897,7 @@ func (p *packetPlane) sync() {
 		}
 		down := packetDown(gws, live[id])
 		for addr, ip := range gws {
-			w.peers[ip] = packet.Peer{Cluster: clusterID, Alive: !down[addr]}
+			w.peers[ip] = packet.Peer{Cluster: clusterID, Alive: !down[addr], MSS: p.peerMSS(ip)}
 		}
 		if importing {
 			gwUp[id] = map[string]bool{}
@@ -933,7 +983,7 @@ func (p *packetPlane) sync() {
 	// cluster's gateways, having nowhere else to send.
 	for id := range failed {
 		for addr, ip := range peerGws[id] {
-			w.peers[ip] = packet.Peer{Cluster: w.peers[ip].Cluster, Alive: false}
+			w.peers[ip] = packet.Peer{Cluster: w.peers[ip].Cluster, Alive: false, MSS: w.peers[ip].MSS}
 			gwUp[id][addr] = false
 		}
 	}
@@ -1016,6 +1066,22 @@ func (p *packetPlane) sizeUnderlay(peers []netip.Addr) {
 		p.log.Log(context.Background(), lvl, "packet mode: underlay MTU", attrs...)
 		p.mtuSaid = said
 	}
+}
+
+// peerMSS is the MSS for the SYNs of flows through peer gateway ip: sized
+// for this node's route to it, so that a peer behind a 9000-byte path is
+// not held to a 1500-byte one's size (docs/packet.md, "MTU"); 0 (the
+// programs' MSS, for the narrowest route) when packet.underlay-mtu is set
+// or the route is unknown. Read at every sync, as the routes change.
+func (p *packetPlane) peerMSS(ip netip.Addr) uint16 {
+	if p.g.cfg.Packet.UnderlayMTU != 0 {
+		return 0
+	}
+	r, err := packet.RouteMTU(ip)
+	if err != nil {
+		return 0 // sizeUnderlay logs it
+	}
+	return packet.MSSFor(r.MTU)
 }
 
 // packetPeerAddrs are the underlay addresses of the gateways of every

@@ -487,6 +487,14 @@ func TestPacketModeHealth(t *testing.T) {
 	dataPlane(t, e.b, "a", exports, "a's offer heard on b1")
 	dataPlane(t, e.b2, "a", exports, "a's offer heard on b2")
 	e.waitProbed(t)
+	// Every gateway of the other cluster answers the prober: the stream
+	// mode's probes and keepalives toward it slow down to an eighth of the
+	// keepalive timeout (docs/packet.md, "What the gateway processes
+	// cost"), on both sides.
+	slow := func(v float64) bool { return v == 0.125 }
+	e.a.waitMetric(t, `strait_peer_probe_interval_seconds{peer="b"}`, slow, "a's sessions to b probe slowly")
+	e.b.waitMetric(t, `strait_peer_probe_interval_seconds{peer="a"}`, slow, "b1's sessions to a probe slowly")
+	e.b2.waitMetric(t, `strait_peer_probe_interval_seconds{peer="a"}`, slow, "b2's sessions to a probe slowly")
 	rx := func(g *gw) float64 { return g.metric(t, packetMetrB) }
 	// New flows (each curl its own source port) spread over both; a
 	// flow's gateway is its Maglev bucket's, so 30 flows all on one of two
@@ -529,6 +537,13 @@ func TestPacketModeHealth(t *testing.T) {
 		}
 		if rx(e.b) == rx1 {
 			t.Errorf("b1 took no flow after b2 went down")
+		}
+		if rep == 0 {
+			// The slow sessions still find the dead gateway: they end
+			// within the keepalive timeout (1 s), and the pool takes b2
+			// out of the stream mode's table.
+			e.a.waitMetric(t, `strait_peer_gateway_up{gateway="192.0.3.2:4443",peer="b"}`, func(v float64) bool { return v == 0 },
+				"a's sessions find b2 dead at the slow interval")
 		}
 		testenv.Run(t, "ip", "-n", e.ga, "link", "set", "wan2", "up")
 		// Down took the device's routes, the source-address one included.

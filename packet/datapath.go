@@ -183,11 +183,22 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// MSS is the TCP MSS the programs clamp SYNs to.
+// MSS is the TCP MSS the programs clamp SYNs to when a peer's entry
+// names none (Peer.MSS).
 func (c *Config) MSS() uint16 {
 	d := *c
 	d.defaults()
-	return uint16(d.UnderlayMTU - vxlanOverhead - 40)
+	return MSSFor(d.UnderlayMTU)
+}
+
+// MSSFor is the MSS that fits TCP segments into an underlay of mtu bytes
+// after VXLAN's 50 and IPv4's and TCP's 40; 0 for an MTU below
+// MinUnderlayMTU or above 65535, which no setting allows.
+func MSSFor(mtu int) uint16 {
+	if mtu < MinUnderlayMTU || mtu > 65535 {
+		return 0
+	}
+	return uint16(mtu - vxlanOverhead - 40)
 }
 
 // Dir is the gateway's pin directory.
@@ -285,8 +296,8 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 	d := &Datapath{cfg: cfg, log: log, coll: coll, dir: dir}
 	// What the programs copied from peers under the pinned epoch may be
 	// older than the map: a process of a version before the epoch wrote
-	// peers without advancing it.
-	if err := d.advancePeerEpoch(); err != nil {
+	// peers (or exports) without advancing it.
+	if err := d.advanceEpoch(); err != nil {
 		coll.Close()
 		return nil, err
 	}
@@ -586,9 +597,13 @@ func (d *Datapath) SetImports(imports map[Service]Import) error {
 	return syncMap(d.coll.Maps["imports"], "imports", imports)
 }
 
-// SetExports makes the exports map hold exactly exports.
+// SetExports makes the exports map hold exactly exports. The programs
+// keep per-CPU copies of exports entries valid for the maps' epoch, so a
+// change takes effect from the next packet on.
 func (d *Datapath) SetExports(exports map[Service]Export) error {
-	return syncMap(d.coll.Maps["exports"], "exports", exports)
+	err := syncMap(d.coll.Maps["exports"], "exports", exports)
+	// Even after a failed write: some entries may have changed.
+	return errors.Join(err, d.advanceEpoch())
 }
 
 // SetPeers makes the peers map hold exactly peers, keyed by the peer
@@ -604,15 +619,15 @@ func (d *Datapath) SetPeers(peers map[netip.Addr]Peer) error {
 	}
 	err := syncMap(d.coll.Maps["peers"], "peers", m)
 	// Even after a failed write: some entries may have changed.
-	return errors.Join(err, d.advancePeerEpoch())
+	return errors.Join(err, d.advanceEpoch())
 }
 
-// advancePeerEpoch tells the programs that the peers map changed: they
-// keep copies of its entries (in flow entries and per CPU) that are valid
-// only while peer_epoch holds the value they were read at (bpf/packet.c,
-// peer_epoch). Called after every write of peers; one process writes a
-// gateway's maps, so the read and the write need no lock.
-func (d *Datapath) advancePeerEpoch() error {
+// advanceEpoch tells the programs that the peers or exports map changed:
+// they keep copies of their entries (in flow entries and per CPU) that
+// are valid only while peer_epoch holds the value they were read at
+// (bpf/packet.c, peer_epoch). Called after every write of either; one
+// process writes a gateway's maps, so the read and the write need no lock.
+func (d *Datapath) advanceEpoch() error {
 	m := d.coll.Maps["peer_epoch"]
 	var e uint32
 	if err := m.Lookup(uint32(0), &e); err != nil {

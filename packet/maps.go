@@ -264,17 +264,27 @@ type Peer struct {
 	Cluster uint32
 	// Alive gateways take new flows; a dead one's pinned flows move.
 	Alive bool
+	// MSS is what TCP SYNs to and from this gateway are clamped to, sized
+	// for the route to it (MSSFor); 0: the programs' one (Config.MSS,
+	// sized for the narrowest route to any peer).
+	MSS uint16
 }
 
-const peerLen = 8
+const (
+	peerLen      = 8
+	peerAlive    = 1
+	peerMSSShift = 16 // the MSS is the flags' high half
+)
 
 // MarshalBinary encodes struct peer_val.
 func (v Peer) MarshalBinary() ([]byte, error) {
 	b := make([]byte, peerLen)
 	ne.PutUint32(b, v.Cluster)
+	flags := uint32(v.MSS) << peerMSSShift
 	if v.Alive {
-		ne.PutUint32(b[4:], 1)
+		flags |= peerAlive
 	}
+	ne.PutUint32(b[4:], flags)
 	return b, nil
 }
 
@@ -284,10 +294,10 @@ func (v *Peer) UnmarshalBinary(b []byte) error {
 		return err
 	}
 	flags := ne.Uint32(b[4:])
-	if flags&^1 != 0 {
+	if flags&^(peerAlive|0xffff<<peerMSSShift) != 0 {
 		return fmt.Errorf("peer value: unknown flags %#x", flags)
 	}
-	*v = Peer{Cluster: ne.Uint32(b), Alive: flags == 1}
+	*v = Peer{Cluster: ne.Uint32(b), Alive: flags&peerAlive != 0, MSS: uint16(flags >> peerMSSShift)}
 	return nil
 }
 

@@ -177,6 +177,21 @@ func TestNamespacesMTU(t *testing.T) {
 	if out := nsRun(ca, "ip", "route", "get", "10.96.0.10"); !strings.Contains(out, "mtu 1500") {
 		t.Errorf("the client's path MTU to the clusterset IP was not lowered: %s", out)
 	}
+	// Datagrams that ignore the path MTU, back to back: each is answered,
+	// not only the first that reads the device's MTU in its jiffy (the
+	// programs keep it per CPU for a tick, too_big), and one that fits
+	// still crosses.
+	const burst = 50
+	tooBig := counters(t, db)["too_big_drops"]
+	if out := strings.TrimSpace(nsRun(ca, "python3", "-c", udpTool, "burst", "10.96.0.10", "5353", "4000", strconv.Itoa(burst))); out != strconv.Itoa(burst) {
+		t.Fatalf("the client sent %s of %d datagrams", out, burst)
+	}
+	if n := counters(t, db)["too_big_drops"] - tooBig; n < burst {
+		t.Errorf("%d datagrams of 4000 bytes toward a 1500-byte LAN sent back to back: %d answered as too big", burst, n)
+	}
+	if out := ask("1400", "ok"); out != "ok" {
+		t.Errorf("UDP of 1400 bytes after the burst: %s", out)
+	}
 
 	// The client's LAN at 1500 and the server's back at 9000: the server's
 	// whole reply is too big for the client's LAN.

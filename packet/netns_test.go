@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +72,22 @@ elif cmd == "ask":
         print("timeout")
     except OSError as e:
         print("error %d" % e.errno)
+elif cmd == "burst":
+    # count datagrams of size with DF set whatever the path MTU says
+    # (IP_MTU_DISCOVER = IP_PMTUDISC_PROBE), back to back; unconnected,
+    # so that the ICMP errors they meet fail no send.
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.IPPROTO_IP, 10, 3)
+    dst = (sys.argv[2], int(sys.argv[3]))
+    data = os.urandom(int(sys.argv[4]))
+    n = 0
+    for _ in range(int(sys.argv[5])):
+        try:
+            s.sendto(data, dst)
+            n += 1
+        except OSError:
+            pass
+    print(n)
 elif cmd == "frags":
     dst, port, size, ident = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
     late = len(sys.argv) > 7 and sys.argv[7] == "late"
@@ -513,5 +530,59 @@ func waitCounter(t *testing.T, d *Datapath, name string, want uint64) {
 			return
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestNamespacesExportChange: tun_ingress keeps its exports lookups per
+// CPU, valid for the maps' epoch, which SetExports advances. An export
+// taken out stops taking the packets of its established flows from the
+// next packet on (they are dropped as for no service), and put back in, it
+// takes the next packet again — on every CPU, each of which had the entry,
+// or its absence, in its copy. Bursts of datagrams, counted by the
+// programs' counters.
+func TestNamespacesExportChange(t *testing.T) {
+	testenv.RequireRoot(t)
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("needs python3")
+	}
+	c := newClusters(t, "packet")
+	testenv.Start(t, "ip", "netns", "exec", c.sb, "python3", "-c", udpTool, "echo", "10.2.0.2", "5353")
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		out := strings.TrimSpace(testenv.Run(t, "ip", "netns", "exec", c.ca, "python3", "-c", udpTool, "ask", "10.96.0.10", "5353", "100"))
+		if out == "ok" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("UDP through the packet path: %s", out)
+		}
+	}
+	dns := Service{Addr: netip.MustParseAddr("10.96.0.10"), Port: 5353, Proto: UDP}
+	all := map[Service]Export{dns: {Target: netip.MustParseAddrPort("10.2.0.2:5353"), ID: 2}}
+	const n = 40
+	// burst sends n datagrams from one socket (one flow, one NAT entry)
+	// and returns how the exporting gateway's counters moved.
+	burst := func() (exported, unknown uint64) {
+		t.Helper()
+		before := counters(t, c.db)
+		out := strings.TrimSpace(testenv.Run(t, "ip", "netns", "exec", c.ca, "python3", "-c", udpTool, "burst", "10.96.0.10", "5353", "100", strconv.Itoa(n)))
+		if out != strconv.Itoa(n) {
+			t.Fatalf("the client sent %s of %d datagrams", out, n)
+		}
+		after := counters(t, c.db)
+		return after["export_rx_packets"] - before["export_rx_packets"], after["unknown_service_drops"] - before["unknown_service_drops"]
+	}
+	// Every CPU that takes the client's packets copies the export.
+	for range 3 {
+		if e, u := burst(); e != n || u != 0 {
+			t.Fatalf("with the export: %d of %d datagrams exported, %d dropped as for no service", e, n, u)
+		}
+	}
+	must(t, c.db.SetExports(map[Service]Export{}))
+	if e, u := burst(); e != 0 || u != n {
+		t.Errorf("export taken out: %d of %d datagrams still exported, %d dropped as for no service", e, n, u)
+	}
+	must(t, c.db.SetExports(all))
+	if e, u := burst(); e != n || u != 0 {
+		t.Errorf("export put back: %d of %d datagrams exported, %d dropped as for no service", e, n, u)
 	}
 }

@@ -19,6 +19,7 @@ const (
 	packetMapCoarseClock   = "coarse_clock"
 	packetMapConfig        = "config"
 	packetMapCounters      = "counters"
+	packetMapExportCache   = "export_cache"
 	packetMapExports       = "exports"
 	packetMapFlows         = "flows"
 	packetMapFragCounters  = "frag_counters"
@@ -26,6 +27,7 @@ const (
 	packetMapFrags         = "frags"
 	packetMapImports       = "imports"
 	packetMapMaglev        = "maglev"
+	packetMapMtuCache      = "mtu_cache"
 	packetMapMtuCounters   = "mtu_counters"
 	packetMapNat           = "nat"
 	packetMapPeerCache     = "peer_cache"
@@ -94,6 +96,7 @@ type packetMapSpecs struct {
 	CoarseClock  *ebpf.MapSpec `ebpf:"coarse_clock"`
 	Config       *ebpf.MapSpec `ebpf:"config"`
 	Counters     *ebpf.MapSpec `ebpf:"counters"`
+	ExportCache  *ebpf.MapSpec `ebpf:"export_cache"`
 	Exports      *ebpf.MapSpec `ebpf:"exports"`
 	Flows        *ebpf.MapSpec `ebpf:"flows"`
 	FragCounters *ebpf.MapSpec `ebpf:"frag_counters"`
@@ -101,6 +104,7 @@ type packetMapSpecs struct {
 	Frags        *ebpf.MapSpec `ebpf:"frags"`
 	Imports      *ebpf.MapSpec `ebpf:"imports"`
 	Maglev       *ebpf.MapSpec `ebpf:"maglev"`
+	MtuCache     *ebpf.MapSpec `ebpf:"mtu_cache"`
 	MtuCounters  *ebpf.MapSpec `ebpf:"mtu_counters"`
 	Nat          *ebpf.MapSpec `ebpf:"nat"`
 	PeerCache    *ebpf.MapSpec `ebpf:"peer_cache"`
@@ -141,6 +145,7 @@ type packetMaps struct {
 	CoarseClock  *ebpf.Map `ebpf:"coarse_clock"`
 	Config       *ebpf.Map `ebpf:"config"`
 	Counters     *ebpf.Map `ebpf:"counters"`
+	ExportCache  *ebpf.Map `ebpf:"export_cache"`
 	Exports      *ebpf.Map `ebpf:"exports"`
 	Flows        *ebpf.Map `ebpf:"flows"`
 	FragCounters *ebpf.Map `ebpf:"frag_counters"`
@@ -148,6 +153,7 @@ type packetMaps struct {
 	Frags        *ebpf.Map `ebpf:"frags"`
 	Imports      *ebpf.Map `ebpf:"imports"`
 	Maglev       *ebpf.Map `ebpf:"maglev"`
+	MtuCache     *ebpf.Map `ebpf:"mtu_cache"`
 	MtuCounters  *ebpf.Map `ebpf:"mtu_counters"`
 	Nat          *ebpf.Map `ebpf:"nat"`
 	PeerCache    *ebpf.Map `ebpf:"peer_cache"`
@@ -164,6 +170,7 @@ func (m *packetMaps) Close() error {
 		m.CoarseClock,
 		m.Config,
 		m.Counters,
+		m.ExportCache,
 		m.Exports,
 		m.Flows,
 		m.FragCounters,
@@ -171,6 +178,7 @@ func (m *packetMaps) Close() error {
 		m.Frags,
 		m.Imports,
 		m.Maglev,
+		m.MtuCache,
 		m.MtuCounters,
 		m.Nat,
 		m.PeerCache,

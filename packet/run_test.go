@@ -485,26 +485,37 @@ func TestEgressPolicy(t *testing.T) {
 func TestMSSClamp(t *testing.T) {
 	f := newImportFixture(t, 1)
 	client := netip.MustParseAddrPort("10.1.0.2:40000")
-	pkt := frame(TCP, client, f.vip, true, 0)
-	// Add an MSS option of 1460: data offset 6 words.
-	pkt = append(pkt, 2, 4, 0x05, 0xb4)
-	pkt[14+20+12] = 6 << 4
-	binary.BigEndian.PutUint16(pkt[14+2:], 44)
-	binary.BigEndian.PutUint16(pkt[14+10:], 0)
-	binary.BigEndian.PutUint16(pkt[14+10:], ipChecksum(pkt[14:34]))
-	binary.BigEndian.PutUint16(pkt[34+16:], tcpChecksum(pkt[14:]))
-	out := make([]byte, len(pkt)+64)
-	ret, err := f.d.Program("lan_ingress").Run(&ebpf.RunOptions{Data: pkt, DataOut: out})
-	must(t, err)
-	if ret != tcActRedirect {
-		t.Fatalf("verdict %d", ret)
-	}
-	out = out[:len(pkt)]
-	if mss := binary.BigEndian.Uint16(out[34+22:]); mss != 1410 {
-		t.Errorf("MSS %d after clamping, want 1410", mss)
-	}
-	if tcpChecksum(out[14:]) != 0 {
-		t.Errorf("TCP checksum does not verify after clamping")
+	gw := f.addrs[f.gws[0]]
+	// The programs' MSS is 1410 (a 1500-byte underlay); a peer's entry
+	// may name its own, sized for the route to it, smaller or larger.
+	for _, c := range []struct{ peerMSS, option, want uint16 }{
+		{0, 1460, 1410},
+		{1200, 1460, 1200},
+		{8910, 8960, 8910},
+		{8910, 1460, 1460},
+	} {
+		must(t, f.d.SetPeers(map[netip.Addr]Peer{gw: {Cluster: 1, Alive: true, MSS: c.peerMSS}}))
+		pkt := frame(TCP, client, f.vip, true, 0)
+		// Add an MSS option: data offset 6 words.
+		pkt = append(pkt, 2, 4, byte(c.option>>8), byte(c.option))
+		pkt[14+20+12] = 6 << 4
+		binary.BigEndian.PutUint16(pkt[14+2:], 44)
+		binary.BigEndian.PutUint16(pkt[14+10:], 0)
+		binary.BigEndian.PutUint16(pkt[14+10:], ipChecksum(pkt[14:34]))
+		binary.BigEndian.PutUint16(pkt[34+16:], tcpChecksum(pkt[14:]))
+		out := make([]byte, len(pkt)+64)
+		ret, err := f.d.Program("lan_ingress").Run(&ebpf.RunOptions{Data: pkt, DataOut: out})
+		must(t, err)
+		if ret != tcActRedirect {
+			t.Fatalf("verdict %d", ret)
+		}
+		out = out[:len(pkt)]
+		if mss := binary.BigEndian.Uint16(out[34+22:]); mss != c.want {
+			t.Errorf("peer MSS %d, SYN's %d: MSS %d after clamping, want %d", c.peerMSS, c.option, mss, c.want)
+		}
+		if tcpChecksum(out[14:]) != 0 {
+			t.Errorf("peer MSS %d: TCP checksum does not verify after clamping", c.peerMSS)
+		}
 	}
 }
 

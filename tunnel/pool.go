@@ -121,6 +121,10 @@ type Pool struct {
 	base  *ring.Table
 	view  atomic.Pointer[ring.Table]
 	kick  chan struct{} // a session came up or ended: recheck health now
+	// interval is the probe interval in force: cfg.ProbeInterval, or what
+	// SetProbeInterval set; retick tells the health loop it changed.
+	interval atomic.Int64
+	retick   chan struct{}
 
 	healthMu  sync.Mutex // serializes checkHealth and guards the slots' bookkeeping
 	lastCheck time.Time  // of the last checkHealth, under healthMu
@@ -214,7 +218,8 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 		return nil, fmt.Errorf("pool config: %w", err)
 	}
 	p := &Pool{cfg: cfg, log: cfg.Logger, firstRound: make(chan struct{}), firstLive: make(chan struct{}), done: make(chan struct{}), closing: make(chan struct{}),
-		base: base, kick: make(chan struct{}, 1)}
+		base: base, kick: make(chan struct{}, 1), retick: make(chan struct{}, 1)}
+	p.interval.Store(int64(cfg.ProbeInterval))
 	if p.log == nil {
 		p.log = slog.Default()
 	}

@@ -51,12 +51,13 @@ func (p *Pool) kickHealth() {
 	}
 }
 
-// watchHealth checks the gateways every ProbeInterval and whenever a
+// watchHealth checks the gateways every probe interval and whenever a
 // session comes up or ends, until ctx is done.
 func (p *Pool) watchHealth(ctx context.Context) {
+	var t *time.Ticker
 	var tick <-chan time.Time
-	if p.cfg.ProbeInterval > 0 {
-		t := time.NewTicker(p.cfg.ProbeInterval)
+	if iv := p.probeInterval(); iv > 0 {
+		t = time.NewTicker(iv)
 		defer t.Stop()
 		tick = t.C
 	}
@@ -69,8 +70,78 @@ func (p *Pool) watchHealth(ctx context.Context) {
 			p.probe()
 		case <-p.kick:
 			p.checkHealth(time.Now())
+		case <-p.retick:
+			// SetProbeInterval never turns probing on or off.
+			if t != nil {
+				t.Reset(p.probeInterval())
+			}
 		}
 	}
+}
+
+// probeInterval is the probe interval in force (PoolConfig.ProbeInterval
+// unless SetProbeInterval changed it).
+func (p *Pool) probeInterval() time.Duration { return time.Duration(p.interval.Load()) }
+
+// ProbeInterval is the probe interval in force.
+func (p *Pool) ProbeInterval() time.Duration { return p.probeInterval() }
+
+// SetProbeInterval makes the pool probe every d instead of
+// PoolConfig.ProbeInterval (d = 0: back to it), and its sessions' and
+// attached sessions' keepalives run at d too (held below a quarter of
+// their keepalive timeout, never shorter than their configured interval).
+// A gateway whose liveness something else judges — the packet mode's
+// prober, which probes the peer's programs — needs the pool's silence
+// check only as a backstop, and at 10 ms every idle session and the pool
+// wake a hundred times a second for it (docs/packet.md, "What the gateway
+// processes cost"). The silence window is d × ProbeMisses from then on.
+// A pool without probes (ProbeInterval 0) stays without.
+func (p *Pool) SetProbeInterval(d time.Duration) {
+	if p.cfg.ProbeInterval == 0 || d < 0 {
+		return
+	}
+	if d == 0 {
+		d = p.cfg.ProbeInterval
+	}
+	if time.Duration(p.interval.Swap(int64(d))) == d {
+		return
+	}
+	select {
+	case p.retick <- struct{}{}:
+	default:
+	}
+	p.healthMu.Lock()
+	defer p.healthMu.Unlock()
+	for _, sl := range p.slots {
+		if s, _ := sl.get(); s != nil {
+			p.setKeepalive(s)
+		}
+	}
+	for _, r := range p.gws {
+		for _, in := range r.inbound {
+			p.setKeepalive(in.s)
+		}
+	}
+}
+
+// keepaliver is a Session whose keepalive interval a Pool can change: the
+// multiplexer's. QUIC sessions keep their own.
+type keepaliver interface {
+	setKeepaliveInterval(time.Duration)
+}
+
+// setKeepalive gives s the pool's interval when SetProbeInterval changed
+// it, else its own configured one.
+func (p *Pool) setKeepalive(s Session) {
+	k, ok := s.(keepaliver)
+	if !ok {
+		return
+	}
+	d := p.probeInterval()
+	if d == p.cfg.ProbeInterval {
+		d = 0
+	}
+	k.setKeepaliveInterval(d)
 }
 
 // checkHealth decides every gateway's state from its sessions and installs
@@ -95,14 +166,15 @@ func (p *Pool) openFailed(i int) {
 
 // checkHealthLocked is checkHealth with healthMu held.
 func (p *Pool) checkHealthLocked(now time.Time) {
-	window := p.cfg.ProbeInterval * time.Duration(p.cfg.ProbeMisses)
+	iv := p.probeInterval()
+	window := iv * time.Duration(p.cfg.ProbeMisses)
 	// A check that runs late means this process was not running: frames
 	// may wait unread in the sockets, so silence proves nothing now. It
 	// proves nothing either way: a late check keeps a live gateway live
 	// but does not revive a dead one, which needs a frame read (a stalled
 	// check that revived a gateway whose link was down sent new flows
 	// into the dead link).
-	late := p.cfg.ProbeInterval > 0 && !p.lastCheck.IsZero() && now.Sub(p.lastCheck) > 2*p.cfg.ProbeInterval
+	late := iv > 0 && !p.lastCheck.IsZero() && now.Sub(p.lastCheck) > 2*iv
 	if now.After(p.lastCheck) {
 		p.lastCheck = now
 	}
@@ -122,6 +194,7 @@ func (p *Pool) checkHealthLocked(now time.Time) {
 		case sl.seen != s:
 			sl.seen, sl.frames, sl.lastRecv = s, frames, now
 			newSession[gi] = true
+			p.setKeepalive(s) // the interval SetProbeInterval set, if any
 		case frames != sl.frames:
 			sl.frames, sl.lastRecv = frames, now
 			heard[gi] = true
@@ -131,7 +204,7 @@ func (p *Pool) checkHealthLocked(now time.Time) {
 			heard[gi] = false
 		}
 		hasSession[gi] = true
-		if p.cfg.ProbeInterval == 0 || (late && sl.gw.up.Load()) || now.Sub(sl.lastRecv) < window {
+		if iv == 0 || (late && sl.gw.up.Load()) || now.Sub(sl.lastRecv) < window {
 			alive[gi] = true
 		}
 	}
@@ -299,6 +372,7 @@ func (p *Pool) Attach(s Session) bool {
 		in.unasked = pb.unasked()
 	}
 	r.inbound = append(r.inbound, in)
+	p.setKeepalive(s)
 	return true
 }
 
@@ -340,7 +414,7 @@ func (p *Pool) inboundAlive(r *remote, now time.Time, window time.Duration, late
 		if f := in.s.Stats().FramesReceived; f != in.frames {
 			in.frames, in.lastRecv = f, now
 		}
-		if !in.lastRecv.IsZero() && (p.cfg.ProbeInterval == 0 || (late && r.up.Load()) || now.Sub(in.lastRecv) < window) {
+		if !in.lastRecv.IsZero() && (window == 0 || (late && r.up.Load()) || now.Sub(in.lastRecv) < window) {
 			alive = true
 		}
 		return false

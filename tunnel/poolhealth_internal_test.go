@@ -90,3 +90,118 @@ func TestPoolHealthLateCheckRevivesNothing(t *testing.T) {
 	check(interval)
 	want("b2 heard", true, true)
 }
+
+// intervalSession is a silentSession that records the keepalive interval a
+// Pool gives it.
+type intervalSession struct {
+	silentSession
+	interval atomic.Int64
+	set      atomic.Int32 // calls
+}
+
+func (s *intervalSession) setKeepaliveInterval(d time.Duration) {
+	s.interval.Store(int64(d))
+	s.set.Add(1)
+}
+
+// TestPoolSetProbeInterval: a longer probe interval reaches the pool's
+// sessions (present and later ones) and its silence window — a gateway
+// silent for the old window stays live, one silent for the new window is
+// still taken out — and 0 restores the configuration's, sessions
+// included (docs/packet.md, "What the gateway processes cost").
+func TestPoolSetProbeInterval(t *testing.T) {
+	const interval, longer = 10 * time.Millisecond, 200 * time.Millisecond
+	p, err := NewPool(PoolConfig{Transport: noTransport{}, Peer: "b", Addrs: []string{"b1:4443", "b2:4443"},
+		SessionsPerAddr: 1, ProbeInterval: interval, ProbeMisses: 3, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess := map[string]*intervalSession{}
+	for _, sl := range p.slots[:1] {
+		s := &intervalSession{silentSession: silentSession{done: make(chan struct{})}}
+		sess[sl.addr] = s
+		sl.sess = s
+	}
+	now := time.Unix(1000, 0)
+	check := func(d time.Duration) {
+		now = now.Add(d)
+		p.checkHealth(now)
+	}
+	live := func(addr string) bool {
+		for _, g := range p.Gateways() {
+			if g.Addr == addr {
+				return g.Live
+			}
+		}
+		t.Fatalf("no gateway %s", addr)
+		return false
+	}
+	check(0)
+	p.SetProbeInterval(longer)
+	if got := p.ProbeInterval(); got != longer {
+		t.Fatalf("ProbeInterval %v after SetProbeInterval(%v)", got, longer)
+	}
+	if got := time.Duration(sess["b1:4443"].interval.Load()); got != longer {
+		t.Fatalf("b1's session keepalive %v, want %v", got, longer)
+	}
+	// b2's session comes up later: the next check hands it over.
+	late := &intervalSession{silentSession: silentSession{done: make(chan struct{})}}
+	p.slots[1].sess = late
+	check(0)
+	if got := time.Duration(late.interval.Load()); got != longer {
+		t.Fatalf("a later session's keepalive %v, want %v", got, longer)
+	}
+	if !live("b1:4443") || !live("b2:4443") {
+		t.Fatal("gateways not live with their new sessions")
+	}
+	// b2 answers, b1 is silent for more than the old window (3 × 10 ms)
+	// but less than the new one (3 × 200 ms): still live.
+	for range 10 {
+		late.frames.Add(1)
+		check(interval * 5)
+	}
+	if !live("b1:4443") {
+		t.Fatal("b1 taken out after 500ms of silence with a 600ms window")
+	}
+	// Silent past the new window: a dead gateway is still found.
+	for range 3 {
+		late.frames.Add(1)
+		check(longer)
+	}
+	if live("b1:4443") {
+		t.Fatal("b1 still live after 1.1s of silence with a 600ms window")
+	}
+	p.SetProbeInterval(0)
+	if got := p.ProbeInterval(); got != interval {
+		t.Fatalf("ProbeInterval %v after SetProbeInterval(0), want the configuration's %v", got, interval)
+	}
+	for addr, s := range map[string]*intervalSession{"b1": sess["b1:4443"], "b2": late} {
+		if got := s.interval.Load(); got != 0 {
+			t.Fatalf("%s's session keepalive %v after SetProbeInterval(0), want 0 (its own)", addr, time.Duration(got))
+		}
+	}
+	// Setting what is in force again touches no session.
+	n := late.set.Load()
+	p.SetProbeInterval(0)
+	if late.set.Load() != n {
+		t.Fatal("an unchanged interval was handed to the sessions again")
+	}
+}
+
+// TestSessionKeepaliveIntervalBounds: a Pool's interval is held below a
+// quarter of the keepalive timeout, and one not longer than the session's
+// own configured interval leaves that in force.
+func TestSessionKeepaliveIntervalBounds(t *testing.T) {
+	s := &session{cfg: &Config{KeepaliveInterval: 10 * time.Millisecond, KeepaliveTimeout: time.Second}, kaKick: make(chan struct{}, 1)}
+	for _, c := range []struct{ set, want time.Duration }{
+		{125 * time.Millisecond, 125 * time.Millisecond},
+		{5 * time.Second, 250 * time.Millisecond},
+		{5 * time.Millisecond, 10 * time.Millisecond},
+		{0, 10 * time.Millisecond},
+	} {
+		s.setKeepaliveInterval(c.set)
+		if got := s.keepaliveInterval(); got != c.want {
+			t.Errorf("setKeepaliveInterval(%v): interval %v, want %v", c.set, got, c.want)
+		}
+	}
+}

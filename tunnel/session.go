@@ -73,8 +73,12 @@ type session struct {
 
 	lastRecv atomic.Int64 // nanoseconds since start
 	pooled   atomic.Bool  // a Pool probes this session (takeProbes)
-	srtt     atomic.Int64
-	minRTT   atomic.Int64 // windowed minimum of the samples, see noteMinRTT
+	// kaInterval overrides cfg.KeepaliveInterval when set (a Pool's
+	// SetProbeInterval), and kaKick makes the keepalive loop take it now.
+	kaInterval atomic.Int64
+	kaKick     chan struct{}
+	srtt       atomic.Int64
+	minRTT     atomic.Int64 // windowed minimum of the samples, see noteMinRTT
 	// The reader goroutine's state of the windowed minimum.
 	curMin, prevMin, minEpoch time.Duration
 	st                        counters
@@ -122,6 +126,7 @@ func newSession(conn net.Conn, batch *recordBatcher, client bool, peer, congesti
 		learned:   initialStreamWindow,
 		wsig:      make(chan struct{}, 1),
 		closed:    make(chan struct{}),
+		kaKick:    make(chan struct{}, 1),
 	}
 	s.growBudget = uint64(cfg.MaxSessionWindow)
 	s.congestion.Store(&congestion)
@@ -782,7 +787,7 @@ func (s *session) writePayload(p []byte, small bool) error {
 // on a slow link is not declared dead.
 func (s *session) keepalive() {
 	defer s.wg.Done()
-	interval, timeout := s.cfg.KeepaliveInterval, s.cfg.KeepaliveTimeout
+	interval, timeout := s.keepaliveInterval(), s.cfg.KeepaliveTimeout
 	nextPing := time.Duration(s.now()) + interval
 	due := nextPing
 	// newSession sent the first ping.
@@ -790,19 +795,28 @@ func (s *session) keepalive() {
 	t := time.NewTimer(interval)
 	defer t.Stop()
 	for {
+		kicked := false
 		select {
 		case <-s.closed:
 			return
 		case <-t.C:
+		case <-s.kaKick:
+			kicked = true
 		}
 		now := time.Duration(s.now())
+		if iv := s.keepaliveInterval(); iv != interval {
+			// A shorter interval starts now; a longer one at the next ping.
+			interval, pr.interval = iv, iv
+			nextPing = min(nextPing, now+interval)
+		}
 		silent := now - time.Duration(s.lastRecv.Load())
 		// A timer that fires half a timeout late means this process did
 		// not run (a starved host): the silence may be our own reader's,
 		// which has not read what the kernel holds. Judge again once it
 		// has had an interval to catch up — but not for ever, so a dead
-		// peer on a starved host is still found.
-		stalled := now-due >= timeout/2 && silent < stuckSilenceFactor*timeout
+		// peer on a starved host is still found. A wakeup for a new
+		// interval is not a timer and proves nothing of the kind.
+		stalled := !kicked && now-due >= timeout/2 && silent < stuckSilenceFactor*timeout
 		// Frames can be stuck behind a lost segment that TCP is still
 		// retransmitting (a saturated, lossy path backs off for seconds)
 		// while the peer's kernel keeps acknowledging: the peer is alive,
@@ -827,7 +841,35 @@ func (s *session) keepalive() {
 			wait = interval
 		}
 		due = now + wait
-		t.Reset(wait)
+		t.Reset(wait) // since Go 1.23 no stale tick survives a Reset
+	}
+}
+
+// keepaliveInterval is the interval the keepalive loop runs at: the one a
+// Pool set (setKeepaliveInterval), else the configuration's.
+func (s *session) keepaliveInterval() time.Duration {
+	if d := time.Duration(s.kaInterval.Load()); d > 0 {
+		return d
+	}
+	return s.cfg.KeepaliveInterval
+}
+
+// setKeepaliveInterval makes the keepalive loop run every d (0: the
+// configuration's KeepaliveInterval) from now on. d is held below a
+// quarter of the keepalive timeout: an idle acceptor pings after that
+// much silence (pingRule), and a loop that woke less often would ping
+// late and let its peer's timeout come near.
+func (s *session) setKeepaliveInterval(d time.Duration) {
+	d = min(d, s.cfg.KeepaliveTimeout/4)
+	if d > 0 && d <= s.cfg.KeepaliveInterval {
+		d = 0
+	}
+	if s.kaInterval.Swap(int64(d)) == int64(d) {
+		return
+	}
+	select {
+	case s.kaKick <- struct{}{}:
+	default:
 	}
 }
 

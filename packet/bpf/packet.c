@@ -142,10 +142,13 @@ struct flow_val {
 };
 
 #define PEER_ALIVE 1
+// The high half of a peer's flags: the MSS its SYNs are clamped to, sized
+// for the route to that gateway (docs/packet.md, "MTU"); 0: config's mss.
+#define PEER_MSS_SHIFT 16
 
 struct peer_val {
 	__u32 cluster; // cluster ID in policy keys (0 is this cluster)
-	__u32 flags;
+	__u32 flags;   // PEER_ALIVE, and the MSS << PEER_MSS_SHIFT
 };
 
 struct export_val {
@@ -268,14 +271,17 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } peers SEC(".maps");
 
-// The peers map's epoch (docs/packet.md, "Per-packet work"): package packet
-// writes it after every write of the peers map, and when it loads the
-// programs, never 0. What a program read from peers at the current epoch
-// is still what peers says, so an established flow checks its peer against
-// a copy it already holds (its flow entry's alive_epoch, this CPU's
-// peer_cache) instead of a hash lookup per packet. 0 (maps of a version
-// before it, not yet written): every packet looks peers up. A map of its
-// own, like frag_counters, so pins of earlier versions are still adopted.
+// The epoch of the peers and exports maps (docs/packet.md, "Per-packet
+// work"): package packet advances it after every write of either map, and
+// when it loads the programs, never 0. What a program read from peers or
+// exports at the current epoch is still what the map says, so an
+// established flow checks its peer against a copy it already holds (its
+// flow entry's alive_epoch, this CPU's peer_cache) and a tunnel packet
+// finds its export in this CPU's export_cache, instead of a hash lookup
+// per packet. 0 (maps of a version before it, not yet written): every
+// packet looks both up. A map of its own, like frag_counters, so pins of
+// earlier versions are still adopted; its name is older than the exports'
+// use of it, and kept so that pins are.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -315,6 +321,53 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } exports SEC(".maps");
+
+#define EXPORT_CACHE_SLOTS 8 // a power of two
+
+// An exports lookup as this CPU last made it, and the epoch it was made
+// at: found or not, for the importing gateway's replies miss exports.
+struct export_slot {
+	struct svc_key key;
+	__u32 epoch; // 0: empty
+	__u32 found;
+	struct export_val val;
+};
+
+struct export_cache {
+	struct export_slot slot[EXPORT_CACHE_SLOTS];
+};
+
+// tun_ingress's exports lookups, per CPU. Not pinned: a cache, valid only
+// at the epoch it was filled at, which Load advances.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct export_cache);
+} export_cache SEC(".maps");
+
+#define MTU_CACHE_SLOTS 4 // a power of two
+
+// A device's MTU as this CPU last read it (bpf_check_mtu), and the jiffy
+// it read it in.
+struct mtu_slot {
+	__u32 ifindex; // 0: empty
+	__u32 mtu;
+	__u64 jiffies;
+};
+
+struct mtu_cache {
+	struct mtu_slot slot[MTU_CACHE_SLOTS];
+};
+
+// The MTU check's device MTUs, per CPU (too_big). Not pinned: a cache,
+// refilled within a tick.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct mtu_cache);
+} mtu_cache SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
@@ -515,6 +568,45 @@ static __always_inline int lookup_peer(__be32 addr, struct peer_val *out)
 	return 1;
 }
 
+// lookup_export reads the exports entry of k into out, from this CPU's
+// cache when it was looked up at the current epoch; 0 when k is no export.
+// As in lookup_peer, the epoch is read before the map, and a slot is
+// emptied before it is rewritten.
+static __always_inline int lookup_export(struct svc_key *k, struct export_val *out)
+{
+	__u32 zero = 0;
+	__u32 epoch = peers_epoch();
+	struct export_slot *s = 0;
+	if (epoch) {
+		struct export_cache *c = bpf_map_lookup_elem(&export_cache, &zero);
+		if (c) {
+			__u32 h = bpf_ntohl(k->addr) ^ bpf_ntohs(k->port) ^ k->proto;
+			h ^= h >> 8;
+			s = &c->slot[h & (EXPORT_CACHE_SLOTS - 1)];
+			if (s->epoch == epoch && s->key.addr == k->addr && s->key.port == k->port && s->key.proto == k->proto) {
+				if (!s->found)
+					return 0;
+				*out = s->val;
+				return 1;
+			}
+		}
+	}
+	struct export_val *ev = bpf_map_lookup_elem(&exports, k);
+	if (ev)
+		*out = *ev;
+	if (s) {
+		s->epoch = 0;
+		__asm__ __volatile__("" ::: "memory"); // stores stay in order
+		s->key = *k;
+		s->found = ev != 0;
+		if (ev)
+			s->val = *out;
+		__asm__ __volatile__("" ::: "memory");
+		s->epoch = epoch;
+	}
+	return ev != 0;
+}
+
 // The coarse clock as this CPU last read it, and the jiffy it read it in.
 struct clock_slot {
 	__u64 jiffies;
@@ -694,18 +786,33 @@ static __always_inline int translate(struct __sk_buff *skb, const __u32 l2, __u8
 	return 0;
 }
 
-// clamp_mss lowers the MSS option of a SYN to mss, so that full-size
-// segments still fit the underlay after the VXLAN headers.
+// clamp_mss lowers the MSS option of a SYN to or from the peer gateway
+// peer, so that full-size segments still fit the underlay after the VXLAN
+// headers: to the MSS of the peer's entry, sized for the route to it, else
+// to mss (config's, sized for the narrowest route to any peer). A 9000-byte
+// peer's flows are not held to a 1500-byte one's size. Only SYNs pay the
+// peers lookup.
 //
 // A global function: the verifier checks it once, not once per caller.
-__noinline int clamp_mss(struct __sk_buff *skb, __u32 mss, __u32 l2)
+__noinline int clamp_mss(struct __sk_buff *skb, __u32 mss, __be32 peer, __u32 l2)
 {
 	if (l2 > ETH_HLEN)
 		return 0;
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
 	struct tcphdr *th = data + L4_OFF;
-	if (!mss || (void *)(th + 1) > end || !th->syn)
+	if ((void *)(th + 1) > end || !th->syn)
+		return 0;
+	struct peer_val *pv = bpf_map_lookup_elem(&peers, &peer);
+	if (pv && pv->flags >> PEER_MSS_SHIFT)
+		mss = pv->flags >> PEER_MSS_SHIFT;
+	if (!mss)
+		return 0;
+	// The lookup is a call: the packet pointers are read again.
+	data = (void *)(long)skb->data;
+	end = (void *)(long)skb->data_end;
+	th = data + L4_OFF;
+	if ((void *)(th + 1) > end)
 		return 0;
 	__u32 optlen = th->doff * 4;
 	if (optlen <= sizeof(*th) || optlen > 60)
@@ -940,12 +1047,33 @@ static __always_inline __u32 too_big(struct __sk_buff *skb, const __u32 l2, __u3
 	__u32 len = bpf_ntohs(ip->tot_len);
 	if (len <= 576)
 		return 0;
+	// The device's MTU as this CPU read it in this jiffy: the helper
+	// finds the device by its index on every call, a tenth of
+	// tun_ingress's samples exporting UDP (docs/packet.md, "Per-packet
+	// cost"). A changed MTU is seen from the next jiffy on (4 ms at
+	// HZ=250), as a route's is once its NAT or flow entry is remade.
+	__u32 zero = 0;
+	__u64 j = bpf_jiffies64();
+	struct mtu_cache *c = bpf_map_lookup_elem(&mtu_cache, &zero);
+	struct mtu_slot *s = 0;
+	if (c) {
+		s = &c->slot[(ifindex ^ (ifindex >> 2)) & (MTU_CACHE_SLOTS - 1)];
+		if (s->ifindex == ifindex && s->jiffies == j && s->mtu)
+			return len > s->mtu ? s->mtu : 0;
+	}
 	// Given the IP length, the helper compares it with the MTU alone (the
-	// device's link-layer header is its own business) and returns the MTU.
+	// device's link-layer header is its own business) and returns the
+	// device's MTU whatever the verdict.
 	__u32 mtu = len;
-	if (bpf_check_mtu(skb, ifindex, &mtu, 0, 0) != BPF_MTU_CHK_RET_FRAG_NEEDED)
-		return 0;
-	return mtu;
+	int rc = bpf_check_mtu(skb, ifindex, &mtu, 0, 0);
+	if (rc < 0)
+		return 0; // no such device: the redirect fails on its own
+	if (s) {
+		s->ifindex = ifindex;
+		s->mtu = mtu;
+		s->jiffies = j;
+	}
+	return rc == BPF_MTU_CHK_RET_FRAG_NEEDED ? mtu : 0;
 }
 
 // frag_needed turns a packet that came out of the tunnel and is too big for
@@ -1174,7 +1302,7 @@ static __always_inline int nat_reply(struct __sk_buff *skb, const __u32 l2, stru
 		      ck.cport))
 		return TC_ACT_SHOT;
 	if (p->proto == IPPROTO_TCP)
-		clamp_mss(skb, cfg->mss, l2);
+		clamp_mss(skb, cfg->mss, ck.peer, l2);
 	if (p->first_frag)
 		track(p, 0, FRAG_TUNNEL, ck.peer, ck.vaddr, ck.caddr, p->id, 0, 0);
 	count(C_REPLY_TX_PACKETS);
@@ -1297,7 +1425,7 @@ static __always_inline int lan(struct __sk_buff *skb, const __u32 l2)
 			return TC_ACT_SHOT;
 		}
 		if (p.proto == IPPROTO_TCP)
-			clamp_mss(skb, cfg->mss, l2);
+			clamp_mss(skb, cfg->mss, gw, l2);
 		count(C_IMPORT_TX_PACKETS);
 		return to_tunnel(skb, l2, cfg, gw);
 	}
@@ -1535,11 +1663,10 @@ int tun_ingress(struct __sk_buff *skb)
 	}
 	if (p.proto == IPPROTO_TCP || p.proto == IPPROTO_UDP) {
 		struct svc_key ek = {.addr = p.daddr, .port = p.dport, .proto = p.proto};
-		struct export_val *ev = bpf_map_lookup_elem(&exports, &ek);
-		if (ev) {
-			struct export_val e = *ev;
+		struct export_val e;
+		if (lookup_export(&ek, &e)) {
 			if (p.proto == IPPROTO_TCP)
-				clamp_mss(skb, cfg->mss, l2);
+				clamp_mss(skb, cfg->mss, peer, l2);
 			return export_flow(skb, l2, cfg, &p, &e, &pv, peer);
 		}
 		// A reply to a pinned import flow, from the gateway it is
