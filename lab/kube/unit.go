@@ -344,7 +344,7 @@ func (u *unit) waitReady(parent context.Context, c *conn, kind, name string) (*c
 				}
 				last = pod + ": " + st.Why
 				if st.Stuck {
-					return nil, fmt.Errorf("%s: %s%s", where, last, logTail(ctx, c, p))
+					return nil, fmt.Errorf("%s: %s%s%s", where, last, taintHint(ctx, c, st.Why), logTail(ctx, c, p))
 				}
 			}
 		}
@@ -357,6 +357,31 @@ func (u *unit) waitReady(parent context.Context, c *conn, kind, name string) (*c
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// taintHint lists the nodes' taints when the scheduler refused a pod for
+// them: its message counts the nodes but does not name the taints, and the
+// unit's pods tolerate none.
+func taintHint(ctx context.Context, c *conn, why string) string {
+	if !strings.Contains(why, "untolerated taint") {
+		return ""
+	}
+	nodes, err := c.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return ""
+	}
+	var t []string
+	for _, n := range nodes.Items {
+		for _, taint := range n.Spec.Taints {
+			if taint.Effect == corev1.TaintEffectNoSchedule || taint.Effect == corev1.TaintEffectNoExecute {
+				t = append(t, "node "+n.Name+" "+taint.ToString())
+			}
+		}
+	}
+	if len(t) == 0 {
+		return ""
+	}
+	return " (taints: " + strings.Join(t, ", ") + ")"
 }
 
 // replicaFailure is the message of Deployment name's ReplicaFailure
