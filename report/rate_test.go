@@ -1,6 +1,7 @@
 package report
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -199,7 +200,15 @@ func TestWriteThroughputTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := b.String()
-	for _, want := range []string{"bulk TCP throughput:", "TCP request/response rate:", "0.500×", "0.250×", "0.250  "} {
+	// direct's 8 and 10 Gbit/s: 9 ± 12.706 (Student's t with one degree
+	// of freedom); one rr repetition has no interval.
+	if iv := cells[0].MeanGbpsCI; iv == nil || math.Abs(iv.Lo+3.706) > 1e-3 || math.Abs(iv.Hi-21.706) > 1e-3 {
+		t.Errorf("bulk interval %+v, want [-3.706, 21.706]", iv)
+	}
+	if cells[2].MeanTPSCI != nil {
+		t.Errorf("one repetition's interval: %+v, want none", cells[2].MeanTPSCI)
+	}
+	for _, want := range []string{"bulk TCP throughput:", "TCP request/response rate:", "0.500×", "0.250×", "0.250  ", "95% CI", "[-3.706, 21.706]"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}

@@ -22,15 +22,19 @@ type ThroughputCell struct {
 // Gbit/s fields, rr cells the transaction rates and round-trip times.
 type ThroughputSummary struct {
 	ThroughputCell
-	Gbps        []float64 `json:"gbit_s"` // one per repetition
-	MeanGbps    float64   `json:"mean_gbit_s"`
+	Gbps     []float64 `json:"gbit_s"` // one per repetition
+	MeanGbps float64   `json:"mean_gbit_s"`
+	// MeanGbpsCI is the 95 % interval of MeanGbps over the repetitions
+	// (MeanCI); absent below two repetitions and in older runs.
+	MeanGbpsCI  *Interval `json:"mean_gbit_s_ci,omitempty"`
 	Retransmits int64     `json:"retransmits"`
 	CC          string    `json:"cc"`
 	// TPS is transactions per second over all connections, one per
 	// repetition; RTT each repetition's round-trip percentiles (µs).
-	TPS     []float64          `json:"transactions_s,omitempty"`
-	MeanTPS float64            `json:"mean_transactions_s,omitempty"`
-	RTT     []load.Percentiles `json:"rtt,omitempty"`
+	TPS       []float64          `json:"transactions_s,omitempty"`
+	MeanTPS   float64            `json:"mean_transactions_s,omitempty"`
+	MeanTPSCI *Interval          `json:"mean_transactions_s_ci,omitempty"`
+	RTT       []load.Percentiles `json:"rtt,omitempty"`
 	// Usage is the tool's CPU time and peak memory over the repetitions.
 	Usage *UsageSummary `json:"usage,omitempty"`
 }
@@ -41,9 +45,11 @@ func (s *ThroughputSummary) Add(r *load.StreamResult) {
 	s.Retransmits += max(r.Retransmits, 0)
 	s.CC = r.CC
 	s.MeanGbps = mean(s.Gbps)
+	s.MeanGbpsCI = meanCI(s.Gbps)
 	if s.RR > 0 {
 		s.TPS = append(s.TPS, r.TPS)
 		s.MeanTPS = mean(s.TPS)
+		s.MeanTPSCI = meanCI(s.TPS)
 		if r.Latency != nil {
 			s.RTT = append(s.RTT, *r.Latency)
 		}
@@ -60,6 +66,24 @@ func (s ThroughputSummary) Value() float64 {
 		return s.MeanTPS
 	}
 	return s.MeanGbps
+}
+
+// meanCI is MeanCI, nil where it is undefined.
+func meanCI(v []float64) *Interval {
+	iv := MeanCI(v)
+	if !iv.Valid() {
+		return nil
+	}
+	return &iv
+}
+
+// ValueCI is the 95 % interval of Value over the repetitions, nil below
+// two.
+func (s ThroughputSummary) ValueCI() *Interval {
+	if s.RR > 0 {
+		return s.MeanTPSCI
+	}
+	return s.MeanGbpsCI
 }
 
 // Range is the lowest and highest repetition's Value.
@@ -112,17 +136,17 @@ func ThroughputRatio(cells []ThroughputSummary) func(ThroughputSummary) (float64
 // cells (transactions/s), each with its ratio to direct.
 func WriteThroughputTable(w io.Writer, cells []ThroughputSummary) error {
 	ratio := ThroughputRatio(cells)
-	bulk := Table{Header: []string{"scenario", "tool", "streams", "reps", "mean Gbit/s", "min", "max", "retransmits", "sender cc", "vs direct", "tool CPU s", "CPU s/GB", "peak RSS MB", "emulator CPU s"}}
-	rr := Table{Header: []string{"scenario", "tool", "message", "connections", "reps", "mean trans/s", "min", "max", "median RTT ms", "vs direct", "tool CPU s", "CPU s/10k trans", "peak RSS MB"}}
+	bulk := Table{Header: []string{"scenario", "tool", "streams", "reps", "mean Gbit/s", "95% CI", "min", "max", "retransmits", "sender cc", "vs direct", "tool CPU s", "CPU s/GB", "peak RSS MB", "emulator CPU s"}}
+	rr := Table{Header: []string{"scenario", "tool", "message", "connections", "reps", "mean trans/s", "95% CI", "min", "max", "median RTT ms", "vs direct", "tool CPU s", "CPU s/10k trans", "peak RSS MB"}}
 	for _, c := range cells {
 		lo, hi := c.Range()
 		if c.RR > 0 {
 			rr.Add(c.Scenario, c.Tool, FormatSize(c.RR), strconv.Itoa(c.Streams), strconv.Itoa(c.Reps()),
-				f1(c.MeanTPS), f1(lo), f1(hi), f3(c.MedianRTT()), FormatRatio(ratio(c)),
+				f1(c.MeanTPS), FormatCI(c.MeanTPSCI, 1), f1(lo), f1(hi), f3(c.MedianRTT()), FormatRatio(ratio(c)),
 				c.Usage.CPUText(), c.Usage.Per10kText(), c.Usage.PeakRSSText())
 			continue
 		}
-		bulk.Add(c.Scenario, c.Tool, strconv.Itoa(c.Streams), strconv.Itoa(c.Reps()), f3(c.MeanGbps), f3(lo), f3(hi),
+		bulk.Add(c.Scenario, c.Tool, strconv.Itoa(c.Streams), strconv.Itoa(c.Reps()), f3(c.MeanGbps), FormatCI(c.MeanGbpsCI, 3), f3(lo), f3(hi),
 			strconv.FormatInt(c.Retransmits, 10), c.CC, FormatRatio(ratio(c)),
 			c.Usage.CPUText(), c.Usage.PerGBText(), c.Usage.PeakRSSText(), c.Usage.EmulatorText())
 	}
@@ -143,3 +167,12 @@ func WriteThroughputTable(w io.Writer, cells []ThroughputSummary) error {
 
 func f1(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
 func f3(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
+
+// FormatCI is an interval as "[lo, hi]" with prec decimals, "-" where there
+// is none (one repetition).
+func FormatCI(iv *Interval, prec int) string {
+	if iv == nil || !iv.Valid() {
+		return "-"
+	}
+	return "[" + strconv.FormatFloat(iv.Lo, 'f', prec, 64) + ", " + strconv.FormatFloat(iv.Hi, 'f', prec, 64) + "]"
+}

@@ -5,8 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	corev1 "k8s.io/api/core/v1"
 )
 
 func TestParseClusterMap(t *testing.T) {
@@ -120,38 +118,6 @@ func FuzzParseClusterMap(f *testing.F) {
 			}
 		}
 	})
-}
-
-func TestPodWhy(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		st    corev1.PodStatus
-		want  string
-		fatal bool
-	}{
-		{"pull", corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: "echo",
-			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off pulling image"}}}}},
-			"container echo: ImagePullBackOff Back-off pulling image", true},
-		{"crash", corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "echo",
-			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}}}},
-			"container echo: CrashLoopBackOff", true},
-		{"creating", corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: "echo",
-			State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}},
-			"container echo: ContainerCreating", false},
-		{"failed", corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: "load",
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 1}}}}},
-			"phase Failed; container load: terminated (Error, exit 1)", true},
-		{"unschedulable", corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled,
-			Status: corev1.ConditionFalse, Message: "0/1 nodes are available"}}},
-			"unschedulable: 0/1 nodes are available", false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			why, fatal := podWhy(&corev1.Pod{Status: tc.st})
-			if !strings.Contains(why, tc.want) || fatal != tc.fatal {
-				t.Errorf("got %q fatal %v, want %q fatal %v", why, fatal, tc.want, tc.fatal)
-			}
-		})
-	}
 }
 
 func TestRemote(t *testing.T) {

@@ -87,7 +87,10 @@ func TestMeasureOnClusters(t *testing.T) {
 		}
 		t.Run("Report", func(t *testing.T) {
 			dom := string(testenv.RunChromium(t, testenv.Chromium(t), "--dump-dom", "file://"+reports[0]))
-			for _, want := range []string{"strait lab report: " + f[0], "<svg", `id="clusters"`} {
+			// f[0] is a catalog name or an experiment file named
+			// after its experiment (examples/experiments).
+			name := strings.TrimSuffix(filepath.Base(f[0]), ".yaml")
+			for _, want := range []string{"strait lab report: " + name, "<svg", `id="clusters"`} {
 				if !strings.Contains(dom, want) {
 					t.Errorf("the rendered report of %s has no %q", reports[0], want)
 				}

@@ -580,6 +580,32 @@ func TestRunOnClusters(t *testing.T) {
 		}
 	})
 
+	t.Run("Unschedulable", func(t *testing.T) {
+		// No node of a takes the workloads (a taint they do not
+		// tolerate): the run must fail with the scheduler's reason,
+		// naming the Deployment, once the scheduler has refused the
+		// pod for podwait's grace, not at the pods' 5-minute deadline.
+		const taint = "strait.dev/test-unschedulable=yes:NoSchedule"
+		p.Must(t, "a", "", "taint", "node", "a-n1", taint)
+		defer p.Must(t, "a", "", "taint", "node", "a-n1", taint+"-")
+		cmd, log := labRun(t, p, bin, tmp, exp, "--clusters", clusters, "--out", filepath.Join(tmp, "unschedulable"), "--tools", "direct")
+		if err := cmd.Wait(); err == nil {
+			t.Fatalf("a run whose pods cannot be scheduled succeeded:\n%s", log)
+		}
+		for _, want := range []string{"cluster a: namespace strait-lab-", "Deployment server: pod server-", "unschedulable for", "untolerated taint", "strait.dev/test-unschedulable"} {
+			if !strings.Contains(log.String(), want) {
+				t.Errorf("the error does not say %q:\n%s", want, log)
+			}
+		}
+		if strings.Contains(log.String(), "not ready after") {
+			t.Errorf("the run failed at the pods' deadline, not on the scheduler's refusal:\n%s", log)
+		}
+		t.Logf("the run said:\n%s", log)
+		if left := p.leftovers(t); left != "" {
+			t.Fatalf("left after the run failed: %s", left)
+		}
+	})
+
 	t.Run("Down", func(t *testing.T) {
 		// A crashed run's leftovers: a labelled namespace in each cluster.
 		for _, c := range []string{"a", "b"} {

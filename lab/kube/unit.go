@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 
+	"github.com/strait-net/strait/lab/kube/podwait"
 	"github.com/strait-net/strait/lab/run"
 	"github.com/strait-net/strait/load"
 )
@@ -97,10 +98,10 @@ func (b *Backend) Unit(ctx context.Context, spec run.BackendUnitSpec) (_ run.Bac
 	if err := u.createLoad(ctx); err != nil {
 		return nil, err
 	}
-	if u.serverPod, err = u.waitReady(ctx, u.server, "app="+serverName); err != nil {
+	if u.serverPod, err = u.waitReady(ctx, u.server, "Deployment", serverName); err != nil {
 		return nil, err
 	}
-	loadPod, err := u.waitReady(ctx, u.client, "app="+loadName)
+	loadPod, err := u.waitReady(ctx, u.client, "Pod", loadName)
 	if err != nil {
 		return nil, err
 	}
@@ -302,15 +303,20 @@ func merge(a, b map[string]string) map[string]string {
 	return m
 }
 
-// waitReady polls until a pod matching selector is ready. Past the
-// deadline, or when a container can never start, the error names the
-// cluster, namespace, pod and what its containers say.
-func (u *unit) waitReady(parent context.Context, c *conn, selector string) (*corev1.Pod, error) {
+// waitReady polls until the pod of object (kind "Deployment" or "Pod",
+// its pods labelled app=name) is ready. When it cannot become ready
+// (podwait.Watcher: unschedulable, its image cannot be pulled, a container
+// fails), or the Deployment cannot create it, the error comes at once; the
+// deadline is a last resort. Either names the cluster, namespace, object,
+// pod and node and says what Kubernetes says.
+func (u *unit) waitReady(parent context.Context, c *conn, kind, name string) (*corev1.Pod, error) {
 	ctx, cancel := context.WithTimeout(parent, u.b.opts.Ready)
 	defer cancel()
+	w := &podwait.Watcher{ScaleUp: podwait.ScaleUpEvents(c.cs)}
+	where := fmt.Sprintf("cluster %s: namespace %s: %s %s", c.name, u.ns, kind, name)
 	var last string
 	for {
-		pods, err := c.cs.CoreV1().Pods(u.ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		pods, err := c.cs.CoreV1().Pods(u.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
 		switch {
 		case apierrors.IsNotFound(err):
 			return nil, fmt.Errorf("cluster %s: namespace %s is gone", c.name, u.ns)
@@ -321,16 +327,24 @@ func (u *unit) waitReady(parent context.Context, c *conn, selector string) (*cor
 			if ns, gerr := c.cs.CoreV1().Namespaces().Get(ctx, u.ns, metav1.GetOptions{}); apierrors.IsNotFound(gerr) || (gerr == nil && ns.DeletionTimestamp != nil) {
 				return nil, fmt.Errorf("cluster %s: namespace %s was deleted while its pods started", c.name, u.ns)
 			}
+			if len(pods.Items) == 0 && kind == "Deployment" {
+				if msg := replicaFailure(ctx, c, u.ns, name); msg != "" {
+					return nil, fmt.Errorf("%s: cannot create its pod: %s", where, msg)
+				}
+			}
 			for i := range pods.Items {
 				p := &pods.Items[i]
-				if podReady(p) {
+				st := w.Check(ctx, p)
+				if st.Ready {
 					return p, nil
 				}
-				why, fatal := podWhy(p)
-				last = fmt.Sprintf("pod %s: %s", p.Name, why)
-				if fatal {
-					last += logTail(ctx, c, p)
-					return nil, fmt.Errorf("cluster %s: namespace %s: %s", c.name, u.ns, last)
+				pod := "pod " + p.Name
+				if p.Spec.NodeName != "" {
+					pod += " on node " + p.Spec.NodeName
+				}
+				last = pod + ": " + st.Why
+				if st.Stuck {
+					return nil, fmt.Errorf("%s: %s%s%s", where, last, taintHint(ctx, c, st.Why), logTail(ctx, c, p))
 				}
 			}
 		}
@@ -339,54 +353,51 @@ func (u *unit) waitReady(parent context.Context, c *conn, selector string) (*cor
 			if parent.Err() != nil {
 				return nil, parent.Err()
 			}
-			return nil, fmt.Errorf("cluster %s: namespace %s: pod %s not ready after %v: %s", c.name, u.ns, selector, u.b.opts.Ready, last)
+			return nil, fmt.Errorf("%s: not ready after %v: %s", where, u.b.opts.Ready, last)
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-			return true
+// taintHint lists the nodes' taints when the scheduler refused a pod for
+// them: its message counts the nodes but does not name the taints, and the
+// unit's pods tolerate none.
+func taintHint(ctx context.Context, c *conn, why string) string {
+	if !strings.Contains(why, "untolerated taint") {
+		return ""
+	}
+	nodes, err := c.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return ""
+	}
+	var t []string
+	for _, n := range nodes.Items {
+		for _, taint := range n.Spec.Taints {
+			if taint.Effect == corev1.TaintEffectNoSchedule || taint.Effect == corev1.TaintEffectNoExecute {
+				t = append(t, "node "+n.Name+" "+taint.ToString())
+			}
 		}
 	}
-	return false
+	if len(t) == 0 {
+		return ""
+	}
+	return " (taints: " + strings.Join(t, ", ") + ")"
 }
 
-// podWhy says why a pod is not ready; fatal when it cannot become ready
-// without someone changing something (its image cannot be pulled, a
-// container keeps crashing or exited, it cannot be scheduled).
-func podWhy(p *corev1.Pod) (string, bool) {
-	var why []string
-	fatal := false
-	if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
-		why = append(why, strings.TrimSpace("phase "+string(p.Status.Phase)+" "+p.Status.Message))
-		fatal = true
+// replicaFailure is the message of Deployment name's ReplicaFailure
+// condition (its ReplicaSet cannot create a pod: a quota, an admission
+// webhook or PodSecurity refusing it), or "".
+func replicaFailure(ctx context.Context, c *conn, ns, name string) string {
+	d, err := c.cs.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return ""
 	}
-	for _, cs := range p.Status.ContainerStatuses {
-		switch {
-		case cs.State.Waiting != nil:
-			w := cs.State.Waiting
-			why = append(why, fmt.Sprintf("container %s: %s %s", cs.Name, w.Reason, w.Message))
-			switch w.Reason {
-			case "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CrashLoopBackOff", "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
-				fatal = true
-			}
-		case cs.State.Terminated != nil:
-			t := cs.State.Terminated
-			why = append(why, fmt.Sprintf("container %s: terminated (%s, exit %d) %s", cs.Name, t.Reason, t.ExitCode, t.Message))
+	for _, cond := range d.Status.Conditions {
+		if cond.Type == appsv1.DeploymentReplicaFailure && cond.Status == corev1.ConditionTrue {
+			return cond.Reason + ": " + cond.Message
 		}
 	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
-			why = append(why, "unschedulable: "+c.Message)
-		}
-	}
-	if len(why) == 0 {
-		return "phase " + string(p.Status.Phase), false
-	}
-	return strings.Join(why, "; "), fatal
+	return ""
 }
 
 // logTail is the last lines each container of a failed pod logged, for

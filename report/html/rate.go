@@ -109,6 +109,7 @@ type throughputView struct {
 type throughputRow struct {
 	report.ThroughputSummary
 	Lo, Hi   float64
+	CI       string // of the mean over repetitions (report.MeanCI)
 	Ratio    float64
 	HasRatio bool
 }
@@ -129,6 +130,10 @@ func (m *model) throughputView() *throughputView {
 	for _, c := range cells {
 		row := throughputRow{ThroughputSummary: c}
 		row.Lo, row.Hi = c.Range()
+		row.CI = report.FormatCI(c.ValueCI(), 3)
+		if c.RR > 0 {
+			row.CI = report.FormatCI(c.ValueCI(), 1)
+		}
 		row.Ratio, row.HasRatio = ratio(c)
 		if c.RR > 0 {
 			v.RR = append(v.RR, row)

@@ -55,6 +55,13 @@ func addRateAndThroughput(run *Run, scenarios []string) {
 func TestWriteRateAndThroughput(t *testing.T) {
 	run := Run{Dir: "synthetic", Scenarios: []string{"lcl", "edg20"}, Metadata: Metadata{Experiment: "peers"}}
 	addRateAndThroughput(&run, run.Scenarios)
+	// A second repetition of every bulk cell, 1.2× the first: means of
+	// 11 and 5.5 Gbit/s at lcl, each with an interval.
+	for i := range run.Throughput {
+		if c := &run.Throughput[i]; c.RR == 0 {
+			c.Add(&load.StreamResult{Gbps: c.Gbps[0] * 1.2, CC: "cubic"})
+		}
+	}
 	d := parse(t, render(t, run))
 	table := d.byID("rate-echo-1KB-1000")
 	if table == nil {
@@ -97,6 +104,13 @@ func TestWriteRateAndThroughput(t *testing.T) {
 	}
 	if got := text(elements(bulk, "tr")[2]); !strings.Contains(got, "0.500×") {
 		t.Errorf("bulk strait row %q: want 0.500× direct", got)
+	}
+	// lcl direct's 10 and 12 Gbit/s: 11 ± 12.706·√2/√2.
+	if got := text(elements(bulk, "tr")[1]); !strings.Contains(got, "[-1.706, 23.706]") {
+		t.Errorf("bulk direct row %q: want the mean's interval [-1.706, 23.706]", got)
+	}
+	if got := text(elements(rr, "tr")[1]); strings.Contains(got, "[") {
+		t.Errorf("rr direct row %q: one repetition, want no interval", got)
 	}
 	if got := text(elements(rr, "tr")[2]); !strings.Contains(got, "0.250×") || !strings.Contains(got, "1024B") {
 		t.Errorf("rr strait row %q: want 1024 B messages at 0.250× direct", got)

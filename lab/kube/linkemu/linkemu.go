@@ -34,6 +34,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/strait-net/strait/lab/emulation"
+	"github.com/strait-net/strait/lab/kube/podwait"
 )
 
 // Target is one cluster's side: the nodes whose traffic toward Remote is
@@ -349,14 +350,17 @@ func (s *side) create(ctx context.Context, run, name, comp string, args []string
 }
 
 // waitReady polls until every node of s has a ready pod of s.ds, and fails
-// early, naming node and pod, on what will not heal by waiting.
+// early, naming node and pod, on what will not heal by waiting
+// (podwait.Watcher: no free CPU for the agent's request, an image that
+// cannot be pulled, an agent that exits).
 func (s *side) waitReady(ctx context.Context) error {
 	sel := labels.Set{"app.kubernetes.io/name": s.ds}.String()
+	w := &podwait.Watcher{ScaleUp: podwait.ScaleUpEvents(s.c)}
 	var last error
 	for {
 		pods, err := s.c.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
 		if err == nil {
-			last, err = s.check(ctx, pods.Items)
+			last, err = s.check(ctx, w, pods.Items)
 			if err != nil {
 				return err
 			}
@@ -375,12 +379,14 @@ func (s *side) waitReady(ctx context.Context) error {
 }
 
 // check returns pending (nil once every node is ready) and a fatal error.
-func (s *side) check(ctx context.Context, pods []corev1.Pod) (pending, fatal error) {
+// A pod is matched to its node before the scheduler places it (podwait.Node):
+// one that no node has room for is the one to report.
+func (s *side) check(ctx context.Context, w *podwait.Watcher, pods []corev1.Pod) (pending, fatal error) {
 	byNode := map[string]*corev1.Pod{}
 	for i := range pods {
 		p := &pods[i]
-		if p.DeletionTimestamp == nil && p.Spec.NodeName != "" {
-			byNode[p.Spec.NodeName] = p
+		if n := podwait.Node(p); p.DeletionTimestamp == nil && n != "" {
+			byNode[n] = p
 		}
 	}
 	for _, node := range s.nodes {
@@ -392,32 +398,26 @@ func (s *side) check(ctx context.Context, pods []corev1.Pod) (pending, fatal err
 			pending = s.errorf("node %s: no pod of DaemonSet %s/%s yet", node, Namespace, s.ds)
 			continue
 		}
-		if podReady(p) {
+		st := w.Check(ctx, p)
+		if st.Ready {
 			continue
 		}
-		where := fmt.Sprintf("node %s: pod %s/%s", node, Namespace, p.Name)
-		for _, cs := range p.Status.ContainerStatuses {
-			if w := cs.State.Waiting; w != nil {
-				switch w.Reason {
-				case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull":
-					return nil, s.errorf("%s: image %s: %s: %s", where, Image, w.Reason, w.Message)
-				case "CreateContainerError", "CreateContainerConfigError", "RunContainerError", "CrashLoopBackOff":
-					return nil, s.errorf("%s: %s: %s", where, w.Reason, terminationMessage(cs))
-				}
-			}
-			if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
-				return nil, s.errorf("%s: the agent exited (%d): %s", where, t.ExitCode, strings.TrimSpace(t.Message))
-			}
+		where := fmt.Sprintf("node %s: DaemonSet %s/%s: pod %s", node, Namespace, s.ds, p.Name)
+		if st.Stuck {
+			return nil, s.errorf("%s: %s%s", where, st.Why, s.requestHint(st.Why))
 		}
-		reason := string(p.Status.Phase)
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
-				reason = c.Reason + ": " + c.Message
-			}
-		}
-		pending = s.errorf("%s: not ready (%s)", where, reason)
+		pending = s.errorf("%s: not ready (%s)", where, st.Why)
 	}
 	return pending, nil
+}
+
+// requestHint says what the agent asks of a node the scheduler found no
+// room on, so that the error says what to free.
+func (s *side) requestHint(why string) string {
+	if !strings.Contains(why, "Insufficient cpu") {
+		return ""
+	}
+	return fmt.Sprintf(" (the link emulation agent requests %s CPU, CPURequest in docs/lab-clusters-emulation.md)", CPURequest)
 }
 
 // createFailure returns the message of a FailedCreate event of s.ds (PodSecurity
@@ -429,25 +429,6 @@ func (s *side) createFailure(ctx context.Context) string {
 		return ""
 	}
 	return ev.Items[len(ev.Items)-1].Message
-}
-
-func terminationMessage(cs corev1.ContainerStatus) string {
-	if t := cs.LastTerminationState.Terminated; t != nil {
-		return fmt.Sprintf("the agent exited (%d): %s", t.ExitCode, strings.TrimSpace(t.Message))
-	}
-	if w := cs.State.Waiting; w != nil {
-		return w.Message
-	}
-	return ""
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // delete removes DaemonSet name and waits until it and its pods are gone.

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -176,6 +178,22 @@ func TestEmulationOnNodes(t *testing.T) {
 			_, err := linkemu.Apply(ctx, run, p.targets(t, "a"), delay)
 			expect(t, err, "cluster a", "PodSecurity", "baseline")
 		})
+		t.Run("NoFreeCPU", func(t *testing.T) {
+			// A node whose CPU is all requested: the agent's pod (it
+			// requests CPURequest) stays Pending, and Apply must say
+			// so with the scheduler's reason, not at its deadline.
+			c := kubernetes.NewForConfigOrDie(p.config["a"])
+			hog := fillCPU(t, ctx, c, "a-n1")
+			defer func() {
+				_ = c.CoreV1().Pods("default").Delete(context.Background(), hog, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+			}()
+			_, err := linkemu.Apply(ctx, run, p.targets(t, "a"), delay)
+			expect(t, err, "cluster a", "node a-n1", "DaemonSet kube-system/strait-linkemu-", "Insufficient cpu", "unschedulable for", "requests 1 CPU")
+			// The scheduler's refusal, not the deadline's.
+			if err != nil && (strings.Contains(err.Error(), "deadline") || ctx.Err() != nil) {
+				t.Errorf("Apply failed at its deadline, not on the scheduler's refusal: %v", err)
+			}
+		})
 		// Each failed Apply removed what it had created.
 		c := kubernetes.NewForConfigOrDie(p.config["a"])
 		ds, err := c.AppsV1().DaemonSets(linkemu.Namespace).List(ctx, metav1.ListOptions{LabelSelector: linkemu.LabelManagedBy + "=strait-lab"})
@@ -296,6 +314,57 @@ func waitReady(ctx context.Context, p *pair, c, run string) error {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// fillCPU requests, with a pause pod on node, all of its allocatable CPU but
+// half a core, so that no pod asking for a whole one fits, and returns the
+// pod's name once the node has it.
+func fillCPU(t *testing.T, ctx context.Context, c kubernetes.Interface, node string) string {
+	t.Helper()
+	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := c.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := n.Status.Allocatable.Cpu().MilliValue()
+	for _, p := range pods.Items {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		for _, ctr := range p.Spec.Containers {
+			free -= ctr.Resources.Requests.Cpu().MilliValue()
+		}
+	}
+	want := free - 500
+	t.Logf("node %s: %dm CPU allocatable, %dm free; the hog requests %dm", node, n.Status.Allocatable.Cpu().MilliValue(), free, want)
+	if want <= 0 {
+		t.Fatalf("node %s has %dm CPU free: too little to leave exactly half a core", node, free)
+	}
+	name := testenv.UniqueName("linkemu-hog-")
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{
+			Name: "hog", Image: "registry.k8s.io/pause:3.10.1", ImagePullPolicy: corev1.PullIfNotPresent,
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(want, resource.DecimalSI)}},
+		}}},
+	}
+	if _, err := c.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "hog pod "+name+" running", func() error {
+		got, err := c.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if got.Status.Phase != corev1.PodRunning {
+			return fmt.Errorf("phase %s %s", got.Status.Phase, got.Status.Message)
+		}
+		return nil
+	})
+	return name
 }
 
 func waitFor(t *testing.T, what string, f func() error) {

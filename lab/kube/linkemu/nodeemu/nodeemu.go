@@ -104,10 +104,30 @@ func ChooseBackend(p emulation.Params, haveNetem bool) Backend {
 	switch {
 	case p.RateOnly():
 		return TBF
-	case haveNetem && p.Loss == 0 && p.Dist() == emulation.Uniform:
+	case haveNetem && netemFits(p):
 		return Netem
 	}
 	return Userspace
+}
+
+// netemFits: netem would carry p as the namespace lab's emulator does (no
+// loss, see ChooseBackend; the uniform jitter netem has without a table).
+func netemFits(p emulation.Params) bool {
+	return p.Loss == 0 && p.Dist() == emulation.Uniform
+}
+
+// NetemProbe reports whether the node's kernel takes a netem qdisc.
+type NetemProbe func() bool
+
+// chooseOnNode is ChooseBackend on a node, asking probe only where netem
+// could be chosen: the probe creates and deletes a veth pair. Run's choice
+// goes through here, so a unit test covers it with a probe of its own
+// (this lab's kernel has no netem; docs/lab-clusters-emulation.md).
+func chooseOnNode(p emulation.Params, probe NetemProbe) Backend {
+	if p.RateOnly() || !netemFits(p) {
+		return ChooseBackend(p, false)
+	}
+	return ChooseBackend(p, probe())
 }
 
 // path is the impairment of one interface.
@@ -158,12 +178,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 	}()
 
-	backend := ChooseBackend(cfg.Params, false)
-	if backend != TBF {
-		if ok := probeNetem(prefix, log); ok {
-			backend = ChooseBackend(cfg.Params, true)
-		}
-	}
+	backend := chooseOnNode(cfg.Params, func() bool { return probeNetem(prefix, log) })
 	var emuLinks []emulator.Link
 	for i, ifc := range ifaces {
 		p := &path{iface: ifc, a: fmt.Sprintf("%s%da", prefix, i), b: fmt.Sprintf("%s%db", prefix, i), backend: backend}
@@ -328,14 +343,19 @@ func (p *path) addVeth(params emulation.Params) error {
 		burst := uint32(max(params.TBFBurst(), 10*(mtu+14)))
 		q = &netlink.Tbf{QdiscAttrs: attrs, Rate: params.Rate / 8, Buffer: netlink.Xmittime(params.Rate/8, burst), Limit: uint32(params.TBFLimit())}
 	} else {
-		n := netlink.NetemQdiscAttrs{Latency: uint32(params.Delay.Microseconds()), Jitter: uint32(params.Jitter.Microseconds()),
-			Limit: uint32(netemLimit(params)), Rate64: params.Rate / 8}
-		q = netlink.NewNetem(attrs, n)
+		q = netlink.NewNetem(attrs, netemAttrs(params))
 	}
 	if err := netlink.QdiscAdd(q); err != nil {
 		return fmt.Errorf("add %s qdisc on %s: %w", p.backend, p.a, err)
 	}
 	return nil
+}
+
+// netemAttrs is the netem qdisc for params: delay and jitter in µs, the
+// namespace lab's limit (netemLimit), tc's rate in bytes per second.
+func netemAttrs(params emulation.Params) netlink.NetemQdiscAttrs {
+	return netlink.NetemQdiscAttrs{Latency: uint32(params.Delay.Microseconds()), Jitter: uint32(params.Jitter.Microseconds()),
+		Limit: uint32(netemLimit(params)), Rate64: params.Rate / 8}
 }
 
 // netemLimit is NetemArgs' limit, so netem holds what it holds in the
