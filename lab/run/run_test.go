@@ -80,12 +80,16 @@ func TestRunWritesEveryRequest(t *testing.T) {
 			median[c.Scenario] = c.MedianMS
 		}
 	}
-	// edg10 puts 5 ms on every node's egress; the client→server path
-	// crosses three links each way, so a keep-alive request takes at least
-	// 30 ms more than without impairment. A lower bound only: the emulator
-	// can be late on a busy machine but never early.
-	if median["edg10"] < 30 {
-		t.Errorf("static median at edg10 = %.3f ms, want ≥ 30 ms (3 hops × 5 ms each way)", median["edg10"])
+	// edg10 puts 5 ms ± 1 ms on every node's egress; the client→server
+	// path crosses three links each way, so a keep-alive request takes
+	// 30 ms more than without impairment on average. The six hops' jitter
+	// (uniform, 1.4 ms standard deviation in sum) moves the median of ten
+	// requests by about 0.6 ms either way, so it was below 30 ms by chance
+	// (29.8 ms once); 2 ms of margin still catches a hop left undelayed
+	// (5 ms). A lower bound only: the emulator can be late on a busy
+	// machine but never early.
+	if median["edg10"] < 28 {
+		t.Errorf("static median at edg10 = %.3f ms, want ≥ 28 ms (3 hops × 5 ms ± 1 ms each way, less chance)", median["edg10"])
 	}
 	f, err := os.Open(filepath.Join(dir, "requests.csv"))
 	if err != nil {
