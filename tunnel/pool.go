@@ -128,6 +128,11 @@ type Pool struct {
 
 	healthMu  sync.Mutex // serializes checkHealth and guards the slots' bookkeeping
 	lastCheck time.Time  // of the last checkHealth, under healthMu
+	// shrunk is the silence window in force before SetProbeInterval
+	// shortened it, kept until shrunkUntil (set by the first check after
+	// the change), both under healthMu: see SetProbeInterval.
+	shrunk      time.Duration
+	shrunkUntil time.Time
 
 	firstRound chan struct{} // closed when every slot tried once, or one is live
 	roundOnce  sync.Once

@@ -103,7 +103,8 @@ func (p *Pool) SetProbeInterval(d time.Duration) {
 	if d == 0 {
 		d = p.cfg.ProbeInterval
 	}
-	if time.Duration(p.interval.Swap(int64(d))) == d {
+	old := time.Duration(p.interval.Swap(int64(d)))
+	if old == d {
 		return
 	}
 	select {
@@ -112,6 +113,14 @@ func (p *Pool) SetProbeInterval(d time.Duration) {
 	}
 	p.healthMu.Lock()
 	defer p.healthMu.Unlock()
+	if d < old {
+		// Under the longer interval a live gateway's last frame may be
+		// older than the new window, and the faster pings' pongs take a
+		// round trip to arrive: judging by the new window at once would
+		// take live gateways out. The old window holds for one more of
+		// its own length.
+		p.shrunk, p.shrunkUntil = max(p.shrunk, old*time.Duration(p.cfg.ProbeMisses)), time.Time{}
+	}
 	for _, sl := range p.slots {
 		if s, _ := sl.get(); s != nil {
 			p.setKeepalive(s)
@@ -168,6 +177,16 @@ func (p *Pool) openFailed(i int) {
 func (p *Pool) checkHealthLocked(now time.Time) {
 	iv := p.probeInterval()
 	window := iv * time.Duration(p.cfg.ProbeMisses)
+	if p.shrunk > 0 {
+		if p.shrunkUntil.IsZero() {
+			p.shrunkUntil = now.Add(p.shrunk)
+		}
+		if now.Before(p.shrunkUntil) {
+			window = max(window, p.shrunk)
+		} else {
+			p.shrunk = 0
+		}
+	}
 	// A check that runs late means this process was not running: frames
 	// may wait unread in the sockets, so silence proves nothing now. It
 	// proves nothing either way: a late check keeps a live gateway live

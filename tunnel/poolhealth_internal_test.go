@@ -188,6 +188,59 @@ func TestPoolSetProbeInterval(t *testing.T) {
 	}
 }
 
+// TestPoolShorterProbeIntervalKeepsLiveGateways: going back from a long
+// probe interval to the short one must not take out a gateway that was
+// live under the long one only because its last frame is older than the
+// short window: the old window holds for one more of its length, and a
+// gateway silent past that is still found.
+func TestPoolShorterProbeIntervalKeepsLiveGateways(t *testing.T) {
+	const interval, longer = 10 * time.Millisecond, 200 * time.Millisecond
+	p, err := NewPool(PoolConfig{Transport: noTransport{}, Peer: "b", Addrs: []string{"b1:4443", "b2:4443"},
+		SessionsPerAddr: 1, ProbeInterval: interval, ProbeMisses: 3, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b1 := &intervalSession{silentSession: silentSession{done: make(chan struct{})}}
+	b2 := &intervalSession{silentSession: silentSession{done: make(chan struct{})}}
+	p.slots[0].sess, p.slots[1].sess = b1, b2
+	now := time.Unix(1000, 0)
+	check := func(d time.Duration) {
+		now = now.Add(d)
+		b2.frames.Add(1) // b2 always answers
+		p.checkHealth(now)
+	}
+	live := func() bool {
+		for _, g := range p.Gateways() {
+			if g.Addr == "b1:4443" {
+				return g.Live
+			}
+		}
+		t.Fatal("no gateway b1")
+		return false
+	}
+	check(0)
+	p.SetProbeInterval(longer)
+	for range 3 { // b1 silent for 300 ms of a 600 ms window
+		check(100 * time.Millisecond)
+	}
+	if !live() {
+		t.Fatal("b1 taken out within the long window")
+	}
+	p.SetProbeInterval(0)
+	for i := range 5 {
+		check(interval)
+		if !live() {
+			t.Fatalf("b1 taken out %v after going back to %v probes: judged by the new window at once", time.Duration(i+1)*interval, interval)
+		}
+	}
+	for range 70 { // past the old window's grace: silence is silence again
+		check(interval)
+	}
+	if live() {
+		t.Fatal("b1 still live after 1 s of silence")
+	}
+}
+
 // TestSessionKeepaliveIntervalBounds: a Pool's interval is held below a
 // quarter of the keepalive timeout, and one not longer than the session's
 // own configured interval leaves that in force.
