@@ -209,12 +209,23 @@ type RateResult struct {
 	// "write", "incomplete", "other").
 	Errors       int64            `json:"errors"`
 	ErrorClasses map[string]int64 `json:"error_classes,omitempty"`
-	FirstError   string           `json:"first_error,omitempty"`
+	// Unsent counts the errors that never left: requests whose intended
+	// start came and went without their connection reaching them before
+	// the drain ended (a generator or target that fell behind). They are
+	// in Errors, class "incomplete", with those cut off in flight.
+	Unsent     int64  `json:"unsent"`
+	FirstError string `json:"first_error,omitempty"`
 	// ElapsedSec runs from the start of the measured window to the last
 	// completion of a measured request, at least DurationSec.
 	ElapsedSec float64 `json:"elapsed_s"`
-	// AchievedRate is (Count+Errors)/ElapsedSec: below TargetRate when the
-	// target (or the generator) could not keep up.
+	// AnsweredRate is Count/ElapsedSec: the requests answered per second,
+	// below TargetRate when the target (or the generator) could not keep
+	// up or requests failed. Tables and the below-rate check use it.
+	AnsweredRate float64 `json:"answered_rate"`
+	// AchievedRate is (Count+Errors)/ElapsedSec: the requests that ended
+	// per second, answered or failed, those never sent included. It is no
+	// throughput (a run that failed half its requests on schedule achieves
+	// the target rate); kept for results and tools that read it.
 	AchievedRate float64 `json:"achieved_rate"`
 	// Latency is measured from each request's intended start: corrected
 	// for coordinated omission, what a client arriving on schedule saw.
@@ -233,6 +244,16 @@ type RateResult struct {
 	LatencyHistogram string `json:"latency_histogram,omitempty"`
 
 	latency, service *hdrhistogram.Histogram
+}
+
+// Answered returns the requests answered per second: AnsweredRate, or
+// for a result written before that field, the answered share of
+// AchievedRate, which is the same Count/ElapsedSec.
+func (r *RateResult) Answered() float64 {
+	if r.AnsweredRate > 0 || r.Count == 0 {
+		return r.AnsweredRate
+	}
+	return math.Round(r.AchievedRate*float64(r.Count)/float64(r.Count+r.Errors)*100) / 100
 }
 
 // DecodeHistogram reads a histogram in HdrHistogram's compressed V2
@@ -311,7 +332,7 @@ func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, histMax, 3) 
 type recorder struct {
 	mu                    sync.Mutex
 	latency, service, lag *hdrhistogram.Histogram
-	count, errors         int64
+	count, errors, unsent int64
 	classes               map[string]int64
 	firstErr              string
 	firstErrAt            time.Time
@@ -347,10 +368,14 @@ func (r *recorder) ok(intended, sent, done time.Time, service time.Duration) {
 	}
 }
 
-func (r *recorder) fail(intended, done time.Time, msg string) {
+// fail records a failed request; sent is false for one that never left.
+func (r *recorder) fail(intended, done time.Time, msg string, sent bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.errors++
+	if !sent {
+		r.unsent++
+	}
 	r.sliceErrors++
 	r.classes[errorClass(msg)]++
 	if r.firstErr == "" || intended.Before(r.firstErrAt) {
@@ -491,7 +516,7 @@ func RunRate(ctx context.Context, cfg RateConfig) (*RateResult, error) {
 				}
 				if rctx.Err() != nil {
 					if measured {
-						rec.fail(intended, time.Now(), incomplete)
+						rec.fail(intended, time.Now(), incomplete, false)
 					}
 					continue
 				}
@@ -507,9 +532,9 @@ func RunRate(ctx context.Context, cfg RateConfig) (*RateResult, error) {
 				case ctx.Err() != nil:
 					// Cut short by the caller: not a measurement.
 				case s.Err != "" && rctx.Err() != nil:
-					rec.fail(intended, done, incomplete)
+					rec.fail(intended, done, incomplete, true)
 				case s.Err != "":
-					rec.fail(intended, done, s.Err)
+					rec.fail(intended, done, s.Err, true)
 				default:
 					rec.ok(intended, sent, done, s.Total)
 				}
@@ -523,7 +548,7 @@ func RunRate(ctx context.Context, cfg RateConfig) (*RateResult, error) {
 	r := &RateResult{
 		URL: cfg.URL, Method: cfg.Method, Payload: cfg.Payload, Connections: cfg.Connections,
 		TargetRate: cfg.Rate, WarmupSec: cfg.Warmup.Seconds(), DurationSec: cfg.Duration.Seconds(),
-		Scheduled: total - first, Count: rec.count, Errors: rec.errors, FirstError: rec.firstErr,
+		Scheduled: total - first, Count: rec.count, Errors: rec.errors, Unsent: rec.unsent, FirstError: rec.firstErr,
 		latency: rec.latency, service: rec.service,
 		Latency: percentilesOf(rec.latency), ServiceTime: percentilesOf(rec.service),
 		SendLag: percentilesOf(rec.lag),
@@ -538,6 +563,7 @@ func RunRate(ctx context.Context, cfg RateConfig) (*RateResult, error) {
 	}
 	elapsed := max(rec.lastDone.Sub(windowStart), cfg.Duration)
 	r.ElapsedSec = elapsed.Seconds()
+	r.AnsweredRate = math.Round(float64(r.Count)/elapsed.Seconds()*100) / 100
 	r.AchievedRate = math.Round(float64(r.Count+r.Errors)/elapsed.Seconds()*100) / 100
 	return r, ctx.Err()
 }

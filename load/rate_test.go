@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -125,6 +126,9 @@ func TestRunRateAchievesTarget(t *testing.T) {
 	}
 	if want := float64(r.Count+r.Errors) / r.ElapsedSec; math.Abs(r.AchievedRate-want) > 0.01 {
 		t.Errorf("achieved %.2f requests/s, want %d in %.6f s = %.2f", r.AchievedRate, r.Count+r.Errors, r.ElapsedSec, want)
+	}
+	if r.AnsweredRate != r.AchievedRate || r.Unsent != 0 {
+		t.Errorf("answered %.2f requests/s, %d unsent; with no errors want the achieved %.2f and none", r.AnsweredRate, r.Unsent, r.AchievedRate)
 	}
 	assertOrdered(t, r)
 }
@@ -301,6 +305,43 @@ func TestRunRateDyingServer(t *testing.T) {
 	if r.ErrorClasses["connect"] == 0 || r.FirstError == "" {
 		t.Errorf("error classes %v, first error %q; want connect errors", r.ErrorClasses, r.FirstError)
 	}
+	// Answered counts the answers only; the failed requests ended on
+	// schedule, so achieved (answered or failed) stays near the target.
+	if want := float64(r.Count) / r.ElapsedSec; math.Abs(r.AnsweredRate-want) > 0.01 || r.Answered() != r.AnsweredRate {
+		t.Errorf("answered %.2f requests/s (Answered %.2f), want %d in %.3f s = %.2f", r.AnsweredRate, r.Answered(), r.Count, r.ElapsedSec, want)
+	}
+	if r.AchievedRate < 0.9*rate || r.AnsweredRate > 200 {
+		t.Errorf("achieved %.2f, answered %.2f requests/s; want the failures in the first only", r.AchievedRate, r.AnsweredRate)
+	}
+	// A result written before answered_rate: the answered share of the
+	// achieved rate.
+	old := RateResult{Count: 46080, Errors: 3870, ElapsedSec: 10, AchievedRate: 4995}
+	if got := old.Answered(); got != 4608 {
+		t.Errorf("answered rate of a result without the field %.2f, want 4608", got)
+	}
+}
+
+// TestRunRateUnsent: requests whose connection never reached them before
+// the drain ended count as errors and as unsent; a request cut off in
+// flight is an error but was sent.
+func TestRunRateUnsent(t *testing.T) {
+	url := stallingServer(t)
+	r, err := RunRate(t.Context(), RateConfig{
+		URL: url, Rate: 200, Connections: 1, Payload: 16, Duration: 200 * time.Millisecond,
+		Drain: 100 * time.Millisecond, ResponseTimeout: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The one connection's first request hangs until the drain ends: it
+	// is cut off in flight, and the rest never leave.
+	if r.Count != 0 || r.Errors != r.Scheduled || r.Unsent != r.Scheduled-1 || r.ErrorClasses["incomplete"] != r.Scheduled {
+		t.Errorf("count %d, errors %d (%v), unsent %d of %d scheduled; want every request an incomplete error, all but the first unsent",
+			r.Count, r.Errors, r.ErrorClasses, r.Unsent, r.Scheduled)
+	}
+	if r.AnsweredRate != 0 || r.AchievedRate == 0 {
+		t.Errorf("answered %.2f, achieved %.2f requests/s; want none answered", r.AnsweredRate, r.AchievedRate)
+	}
 }
 
 func TestRunRateCancel(t *testing.T) {
@@ -342,8 +383,8 @@ func TestRateResultJSON(t *testing.T) {
 	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"achieved_rate", "connections", "count", "duration_s", "elapsed_s", "error_classes", "errors",
-		"first_error", "latency", "method", "payload_bytes", "scheduled", "send_lag", "service_time", "target_rate", "url", "warmup_s"}
+	want := []string{"achieved_rate", "answered_rate", "connections", "count", "duration_s", "elapsed_s", "error_classes", "errors",
+		"first_error", "latency", "method", "payload_bytes", "scheduled", "send_lag", "service_time", "target_rate", "unsent", "url", "warmup_s"}
 	if got := slices.Sorted(mapKeys(m)); !slices.Equal(got, want) {
 		t.Errorf("keys %v, want %v", got, want)
 	}
@@ -461,4 +502,28 @@ func FuzzDecodeHistogram(f *testing.F) {
 		// A decoded histogram must be usable.
 		_ = percentilesOf(h)
 	})
+}
+
+// stallingServer accepts connections and reads requests but never answers.
+func stallingServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				_, _ = io.Copy(io.Discard, c)
+			})
+		}
+	})
+	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+	return "http://" + ln.Addr().String() + "/"
 }

@@ -176,7 +176,8 @@ type UDPResult struct {
 	Corrupt    uint64  `json:"corrupt"`
 	Duplicates uint64  `json:"duplicates"`
 	LossPct    float64 `json:"loss_pct"`
-	// AchievedRate is Sent over the sending time.
+	// AchievedRate is Sent over the sending time: the sending rate,
+	// echoed or not (Received and Lost say what came back).
 	AchievedRate float64 `json:"achieved_rate"`
 	// Latency is the round trip of received datagrams, from the send call
 	// to the read of the echo, µs; IQRMeanUS is the mean of its middle

@@ -27,24 +27,30 @@ type RateCell struct {
 }
 
 // RateShortfall is how far below its target rate a repetition may fall
-// before its cell is flagged (RateSummary.BelowRate). The achieved rate
+// before its cell is flagged (RateSummary.BelowRate). The answered rate
 // counts until the last response, so a 10 s window loses about a percent
 // to a WAN round trip and a retransmission at its end; a generator or
 // path that cannot keep up falls short by far more, and its latencies
 // then measure a growing queue, not the path.
 const RateShortfall = 0.05
 
-// BelowRate reports whether a repetition that achieved achieved requests/s
-// fell short of its target by more than RateShortfall.
-func BelowRate(achieved, target float64) bool { return achieved < (1-RateShortfall)*target }
+// BelowRate reports whether a repetition that answered answered requests/s
+// fell short of its target by more than RateShortfall. Failed requests do
+// not count: a path that fails them on schedule does not carry the rate.
+func BelowRate(answered, target float64) bool { return answered < (1-RateShortfall)*target }
 
 // RateRepetition is one repetition's result, as `strait load rate` measured
 // it (latency corrected for coordinated omission, µs).
+// AnsweredRate and AchievedRate mean what load.RateResult's fields of
+// those names mean: answered per second, and ended (answered or failed)
+// per second.
 type RateRepetition struct {
 	Repetition   int              `json:"repetition"`
+	AnsweredRate float64          `json:"answered_rate"`
 	AchievedRate float64          `json:"achieved_rate"`
 	Count        int64            `json:"count"`
 	Errors       int64            `json:"errors"`
+	Unsent       int64            `json:"unsent"`
 	Latency      load.Percentiles `json:"latency"`
 }
 
@@ -53,14 +59,21 @@ type RateRepetition struct {
 // merged): tail percentiles of separate runs cannot be averaged.
 type RateSummary struct {
 	RateCell
-	Repetitions  []RateRepetition `json:"repetitions"`
-	Count        int64            `json:"count"`
-	Errors       int64            `json:"errors"`
-	AchievedRate float64          `json:"achieved_rate"` // mean over repetitions
-	// BelowRate is set when a repetition achieved less than
+	Repetitions []RateRepetition `json:"repetitions"`
+	Count       int64            `json:"count"`
+	// Errors counts the failed requests, Unsent those of them that never
+	// left the generator (load.RateResult).
+	Errors int64 `json:"errors"`
+	Unsent int64 `json:"unsent"`
+	// AnsweredRate and AchievedRate are the repetitions' means (see
+	// RateRepetition); the table shows AnsweredRate.
+	AnsweredRate float64 `json:"answered_rate"`
+	AchievedRate float64 `json:"achieved_rate"`
+	// BelowRate is set when a repetition answered less than
 	// (1 − RateShortfall) of the target rate: the cell measured a
 	// saturated queue (too few connections for the path's round trip, or
-	// a generator or tool that could not keep up), not the path.
+	// a generator or tool that could not keep up) or a failing path, not
+	// the path's latency.
 	BelowRate bool             `json:"below_rate"`
 	Latency   load.Percentiles `json:"latency"`
 	// Usage is the tool's CPU time and peak memory over the repetitions.
@@ -93,16 +106,21 @@ func SummarizeRate(cell RateCell, numbers []int, reps []*load.RateResult) (RateS
 		if cell.Connections != 0 && r.Connections != cell.Connections {
 			return s, fmt.Errorf("summarize rate %+v: repetition %d ran over %d connections, the cell over %d", cell, numbers[i], r.Connections, cell.Connections)
 		}
-		if BelowRate(r.AchievedRate, cell.Rate) {
+		answered := r.Answered()
+		if BelowRate(answered, cell.Rate) {
 			s.BelowRate = true
 		}
 		s.Repetitions = append(s.Repetitions, RateRepetition{
-			Repetition: numbers[i], AchievedRate: r.AchievedRate, Count: r.Count, Errors: r.Errors, Latency: r.Latency,
+			Repetition: numbers[i], AnsweredRate: answered, AchievedRate: r.AchievedRate,
+			Count: r.Count, Errors: r.Errors, Unsent: r.Unsent, Latency: r.Latency,
 		})
 		s.Count += r.Count
 		s.Errors += r.Errors
+		s.Unsent += r.Unsent
+		s.AnsweredRate += answered / float64(len(reps))
 		s.AchievedRate += r.AchievedRate / float64(len(reps))
 	}
+	s.AnsweredRate = float64(int64(s.AnsweredRate*100+0.5)) / 100
 	s.AchievedRate = float64(int64(s.AchievedRate*100+0.5)) / 100
 	if s.Count == 0 {
 		return s, nil // no successful request: no distribution to merge
@@ -128,10 +146,12 @@ func RatePercentiles(p load.Percentiles) []float64 {
 var RatePercentileLabels = append([]string{"mean"}, load.PercentileLabels...)
 
 // WriteRateTable prints one row per rate cell: the connections that
-// carried it, achieved rate, errors, the merged latency percentiles in ms,
-// and p50 and p99 relative to direct's at the same scenario, workload,
-// payload and rate. An achieved rate below the target (BelowRate) is
-// starred and explained under the table.
+// carried it, the answered rate (requests answered per second: failed or
+// unsent ones do not count), errors and how many of them were never sent,
+// the merged latency percentiles in ms, and p50 and p99 relative to
+// direct's at the same scenario, workload, payload and rate. An answered
+// rate below the target (BelowRate) is starred and explained under the
+// table.
 func WriteRateTable(w io.Writer, cells []RateSummary) error {
 	if len(cells) == 0 {
 		return nil
@@ -140,20 +160,20 @@ func WriteRateTable(w io.Writer, cells []RateSummary) error {
 	tool := func(c RateSummary) string { return c.Tool }
 	p50 := RatioToDirect(cells, key, tool, func(c RateSummary) float64 { return float64(c.Latency.P50) })
 	p99 := RatioToDirect(cells, key, tool, func(c RateSummary) float64 { return float64(c.Latency.P99) })
-	t := Table{Header: []string{"scenario", "workload", "payload", "rate/s", "conns", "tool", "reps", "achieved/s", "errors"}}
+	t := Table{Header: []string{"scenario", "workload", "payload", "rate/s", "conns", "tool", "reps", "answered/s", "errors", "unsent"}}
 	for _, l := range RatePercentileLabels {
 		t.Header = append(t.Header, l+" ms")
 	}
 	t.Header = append(t.Header, "p50 vs direct", "p99 vs direct", "tool CPU s", "CPU s/10k req", "peak RSS MB")
 	below := 0
 	for _, c := range cells {
-		achieved := strconv.FormatFloat(c.AchievedRate, 'f', 1, 64)
+		answered := strconv.FormatFloat(c.AnsweredRate, 'f', 1, 64)
 		if c.BelowRate {
-			achieved += "*"
+			answered += "*"
 			below++
 		}
 		row := []string{c.Scenario, c.Workload, FormatSize(c.Payload), strconv.FormatFloat(c.Rate, 'f', -1, 64), ConnectionsText(c.Connections), c.Tool,
-			strconv.Itoa(len(c.Repetitions)), achieved, strconv.FormatInt(c.Errors, 10)}
+			strconv.Itoa(len(c.Repetitions)), answered, strconv.FormatInt(c.Errors, 10), strconv.FormatInt(c.Unsent, 10)}
 		if c.Count == 0 {
 			// No successful request: no latency, and nothing to compare
 			// (its zero percentiles would read as 0× direct's).
@@ -174,7 +194,7 @@ func WriteRateTable(w io.Writer, cells []RateSummary) error {
 		return err
 	}
 	if below > 0 {
-		_, err := fmt.Fprintf(w, "* %d of %d cells fell short of their target rate by more than %.0f %% in a repetition: their latencies measure a saturated queue, not the path.\n",
+		_, err := fmt.Fprintf(w, "* %d of %d cells answered less than their target rate by more than %.0f %% in a repetition: their latencies measure a saturated queue or a failing path, not the path.\n",
 			below, len(cells), 100*RateShortfall)
 		return err
 	}

@@ -13,7 +13,7 @@ import (
 // rateResult is what `strait load rate --json` would write for latencies
 // lo..hi µs, one each, read back: only the encoded histogram and the
 // counts, as a result read from a file has.
-func rateResult(t *testing.T, lo, hi int64, achieved float64) *load.RateResult {
+func rateResult(t *testing.T, lo, hi int64, answered float64) *load.RateResult {
 	t.Helper()
 	h := hdrhistogram.New(1, 60_000_000, 3)
 	for v := lo; v <= hi; v++ {
@@ -25,7 +25,7 @@ func rateResult(t *testing.T, lo, hi int64, achieved float64) *load.RateResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &load.RateResult{Count: hi - lo + 1, AchievedRate: achieved, LatencyHistogram: string(enc),
+	return &load.RateResult{Count: hi - lo + 1, AnsweredRate: answered, AchievedRate: answered, LatencyHistogram: string(enc),
 		Latency: load.Percentiles{P50: (lo + hi) / 2}}
 }
 
@@ -35,7 +35,7 @@ func TestSummarizeRate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Count != 2000 || s.AchievedRate != 995 || len(s.Repetitions) != 2 || s.Repetitions[1].Repetition != 3 {
+	if s.Count != 2000 || s.AnsweredRate != 995 || s.AchievedRate != 995 || len(s.Repetitions) != 2 || s.Repetitions[1].Repetition != 3 {
 		t.Errorf("summary %+v", s)
 	}
 	// The merged distribution's median lies between the repetitions (the
@@ -116,7 +116,7 @@ func TestWriteRateTable(t *testing.T) {
 		t.Fatalf("table:\n%s", b.String())
 	}
 	if f := strings.Fields(lines[3]); f[4] != "200" || f[7] != "500.0" {
-		t.Errorf("strait row %q: connections %s, achieved %s; want 200 and 500.0", lines[3], f[4], f[7])
+		t.Errorf("strait row %q: connections %s, answered %s; want 200 and 500.0", lines[3], f[4], f[7])
 	}
 	// strait's p50 (about 3000 µs) is 2× direct's (about 1500 µs).
 	if f := ratioFields(lines[3]); f[0] != "2.000×" && f[0] != "1.999×" && f[0] != "2.001×" {
@@ -140,14 +140,48 @@ func TestWriteRateTable(t *testing.T) {
 
 	// A cell short of its rate is starred and explained under the table.
 	short := cells[1]
-	short.Tool, short.AchievedRate, short.BelowRate = "slow", 400, true
+	short.Tool, short.AnsweredRate, short.BelowRate = "slow", 400, true
 	b.Reset()
 	if err := WriteRateTable(&b, append(cells, short)); err != nil {
 		t.Fatal(err)
 	}
 	lines = strings.Split(strings.TrimSpace(b.String()), "\n")
-	if len(lines) != 6 || strings.Fields(lines[4])[7] != "400.0*" || !strings.HasPrefix(lines[5], "* 1 of 3 cells fell short of their target rate by more than 5 %") {
+	if len(lines) != 6 || strings.Fields(lines[4])[7] != "400.0*" || !strings.HasPrefix(lines[5], "* 1 of 3 cells answered less than their target rate by more than 5 %") {
 		t.Errorf("table with a cell short of its rate:\n%s", b.String())
+	}
+}
+
+// TestRateTableSaysWhatWasAnswered: a repetition whose generator failed
+// or never sent part of its requests answered fewer than ended. The table
+// shows what was answered, flags it below the rate, and shows the errors
+// and the unsent ones; a result written before answered_rate is read the
+// same way.
+func TestRateTableSaysWhatWasAnswered(t *testing.T) {
+	cell := RateCell{Scenario: "lcl", Tool: "strait", Workload: "echo", Payload: 1000, Rate: 5000}
+	r := rateResult(t, 1, 46080, 0)
+	// 10 s: 46 080 answered, 3 870 failed, 1 200 of them never sent, as
+	// load.RunRate writes it and as a result from before answered_rate.
+	r.Errors, r.Unsent, r.ElapsedSec, r.AchievedRate = 3870, 1200, 10, 4995
+	old := *r
+	r.AnsweredRate, old.AnsweredRate = 4608, 0
+	for name, res := range map[string]*load.RateResult{"current": r, "without answered_rate": &old} {
+		s, err := SummarizeRate(cell, []int{1}, []*load.RateResult{res})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.AnsweredRate != 4608 || s.Repetitions[0].AnsweredRate != 4608 || !s.BelowRate || s.Errors != 3870 || s.Unsent != 1200 {
+			t.Errorf("%s: answered %.2f/s (repetition %.2f), below %v, errors %d, unsent %d; want 4608, flagged, 3870, 1200",
+				name, s.AnsweredRate, s.Repetitions[0].AnsweredRate, s.BelowRate, s.Errors, s.Unsent)
+		}
+		var b strings.Builder
+		if err := WriteRateTable(&b, []RateSummary{s}); err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+		h, f := strings.Fields(lines[1]), strings.Fields(lines[2])
+		if h[7] != "answered/s" || f[7] != "4608.0*" || h[8] != "errors" || f[8] != "3870" || h[9] != "unsent" || f[9] != "1200" {
+			t.Errorf("%s: table\n%s\nwant answered/s 4608.0*, errors 3870, unsent 1200", name, b.String())
+		}
 	}
 }
 

@@ -139,9 +139,9 @@ func percentileHeader(first string) []string {
 }
 
 func printRate(w io.Writer, r *load.RateResult) {
-	t := report.Table{Header: []string{"target_rps", "achieved_rps", "count", "errors", "connections", "duration_s", "elapsed_s"}}
-	t.Add(strconv.FormatFloat(r.TargetRate, 'f', -1, 64), strconv.FormatFloat(r.AchievedRate, 'f', 2, 64),
-		strconv.FormatInt(r.Count, 10), strconv.FormatInt(r.Errors, 10), strconv.Itoa(r.Connections),
+	t := report.Table{Header: []string{"target_rps", "answered_rps", "count", "errors", "unsent", "connections", "duration_s", "elapsed_s"}}
+	t.Add(strconv.FormatFloat(r.TargetRate, 'f', -1, 64), strconv.FormatFloat(r.AnsweredRate, 'f', 2, 64),
+		strconv.FormatInt(r.Count, 10), strconv.FormatInt(r.Errors, 10), strconv.FormatInt(r.Unsent, 10), strconv.Itoa(r.Connections),
 		strconv.FormatFloat(r.DurationSec, 'f', -1, 64), strconv.FormatFloat(r.ElapsedSec, 'f', 3, 64))
 	_, _ = t.WriteTo(w)
 	fmt.Fprintln(w)

@@ -28,7 +28,7 @@ gateway). Every echo is checked byte for byte; one without its echo within
 --timeout is lost.
 
 Prints sent, received, lost (and late, corrupt, duplicate echoes), the
-achieved rate, and the round trip's IQR mean and percentiles in µs.`,
+sending rate (datagrams sent per second, answered or not), and the round trip's IQR mean and percentiles in µs.`,
 		Example: `  strait load udp --addr 10.96.0.50:7001 --rate 50000 --duration 10s --size 64 --json udp.json`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -37,7 +37,7 @@ achieved rate, and the round trip's IQR mean and percentiles in µs.`,
 				return runErr
 			}
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "sent %d received %d lost %d (%.3f%%) late %d corrupt %d duplicate %d send-errors %d rate %.0f/s\n",
+			fmt.Fprintf(w, "sent %d received %d lost %d (%.3f%%) late %d corrupt %d duplicate %d send-errors %d send rate %.0f/s\n",
 				res.Sent, res.Received, res.Lost, res.LossPct, res.Late, res.Corrupt, res.Duplicates, res.SendErrors, res.AchievedRate)
 			p := res.Latency
 			fmt.Fprintf(w, "rtt µs: iqr-mean %.1f p50 %d p90 %d p99 %d p99.9 %d max %d\n", res.IQRMeanUS, p.P50, p.P90, p.P99, p.P999, p.P100)

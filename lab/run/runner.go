@@ -504,11 +504,11 @@ func (r *runner) measureTool(ctx context.Context, t tool.Tool, env tool.Env, u u
 				return err
 			}
 			below := ""
-			if report.BelowRate(res.AchievedRate, c.Rate) {
+			if report.BelowRate(res.Answered(), c.Rate) {
 				below = "  BELOW RATE: a saturated queue, not the path"
 			}
-			r.printf("  %-10s %-9s %-7s %7s  rate %v/s over %d conns achieved %.1f/s errors=%d  p50 %.3f ms  p99 %.3f ms  max %.3f ms%s\n",
-				u.id(), c.Tool, c.Workload, report.FormatSize(c.Payload), c.Rate, c.Connections, res.AchievedRate, res.Errors,
+			r.printf("  %-10s %-9s %-7s %7s  rate %v/s over %d conns answered %.1f/s errors=%d  p50 %.3f ms  p99 %.3f ms  max %.3f ms%s\n",
+				u.id(), c.Tool, c.Workload, report.FormatSize(c.Payload), c.Rate, c.Connections, res.Answered(), res.Errors,
 				float64(res.Latency.P50)/1000, float64(res.Latency.P99)/1000, float64(res.Latency.P100)/1000, below)
 		}
 	}
@@ -542,8 +542,8 @@ func (r *runner) measureTool(ctx context.Context, t tool.Tool, env tool.Env, u u
 		if !sr.Pass {
 			verdict = "FAIL"
 		}
-		r.printf("  %-10s %-9s soak %v: %s; requests %d errors %d corrupted %d, rate achieved %.1f/s\n",
-			u.id(), t.Name(), r.e.Soak.duration, verdict, sr.Requests, sr.Errors, sr.Corrupted, sr.AchievedRate)
+		r.printf("  %-10s %-9s soak %v: %s; requests %d errors %d corrupted %d, rate answered %.1f/s\n",
+			u.id(), t.Name(), r.e.Soak.duration, verdict, sr.Requests, sr.Errors, sr.Corrupted, sr.AnsweredRate)
 	}
 	if tp := r.e.Throughput; tp != nil {
 		for _, c := range tp.cells(u.scenario.Name, t.Name()) {

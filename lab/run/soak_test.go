@@ -71,9 +71,9 @@ soak: {duration: 10m, interval: 2s, rate: 200, connections: 2, bulk: 100KB, bulk
 	}
 	// The rate client's schedule is exact: 20 s at 200/s; churn and bulk
 	// add theirs.
-	if s.Errors != 0 || s.Corrupted != 0 || s.Requests <= 4000 || s.Connections == 0 || s.BulkBytes == 0 || s.AchievedRate <= 0 {
+	if s.Errors != 0 || s.Corrupted != 0 || s.Requests <= 4000 || s.Connections == 0 || s.BulkBytes == 0 || s.AnsweredRate <= 0 {
 		t.Errorf("requests %d, errors %d (first: %s), corrupted %d, new connections %d, bulk bytes %d, rate %v/s",
-			s.Requests, s.Errors, s.FirstError, s.Corrupted, s.Connections, s.BulkBytes, s.AchievedRate)
+			s.Requests, s.Errors, s.FirstError, s.Corrupted, s.Connections, s.BulkBytes, s.AnsweredRate)
 	}
 	// The rate client's latency has a sample per full interval in which a
 	// request completed: all ten unless the host stalled it for 2 s.

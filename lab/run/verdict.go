@@ -93,11 +93,11 @@ func rateVerdicts(rate []report.RateSummary) []string {
 	for _, c := range rate {
 		head := fmt.Sprintf("%s %s %s, %v/s over %s connections", c.Scenario, c.Workload, report.FormatSize(c.Payload), c.Rate, report.ConnectionsText(c.Connections))
 		if c.BelowRate {
-			lowest := c.AchievedRate
+			lowest := c.AnsweredRate
 			for _, r := range c.Repetitions {
-				lowest = min(lowest, r.AchievedRate)
+				lowest = min(lowest, r.AnsweredRate)
 			}
-			lines = append(lines, fmt.Sprintf("%s: %s did not reach the rate (%.0f/s achieved, %.0f %%, in its slowest repetition): its latencies measure a saturated queue, not the path",
+			lines = append(lines, fmt.Sprintf("%s: %s did not reach the rate (%.0f/s answered, %.0f %%, in its slowest repetition): its latencies measure a saturated queue, not the path",
 				head, c.Tool, lowest, 100*lowest/c.Rate))
 			continue
 		}

@@ -32,12 +32,12 @@ func TestWriteVerdicts(t *testing.T) {
 		{ThroughputCell: report.ThroughputCell{Scenario: "lcl", Tool: "direct", Streams: 1}, MeanGbps: 20},
 		{ThroughputCell: report.ThroughputCell{Scenario: "lcl", Tool: "strait", Streams: 1}, MeanGbps: 5},
 	}
-	rate := func(sc, tool string, conns int, p99us int64, achieved ...float64) report.RateSummary {
+	rate := func(sc, tool string, conns int, p99us int64, answered ...float64) report.RateSummary {
 		s := report.RateSummary{RateCell: report.RateCell{Scenario: sc, Tool: tool, Workload: "echo", Payload: 1000, Rate: 10000, Connections: conns},
 			Count: 100000, Latency: load.Percentiles{P99: p99us}}
-		for i, a := range achieved {
-			s.Repetitions = append(s.Repetitions, report.RateRepetition{Repetition: i + 1, AchievedRate: a})
-			s.AchievedRate += a / float64(len(achieved))
+		for i, a := range answered {
+			s.Repetitions = append(s.Repetitions, report.RateRepetition{Repetition: i + 1, AnsweredRate: a})
+			s.AnsweredRate += a / float64(len(answered))
 			s.BelowRate = s.BelowRate || report.BelowRate(a, s.Rate)
 		}
 		return s
@@ -64,10 +64,10 @@ func TestWriteVerdicts(t *testing.T) {
 		"lcl bulk ×1: strait moves 0.25× what direct moves (5 Gbit/s against 20 Gbit/s direct)",
 		"lcl echo 1KB, 10000/s over 100 connections: strait costs 0.350 ms at the p99 (1.25 ms against 0.900 ms direct)",
 		"lcl echo 1KB, 10000/s over 100 connections: envoy saves 0.100 ms at the p99 (0.800 ms against 0.900 ms direct)",
-		"cloud10 echo 1KB, 10000/s over 200 connections: envoy did not reach the rate (7337/s achieved, 73 %, in its slowest repetition): its latencies measure a saturated queue, not the path",
+		"cloud10 echo 1KB, 10000/s over 200 connections: envoy did not reach the rate (7337/s answered, 73 %, in its slowest repetition): its latencies measure a saturated queue, not the path",
 		// A direct short of the rate in one repetition is named, and no
 		// tool is compared with it.
-		"cloud30 echo 1KB, 10000/s over 600 connections: direct did not reach the rate (8000/s achieved, 80 %, in its slowest repetition): its latencies measure a saturated queue, not the path",
+		"cloud30 echo 1KB, 10000/s over 600 connections: direct did not reach the rate (8000/s answered, 80 %, in its slowest repetition): its latencies measure a saturated queue, not the path",
 	} {
 		if !strings.Contains(b.String(), want+"\n") {
 			t.Errorf("verdicts lack %q:\n%s", want, b.String())

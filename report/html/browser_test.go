@@ -71,8 +71,8 @@ func TestChromium(t *testing.T) {
 	// percentile and the mean.
 	if rate := d.byID("rate-echo-1KB-1000"); rate != nil {
 		rows := elements(rate, "tr")
-		if len(rows) != 1+2*len(seed000Scenarios) || len(elements(rows[1], "td")) != 10+len(rateLabels) {
-			t.Errorf("rate table: %d rows, want %d; %d cells per row, want %d", len(rows), 1+2*len(seed000Scenarios), len(elements(rows[1], "td")), 10+len(rateLabels))
+		if len(rows) != 1+2*len(seed000Scenarios) || len(elements(rows[1], "td")) != 11+len(rateLabels) {
+			t.Errorf("rate table: %d rows, want %d; %d cells per row, want %d", len(rows), 1+2*len(seed000Scenarios), len(elements(rows[1], "td")), 11+len(rateLabels))
 		}
 	}
 

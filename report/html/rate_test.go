@@ -33,8 +33,8 @@ func addRateAndThroughput(run *Run, scenarios []string) {
 			}
 			run.Rate = append(run.Rate, report.RateSummary{
 				RateCell:    report.RateCell{Scenario: sc, Tool: tool, Workload: "echo", Payload: 1000, Rate: 1000, Connections: 100 * (si + 1)},
-				Repetitions: []report.RateRepetition{{Repetition: 1, AchievedRate: achieved, Count: 10000, Latency: p}},
-				Count:       10000, AchievedRate: achieved, BelowRate: below, Latency: p,
+				Repetitions: []report.RateRepetition{{Repetition: 1, AnsweredRate: achieved, Count: 10000, Latency: p}},
+				Count:       10000, AnsweredRate: achieved, BelowRate: below, Latency: p,
 			})
 			g := 10.0
 			if tool == "strait" {
@@ -87,11 +87,11 @@ func TestWriteRateAndThroughput(t *testing.T) {
 	// Each row names its connections; edg20's strait fell short of the
 	// rate, and only it is flagged.
 	if got := text(rows[3]); !strings.Contains(got, "edg20direct2001999.5") {
-		t.Errorf("edg20 direct row %q: want its 200 connections before reps and achieved rate", got)
+		t.Errorf("edg20 direct row %q: want its 200 connections before reps and answered rate", got)
 	}
 	below := d.find(func(n *xhtml.Node) bool { return hasClass(n, "below") })
 	if len(below) != 1 || !strings.Contains(text(below[0]), "733.7 below the rate") {
-		t.Errorf("%d cells flagged below the rate, want edg20 strait's achieved rate", len(below))
+		t.Errorf("%d cells flagged below the rate, want edg20 strait's answered rate", len(below))
 	}
 	// echo's default KPI is 1000 ms: only maxima of 1200 ms and more pass it.
 	over := d.find(func(n *xhtml.Node) bool { return hasClass(n, "over") })

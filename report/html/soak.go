@@ -40,7 +40,11 @@ type SoakResult struct {
 	BulkBytes   int64  `json:"bulk_bytes"`
 	Connections int64  `json:"churn_connections"`
 	FirstError  string `json:"first_error,omitempty"`
-	// AchievedRate is the fixed-rate client's achieved requests/s.
+	// AnsweredRate is the fixed-rate client's requests answered per
+	// second; AchievedRate those that ended, answered or failed, per
+	// second (load.RateResult's fields of those names). The report shows
+	// AnsweredRate.
+	AnsweredRate float64      `json:"answered_rate"`
 	AchievedRate float64      `json:"achieved_rate"`
 	Series       []SoakSeries `json:"series"`
 	// Pass: every series within tolerance after the warm-up, no failed

@@ -56,7 +56,7 @@ func TestSoakJudge(t *testing.T) {
 // soakRun is a run of one soak with resource and latency series.
 func soakRun() Run {
 	r := SoakResult{Scenario: "lcl", Tool: "strait", Rep: 1, DurationSec: 60, IntervalSec: 5, WarmupSec: 12, Tolerance: 0.1,
-		Load: "1000 requests/s", Requests: 60000, BulkBytes: 5e8, Connections: 2500, AchievedRate: 1000}
+		Load: "1000 requests/s", Requests: 60000, BulkBytes: 5e8, Connections: 2500, AnsweredRate: 1000}
 	for _, x := range []struct{ name, unit, crit string }{
 		{"a/gw gateway RSS", "RSS MiB", Band}, {"b/gw gateway RSS", "RSS MiB", Band}, {"a/gw gateway fds", "fds", Band},
 		{"a/gw gateway goroutines", "goroutines", Band}, {"rate p99", "latency ms", Drift},
