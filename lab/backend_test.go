@@ -61,7 +61,8 @@ func TestTBFSummary(t *testing.T) {
 }
 
 // Links that hold no packet back either way go to the kernel backend under
-// auto; a link delayed one way stays with the general backend both ways.
+// auto; a link delayed one way goes to the split backend
+// (TestChooseBackendsOneWay).
 // These cases never reach the netem probe either.
 func TestChooseBackendsUndelayed(t *testing.T) {
 	netemCalls, _ := fakeProbes(t, errors.New("no netem"), nil)

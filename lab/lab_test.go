@@ -419,6 +419,9 @@ func TestUpOneWayDelayedWANUsesSplit(t *testing.T) {
 	}
 	opts := options(t)
 	l := up(t, plan, opts)
+	if l.Backend == lab.BackendNetem {
+		t.Skip("this kernel has netem, which auto prefers for a link delayed one way; the split backend serves kernels without it")
+	}
 	if l.Backend != lab.BackendSplit || l.EmulatorPID == 0 {
 		t.Fatalf("backend %s, emulator %d; want %s and an emulator", l.Backend, l.EmulatorPID, lab.BackendSplit)
 	}

@@ -537,9 +537,10 @@ func waitCounter(t *testing.T, d *Datapath, name string, want uint64) {
 // CPU, valid for the maps' epoch, which SetExports advances. An export
 // taken out stops taking the packets of its established flows from the
 // next packet on (they are dropped as for no service), and put back in, it
-// takes the next packet again — on every CPU, each of which had the entry,
-// or its absence, in its copy. Bursts of datagrams, counted by the
-// programs' counters.
+// takes the next packet again, though the CPU that carried the flow had
+// the entry, or its absence, in its copy (one sender's flow mostly stays
+// on one CPU: the epoch is shared, so every CPU's copy goes stale at
+// once). Bursts of datagrams, counted by the programs' counters.
 func TestNamespacesExportChange(t *testing.T) {
 	testenv.RequireRoot(t)
 	if _, err := exec.LookPath("python3"); err != nil {

@@ -91,7 +91,7 @@ type counters struct {
 	framesSent, framesReceived                     atomic.Uint64
 	pingsSent, pongsReceived                       atomic.Uint64
 	directWrites                                   atomic.Uint64 // frames the reader wrote to a WriteTo's socket (directSink)
-	keepaliveWakes                                 atomic.Uint64 // times the keepalive timer fired
+	keepaliveWakes                                 atomic.Uint64 // times the keepalive loop ran (timer or interval change), for tests
 }
 
 type writeReq struct {

@@ -395,6 +395,11 @@ func (r *runner) unit(ctx context.Context, u unit) (err error) {
 			return err
 		}
 		if err := l.CheckEmulator(); err != nil {
+			// When it died is unknown: none of the tool's cells in this
+			// unit may reach the results as if emulated.
+			if derr := r.dropToolFiles(u, name); derr != nil {
+				err = errors.Join(err, derr)
+			}
 			return fmt.Errorf("tool %s: %w", name, err)
 		}
 	}
@@ -597,6 +602,32 @@ func (r *runner) healthCheck(ctx context.Context, env tool.Env, target string) e
 		}
 	}
 	return last
+}
+
+// dropToolFiles removes the raw files tool measured in unit u (every kind:
+// request CSVs, rate, stream and iperf3 results, named scenario-tool-…-rN),
+// but not those of a tool whose name extends this one's (strait-packet for
+// strait).
+func (r *runner) dropToolFiles(u unit, tool string) error {
+	prefix := u.scenario.Name + "-" + tool + "-"
+	paths, err := filepath.Glob(filepath.Join(r.dir, "raw", prefix+"*"))
+	if err != nil {
+		return err
+	}
+	rep := fmt.Sprintf("-r%d.", u.rep)
+	var errs []error
+	for _, p := range paths {
+		name := filepath.Base(p)
+		if !strings.Contains(name, rep) || slices.ContainsFunc(r.e.Tools, func(other string) bool {
+			return len(other) > len(tool) && strings.HasPrefix(name, u.scenario.Name+"-"+other+"-")
+		}) {
+			continue
+		}
+		if err := os.Remove(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func rawPath(dir string, cell Cell, rep int) string {

@@ -183,10 +183,7 @@ func TestEmulationOnNodes(t *testing.T) {
 			// requests CPURequest) stays Pending, and Apply must say
 			// so with the scheduler's reason, not at its deadline.
 			c := kubernetes.NewForConfigOrDie(p.config["a"])
-			hog := fillCPU(t, ctx, c, "a-n1")
-			defer func() {
-				_ = c.CoreV1().Pods("default").Delete(context.Background(), hog, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
-			}()
+			fillCPU(t, ctx, c, "a-n1")
 			_, err := linkemu.Apply(ctx, run, p.targets(t, "a"), delay)
 			expect(t, err, "cluster a", "node a-n1", "DaemonSet kube-system/strait-linkemu-", "Insufficient cpu", "unschedulable for", "requests 1 CPU")
 			// The scheduler's refusal, not the deadline's.
@@ -317,9 +314,9 @@ func waitReady(ctx context.Context, p *pair, c, run string) error {
 }
 
 // fillCPU requests, with a pause pod on node, all of its allocatable CPU but
-// half a core, so that no pod asking for a whole one fits, and returns the
-// pod's name once the node has it.
-func fillCPU(t *testing.T, ctx context.Context, c kubernetes.Interface, node string) string {
+// half a core, so that no pod asking for a whole one fits, once the node
+// has it; the test's cleanup deletes it.
+func fillCPU(t *testing.T, ctx context.Context, c kubernetes.Interface, node string) {
 	t.Helper()
 	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
@@ -354,6 +351,10 @@ func fillCPU(t *testing.T, ctx context.Context, c kubernetes.Interface, node str
 	if _, err := c.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Registered before the wait, so a hog that never runs goes too.
+	t.Cleanup(func() {
+		_ = c.CoreV1().Pods("default").Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	})
 	waitFor(t, "hog pod "+name+" running", func() error {
 		got, err := c.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
@@ -364,7 +365,6 @@ func fillCPU(t *testing.T, ctx context.Context, c kubernetes.Interface, node str
 		}
 		return nil
 	})
-	return name
 }
 
 func waitFor(t *testing.T, what string, f func() error) {

@@ -3,7 +3,7 @@
 // link emulation agents, and a pod that cannot be scheduled, whose image
 // cannot be pulled or whose container keeps failing should fail the run at
 // once with what Kubernetes says, not at the wait's deadline
-// (docs/lab-clusters.md, "Faults").
+// (docs/lab-clusters.md, "A unit").
 package podwait
 
 import (
@@ -60,6 +60,11 @@ type Watcher struct {
 func (w *Watcher) Check(ctx context.Context, p *corev1.Pod) Status {
 	if ready(p) {
 		return Status{Ready: true}
+	}
+	if p.DeletionTimestamp != nil {
+		// A pod on its way out (a Deployment's replaced one, killed with
+		// exit 137 or 143) says nothing of the pods that replace it.
+		return Status{Why: "being deleted"}
 	}
 	var why []string
 	stuck := false

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func waiting(name, image, reason, msg string) corev1.ContainerStatus {
@@ -50,6 +51,14 @@ func TestCheck(t *testing.T) {
 				t.Errorf("got %+v, want why %q stuck %v", s, tc.want, tc.stuck)
 			}
 		})
+	}
+	// A replaced pod killed on its way out is not stuck.
+	var w Watcher
+	gone := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{{Name: "echo",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 143}}}}}}
+	gone.DeletionTimestamp = &metav1.Time{Time: time.Unix(1000, 0)}
+	if s := w.Check(context.Background(), gone); s.Stuck {
+		t.Errorf("a pod being deleted (exit 143) counts as stuck: %+v", s)
 	}
 }
 
