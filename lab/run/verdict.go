@@ -57,7 +57,7 @@ func WriteVerdicts(w io.Writer, cells []CellResult, rate []report.RateSummary, t
 		lines = append(lines, fmt.Sprintf("%s bulk ×%d: %s", s.Scenario, s.Streams, throughputVerdict(s, d)))
 	}
 	if len(lines) > 0 {
-		if _, err := fmt.Fprintln(w, "\nIn plain words (IQR mean of each cell against direct's; 95 % bootstrap intervals):"); err != nil {
+		if _, err := fmt.Fprintln(w, "\nIn plain words (a request cell's IQR mean against direct's, with its 95 % bootstrap interval; a bulk cell's mean over its repetitions):"); err != nil {
 			return err
 		}
 	}
