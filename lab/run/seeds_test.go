@@ -188,7 +188,7 @@ func TestSeed004Reduced(t *testing.T) {
 }
 
 // TestSeed002Reduced runs seed002 with 1 s stream cells and 1 s rate
-// cells: every tool's streams (at lcl only) and rate cells (at lcl and
+// cells: every tool's (strait's in each of its data-plane modes) streams (at lcl only) and rate cells (at lcl and
 // cloud10) are measured, the rate cells at cloud10 over the connections
 // its round trip needs (200, not the experiment's 100), strait's and
 // envoy's CPU per GB and per 10 000 requests are read, and the report
@@ -204,8 +204,8 @@ func TestSeed002Reduced(t *testing.T) {
 	readJSON(t, filepath.Join(dir, "throughput.json"), &tput)
 	var rate []report.RateSummary
 	readJSON(t, filepath.Join(dir, "rate.json"), &rate)
-	if len(tput) != 6*2 || len(rate) != 6*2 {
-		t.Fatalf("%d stream cells (want 12: 6 tools × 2 at lcl), %d rate cells (want 12: 6 tools × lcl, cloud10)\n%s", len(tput), len(rate), stdout)
+	if len(tput) != 7*2 || len(rate) != 7*2 {
+		t.Fatalf("%d stream cells (want 14: 7 tools × 2 at lcl), %d rate cells (want 14: 7 tools × lcl, cloud10)\n%s", len(tput), len(rate), stdout)
 	}
 	for _, c := range tput {
 		kernel := c.Tool == "direct" || c.Tool == "vxlan"

@@ -31,6 +31,11 @@ func init() {
 	// The same gateways with the packet mode agreed between them
 	// (docs/packet.md, "The gateway"; straitpacket.go).
 	Register("strait-packet", func() Tool { return &straitTool{packet: &straitPacket{}} })
+	// The same gateways with their sessions over QUIC instead of TLS over
+	// TCP (gateway.Config.Transport); UDP flows ride
+	// its streams as they ride the TLS sessions', so it carries what
+	// strait carries.
+	Register("strait-quic", func() Tool { return &straitTool{transport: gateway.TransportQUIC} })
 }
 
 const (
@@ -56,6 +61,7 @@ var ImportVIP = netip.MustParseAddr("10.96.0.50")
 // only) holds.
 type straitTool struct {
 	congestion string        // the gateways' congestion setting; "" is their default
+	transport  string        // the gateways' transport setting; "" is their default (TLS)
 	packet     *straitPacket // the packet mode's setup, nil for streams
 	procs      processes     // the watcher
 	mu         sync.Mutex
@@ -76,13 +82,15 @@ type gatewayProc struct {
 }
 
 func (t *straitTool) Name() string {
-	if t.packet != nil {
+	switch {
+	case t.packet != nil:
 		return "strait-packet"
+	case t.transport != "":
+		return "strait-" + t.transport
+	case t.congestion != "":
+		return "strait-" + t.congestion
 	}
-	if t.congestion == "" {
-		return "strait"
-	}
-	return "strait-" + t.congestion
+	return "strait"
 }
 
 func (t *straitTool) Setup(ctx context.Context, env Env) (map[string]string, error) {
@@ -185,6 +193,9 @@ spec: {priority: 1000, action: allow}
 				filepath.Join(env.Dir, name+"-state.json"), resFile, MetricsAddr(node))
 			if t.congestion != "" {
 				cfg += "congestion: " + t.congestion + "\n"
+			}
+			if t.transport != "" {
+				cfg += "transport: " + t.transport + "\n"
 			}
 			if t.packet != nil {
 				pc, err := t.packet.config(env, node, side.peer)

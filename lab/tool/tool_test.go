@@ -109,7 +109,18 @@ func TestTools(t *testing.T) {
 			if name == "packet" || name == "strait-packet" {
 				udpThrough(t, l, bin, server.ID, client.ID, targets["echo"])
 			}
-			if cc, ok := strings.CutPrefix(name, "strait-"); ok && cc != "packet" {
+			if name == "strait-quic" {
+				// The sessions are QUIC's: a UDP socket on the gateway
+				// port and no TCP connection on it.
+				gw, _ := l.Plan.Node("a/gw")
+				port := "sport = :" + strconv.Itoa(tool.GatewayPort)
+				tcp, err1 := exec.Command("ip", "netns", "exec", gw.Netns, "ss", "-tnH", "state", "established", "( "+port+" )").CombinedOutput()
+				udp, err2 := exec.Command("ip", "netns", "exec", gw.Netns, "ss", "-unaH", "( "+port+" )").CombinedOutput()
+				if err1 != nil || err2 != nil || len(strings.TrimSpace(string(tcp))) != 0 || len(strings.TrimSpace(string(udp))) == 0 {
+					t.Errorf("a/gw's WAN sockets, want UDP only on port %d: %v %v\nTCP:\n%s\nUDP:\n%s", tool.GatewayPort, err1, err2, tcp, udp)
+				}
+			}
+			if cc, ok := strings.CutPrefix(name, "strait-"); ok && cc != "packet" && cc != "quic" {
 				gw, _ := l.Plan.Node("a/gw")
 				out, err := exec.Command("ip", "netns", "exec", gw.Netns, "ss", "-tin", "state", "established", "( sport = :"+strconv.Itoa(tool.GatewayPort)+" )").CombinedOutput()
 				if err != nil || !strings.Contains(string(out), cc) || strings.Contains(string(out), map[string]string{"bbr": "cubic", "cubic": "bbr"}[cc]) {
