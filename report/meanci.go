@@ -15,12 +15,41 @@ func MeanCI(v []float64) Interval {
 		return Interval{math.NaN(), math.NaN()}
 	}
 	m := mean(v)
+	half := t975(n-1) * math.Sqrt(variance(v)) / math.Sqrt(float64(n))
+	return Interval{Lo: m - half, Hi: m + half}
+}
+
+// RatioCI is the 95 % confidence interval of mean(x)/mean(y), x and y
+// measured independently (a tool's stream runs and direct's): Welch's t on
+// the ratio's logarithm, whose standard error the delta method gives as
+// √(s²x/(nx·x̄²) + s²y/(ny·ȳ²)), with Welch–Satterthwaite's degrees of
+// freedom rounded down (a wider t). The interval is r·e^(±t·se): positive,
+// and as wide either way on a log scale, as a ratio's should be. NaN below
+// two values each or where a mean is not positive.
+func RatioCI(x, y []float64) Interval {
+	nx, ny := float64(len(x)), float64(len(y))
+	mx, my := mean(x), mean(y)
+	if nx < 2 || ny < 2 || mx <= 0 || my <= 0 {
+		return Interval{math.NaN(), math.NaN()}
+	}
+	r := mx / my
+	a, b := variance(x)/(nx*mx*mx), variance(y)/(ny*my*my)
+	if a+b == 0 {
+		return Interval{Lo: r, Hi: r}
+	}
+	df := (a + b) * (a + b) / (a*a/(nx-1) + b*b/(ny-1))
+	half := t975(max(1, int(df))) * math.Sqrt(a+b)
+	return Interval{Lo: r * math.Exp(-half), Hi: r * math.Exp(half)}
+}
+
+// variance is v's sample variance (n−1 in the denominator).
+func variance(v []float64) float64 {
+	m := mean(v)
 	ss := 0.0
 	for _, x := range v {
 		ss += (x - m) * (x - m)
 	}
-	half := t975(n-1) * math.Sqrt(ss/float64(n-1)) / math.Sqrt(float64(n))
-	return Interval{Lo: m - half, Hi: m + half}
+	return ss / float64(len(v)-1)
 }
 
 // t975s are Student's t 0.975 quantiles for 1..30 degrees of freedom.

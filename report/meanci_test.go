@@ -37,3 +37,27 @@ func TestT975(t *testing.T) {
 		}
 	}
 }
+
+func TestRatioCI(t *testing.T) {
+	for _, tc := range []struct {
+		x, y   []float64
+		lo, hi float64
+	}{
+		// r = 12; y has no scatter: se² = 4/(3·144), df 2, t(2) = 4.303.
+		{[]float64{10, 12, 14}, []float64{1, 1, 1}, 7.932, 18.155},
+		// r = 23/1.1; Welch's df 1.82 rounds down to 1: t(1) = 12.706.
+		{[]float64{20, 22, 24, 26}, []float64{1.0, 1.2}, 5.380, 81.265},
+		// No scatter, no width.
+		{[]float64{2, 2}, []float64{4, 4}, 0.5, 0.5},
+	} {
+		iv := RatioCI(tc.x, tc.y)
+		if math.Abs(iv.Lo-tc.lo) > 1e-3 || math.Abs(iv.Hi-tc.hi) > 1e-3 {
+			t.Errorf("RatioCI(%v, %v) = %+v, want [%.3f, %.3f]", tc.x, tc.y, iv, tc.lo, tc.hi)
+		}
+	}
+	for _, v := range [][2][]float64{{{1}, {1, 2}}, {{1, 2}, nil}, {{1, 2}, {-1, 1}}} {
+		if iv := RatioCI(v[0], v[1]); iv.Valid() {
+			t.Errorf("RatioCI(%v, %v) = %+v, want undefined", v[0], v[1], iv)
+		}
+	}
+}

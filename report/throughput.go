@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 
 	"github.com/strait-net/strait/load"
@@ -22,10 +23,10 @@ type ThroughputCell struct {
 // Gbit/s fields, rr cells the transaction rates and round-trip times.
 type ThroughputSummary struct {
 	ThroughputCell
-	Gbps     []float64 `json:"gbit_s"` // one per repetition
+	Gbps     []float64 `json:"gbit_s"` // one per stream run: runs × repetitions
 	MeanGbps float64   `json:"mean_gbit_s"`
-	// MeanGbpsCI is the 95 % interval of MeanGbps over the repetitions
-	// (MeanCI); absent below two repetitions and in older runs.
+	// MeanGbpsCI is the 95 % interval of MeanGbps over the runs (MeanCI);
+	// absent below two runs and in older runs.
 	MeanGbpsCI  *Interval `json:"mean_gbit_s_ci,omitempty"`
 	Retransmits int64     `json:"retransmits"`
 	CC          string    `json:"cc"`
@@ -56,8 +57,17 @@ func (s *ThroughputSummary) Add(r *load.StreamResult) {
 	}
 }
 
-// Reps is the number of repetitions measured.
+// Reps is the number of stream runs measured (throughput.runs in each
+// repetition).
 func (s ThroughputSummary) Reps() int { return len(s.Gbps) }
+
+// samples are the runs' values that Value is the mean of.
+func (s ThroughputSummary) samples() []float64 {
+	if s.RR > 0 {
+		return s.TPS
+	}
+	return s.Gbps
+}
 
 // Value is what the cell is compared by: Gbit/s for bulk, transactions/s
 // for rr.
@@ -88,10 +98,7 @@ func (s ThroughputSummary) ValueCI() *Interval {
 
 // Range is the lowest and highest repetition's Value.
 func (s ThroughputSummary) Range() (lo, hi float64) {
-	v := s.Gbps
-	if s.RR > 0 {
-		v = s.TPS
-	}
+	v := s.samples()
 	if len(v) == 0 {
 		return 0, 0
 	}
@@ -124,30 +131,39 @@ func mean(v []float64) float64 {
 }
 
 // ThroughputRatio returns each cell's Value relative to direct's in the
-// same scenario with the same streams and message size.
-func ThroughputRatio(cells []ThroughputSummary) func(ThroughputSummary) (float64, bool) {
-	return RatioToDirect(cells,
+// same scenario with the same streams and message size, and the ratio's
+// 95 % interval over both cells' runs (RatioCI; not Valid below two runs).
+func ThroughputRatio(cells []ThroughputSummary) func(ThroughputSummary) (float64, Interval, bool) {
+	direct := DirectOf(cells,
 		func(c ThroughputSummary) ThroughputCell { k := c.ThroughputCell; k.Tool = ""; return k },
-		func(c ThroughputSummary) string { return c.Tool },
-		ThroughputSummary.Value)
+		func(c ThroughputSummary) string { return c.Tool })
+	return func(c ThroughputSummary) (float64, Interval, bool) {
+		d, ok := direct(c)
+		if !ok || d.Value() == 0 {
+			return 0, Interval{math.NaN(), math.NaN()}, false
+		}
+		return c.Value() / d.Value(), RatioCI(c.samples(), d.samples()), true
+	}
 }
 
 // WriteThroughputTable prints the bulk cells (Gbit/s) and then the rr
 // cells (transactions/s), each with its ratio to direct.
 func WriteThroughputTable(w io.Writer, cells []ThroughputSummary) error {
 	ratio := ThroughputRatio(cells)
-	bulk := Table{Header: []string{"scenario", "tool", "streams", "reps", "mean Gbit/s", "95% CI", "min", "max", "retransmits", "sender cc", "vs direct", "tool CPU s", "CPU s/GB", "peak RSS MB", "emulator CPU s"}}
-	rr := Table{Header: []string{"scenario", "tool", "message", "connections", "reps", "mean trans/s", "95% CI", "min", "max", "median RTT ms", "vs direct", "tool CPU s", "CPU s/10k trans", "peak RSS MB"}}
+	bulk := Table{Header: []string{"scenario", "tool", "streams", "runs", "mean Gbit/s", "95% CI", "min", "max", "retransmits", "sender cc", "vs direct", "95% CI", "tool CPU s", "CPU s/GB", "peak RSS MB", "emulator CPU s"}}
+	rr := Table{Header: []string{"scenario", "tool", "message", "connections", "runs", "mean trans/s", "95% CI", "min", "max", "median RTT ms", "vs direct", "95% CI", "tool CPU s", "CPU s/10k trans", "peak RSS MB"}}
 	for _, c := range cells {
 		lo, hi := c.Range()
+		r, rci, ok := ratio(c)
+		vs, vsCI := FormatRatio(r, ok), FormatCI(&rci, 3)
 		if c.RR > 0 {
 			rr.Add(c.Scenario, c.Tool, FormatSize(c.RR), strconv.Itoa(c.Streams), strconv.Itoa(c.Reps()),
-				f1(c.MeanTPS), FormatCI(c.MeanTPSCI, 1), f1(lo), f1(hi), f3(c.MedianRTT()), FormatRatio(ratio(c)),
+				f1(c.MeanTPS), FormatCI(c.MeanTPSCI, 1), f1(lo), f1(hi), f3(c.MedianRTT()), vs, vsCI,
 				c.Usage.CPUText(), c.Usage.Per10kText(), c.Usage.PeakRSSText())
 			continue
 		}
 		bulk.Add(c.Scenario, c.Tool, strconv.Itoa(c.Streams), strconv.Itoa(c.Reps()), f3(c.MeanGbps), FormatCI(c.MeanGbpsCI, 3), f3(lo), f3(hi),
-			strconv.FormatInt(c.Retransmits, 10), c.CC, FormatRatio(ratio(c)),
+			strconv.FormatInt(c.Retransmits, 10), c.CC, vs, vsCI,
 			c.Usage.CPUText(), c.Usage.PerGBText(), c.Usage.PeakRSSText(), c.Usage.EmulatorText())
 	}
 	for _, t := range []struct {

@@ -212,23 +212,25 @@ func (r *runner) backendThroughput(ctx context.Context, bu BackendUnit, toolName
 		return fmt.Errorf("tool %s: %s not reachable at %s: %w", toolName, streamService, target, err)
 	}
 	for _, c := range cells {
-		out, err := bu.Load(ctx, append(r.streamArgs(c, target), "--json", "-"))
-		if err != nil {
-			return fmt.Errorf("tool %s: stream %+v: %w", toolName, c, err)
+		for run := 1; run <= tp.Runs; run++ {
+			out, err := bu.Load(ctx, append(r.streamArgs(c, target), "--json", "-"))
+			if err != nil {
+				return fmt.Errorf("tool %s: stream %+v: %w", toolName, c, err)
+			}
+			res, raw, err := decodeStreamOutput(out)
+			if err != nil {
+				return fmt.Errorf("tool %s: stream %+v: load stream output: %w", toolName, c, err)
+			}
+			path := throughputPath(r.dir, c, u.rep, run)
+			// Renamed only when complete, so a resumed run never reads half a file.
+			if err := os.WriteFile(path+".tmp", raw, 0o644); err != nil {
+				return err
+			}
+			if err := os.Rename(path+".tmp", path); err != nil {
+				return err
+			}
+			r.printThroughput(u, toolName, c, res)
 		}
-		res, raw, err := decodeStreamOutput(out)
-		if err != nil {
-			return fmt.Errorf("tool %s: stream %+v: load stream output: %w", toolName, c, err)
-		}
-		path := throughputPath(r.dir, c, u.rep)
-		// Renamed only when complete, so a resumed run never reads half a file.
-		if err := os.WriteFile(path+".tmp", raw, 0o644); err != nil {
-			return err
-		}
-		if err := os.Rename(path+".tmp", path); err != nil {
-			return err
-		}
-		r.printThroughput(u, toolName, c, res)
 	}
 	return nil
 }

@@ -219,7 +219,7 @@ func TestBackendThroughput(t *testing.T) {
 		t.Fatalf("the unit's services %v have no %s server", b.targets, streamService)
 	}
 	for _, c := range e.Throughput.cells("lcl", "direct") {
-		got, err := readResult[load.StreamResult](throughputPath(res.Dir, c, 1))
+		got, err := readResult[load.StreamResult](throughputPath(res.Dir, c, 1, 1))
 		if err != nil {
 			t.Fatalf("%+v: %v", c, err)
 		}

@@ -48,7 +48,7 @@ func (e *Experiment) unitCost(sc scenario.Scenario) time.Duration {
 		perTool += time.Duration(len(rt.cells(sc.Name, ""))) * (rt.warmup + rt.duration + rtt)
 	}
 	if tp := e.Throughput; tp != nil {
-		perTool += time.Duration(len(tp.cells(sc.Name, ""))) * tp.duration
+		perTool += time.Duration(len(tp.cells(sc.Name, ""))*tp.Runs) * tp.duration
 	}
 	if ip := e.Iperf3; ip != nil {
 		perTool += time.Duration(len(ip.Protocols)) * time.Duration(ip.seconds()) * time.Second

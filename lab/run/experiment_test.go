@@ -70,6 +70,7 @@ topology:
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\niperf3: {protocols: [sctp]}\n", "iperf3.protocols[0] \"sctp\": must be tcp or udp"},
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\niperf3: {protocols: [tcp, tcp]}\n", "given twice"},
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\niperf3: {interval: 10ms}\n", "iperf3.interval \"10ms\": want a duration between 100ms and 1m"},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nthroughput: {runs: -1}\n", "throughput.runs -1: must be between 1 and 100"},
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\niperf3: {trials: -1}\n", "iperf3.trials -1"},
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\niperf3: {udp-bitrate: fast}\n", "iperf3.udp-bitrate \"fast\""},
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\niperf3: {udp-length: 10}\n", "iperf3.udp-length 10"},
@@ -224,8 +225,8 @@ func TestWorkloadConnections(t *testing.T) {
 	if n := len(e.Throughput.cells("lcl", "strait")); n != 0 {
 		t.Errorf("%d throughput cells at lcl, want none (throughput.scenarios: [cloud10])", n)
 	}
-	if n := len(e.Throughput.cells("cloud10", "strait")); n != 1 {
-		t.Errorf("%d throughput cells at cloud10, want 1", n)
+	if n := len(e.Throughput.cells("cloud10", "strait")); n != 1 || e.Throughput.Runs < 2 {
+		t.Errorf("%d throughput cells at cloud10 of %d runs, want 1 of several (a ratio's interval needs two)", n, e.Throughput.Runs)
 	}
 	if err := e.Override(Overrides{Scenarios: []string{"lcl"}}); err != nil {
 		t.Fatal(err)

@@ -552,24 +552,27 @@ func (r *runner) measureTool(ctx context.Context, t tool.Tool, env tool.Env, u u
 	}
 	if tp := r.e.Throughput; tp != nil {
 		for _, c := range tp.cells(u.scenario.Name, t.Name()) {
-			uw, err := openUsage(t, env.Lab.EmulatorPID)
-			if err != nil {
-				return err
+			for run := 1; run <= tp.Runs; run++ {
+				uw, err := openUsage(t, env.Lab.EmulatorPID)
+				if err != nil {
+					return err
+				}
+				path := throughputPath(r.dir, c, u.rep, run)
+				res, err := r.measureThroughput(ctx, env, targets[streamService], c, path)
+				if err != nil {
+					return fmt.Errorf("tool %s: stream %+v: %w", t.Name(), c, err)
+				}
+				// A bulk cell is normalized by bytes, an rr cell by
+				// transactions.
+				bytes, requests := float64(res.Bytes), 0.0
+				if c.RR > 0 {
+					bytes, requests = 0, float64(res.Transactions)
+				}
+				if _, err := uw.close(path, bytes, requests); err != nil {
+					return err
+				}
+				r.printThroughput(u, t.Name(), c, res)
 			}
-			res, err := r.measureThroughput(ctx, env, targets[streamService], c, u.rep)
-			if err != nil {
-				return fmt.Errorf("tool %s: stream %+v: %w", t.Name(), c, err)
-			}
-			// A bulk cell is normalized by bytes, an rr cell by
-			// transactions.
-			bytes, requests := float64(res.Bytes), 0.0
-			if c.RR > 0 {
-				bytes, requests = 0, float64(res.Transactions)
-			}
-			if _, err := uw.close(throughputPath(r.dir, c, u.rep), bytes, requests); err != nil {
-				return err
-			}
-			r.printThroughput(u, t.Name(), c, res)
 		}
 	}
 	return nil

@@ -16,11 +16,19 @@ import (
 	"github.com/strait-net/strait/report"
 )
 
-func throughputPath(dir string, c report.ThroughputCell, rep int) string {
+// throughputPath is the raw file of one run (from 1) of a cell in a
+// repetition. The first run's name has no run number, as before runs
+// existed; every name ends in "-r<rep>." as dropToolFiles expects.
+func throughputPath(dir string, c report.ThroughputCell, rep, run int) string {
+	kind := "stream"
 	if c.RR > 0 {
-		return filepath.Join(dir, "raw", fmt.Sprintf("%s-%s-rr%d-x%d-r%d.json", c.Scenario, c.Tool, c.RR, c.Streams, rep))
+		kind = fmt.Sprintf("rr%d", c.RR)
 	}
-	return filepath.Join(dir, "raw", fmt.Sprintf("%s-%s-stream-x%d-r%d.json", c.Scenario, c.Tool, c.Streams, rep))
+	name := fmt.Sprintf("%s-%s-%s-x%d", c.Scenario, c.Tool, kind, c.Streams)
+	if run > 1 {
+		name += fmt.Sprintf("-run%d", run)
+	}
+	return filepath.Join(dir, "raw", fmt.Sprintf("%s-r%d.json", name, rep))
 }
 
 // cells lists the stream cells of one scenario and tool: bulk
@@ -41,8 +49,7 @@ func (tp *Throughput) cells(scenario, tool string) []report.ThroughputCell {
 // measureThroughput runs `strait load stream` on the client node through the
 // tool. The stream server may still be starting, so a refused connection
 // is retried briefly; any other failure is the tool's.
-func (r *runner) measureThroughput(ctx context.Context, env tool.Env, target string, cell report.ThroughputCell, rep int) (*load.StreamResult, error) {
-	path := throughputPath(r.dir, cell, rep)
+func (r *runner) measureThroughput(ctx context.Context, env tool.Env, target string, cell report.ThroughputCell, path string) (*load.StreamResult, error) {
 	args := append([]string{r.opts.Binary, "load"}, r.streamArgs(cell, target)...)
 	args = append(args, "--json", path+".tmp")
 	var last error
@@ -109,15 +116,18 @@ func (r *runner) aggregateThroughput() ([]report.ThroughputSummary, error) {
 				c := report.ThroughputSummary{ThroughputCell: cell}
 				var paths []string
 				for rep := 1; rep <= r.e.Repetitions; rep++ {
-					res, err := readResult[load.StreamResult](throughputPath(r.dir, cell, rep))
-					if errors.Is(err, os.ErrNotExist) {
-						continue
+					for run := 1; run <= tp.Runs; run++ {
+						path := throughputPath(r.dir, cell, rep, run)
+						res, err := readResult[load.StreamResult](path)
+						if errors.Is(err, os.ErrNotExist) {
+							continue
+						}
+						if err != nil {
+							return nil, err
+						}
+						c.Add(res)
+						paths = append(paths, path)
 					}
-					if err != nil {
-						return nil, err
-					}
-					c.Add(res)
-					paths = append(paths, throughputPath(r.dir, cell, rep))
 				}
 				var err error
 				if c.Usage, err = readUsage(paths); err != nil {

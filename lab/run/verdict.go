@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strconv"
 
 	"github.com/strait-net/strait/report"
 )
@@ -57,7 +58,7 @@ func WriteVerdicts(w io.Writer, cells []CellResult, rate []report.RateSummary, t
 		lines = append(lines, fmt.Sprintf("%s bulk ×%d: %s", s.Scenario, s.Streams, throughputVerdict(s, d)))
 	}
 	if len(lines) > 0 {
-		if _, err := fmt.Fprintln(w, "\nIn plain words (a request cell's IQR mean against direct's, with its 95 % bootstrap interval; a bulk cell's mean over its repetitions):"); err != nil {
+		if _, err := fmt.Fprintln(w, "\nIn plain words (a request cell's IQR mean against direct's, with its 95 % bootstrap interval; a bulk cell's mean over its runs, with its ratio's 95 % interval from two runs on):"); err != nil {
 			return err
 		}
 	}
@@ -143,9 +144,25 @@ func requestVerdict(c, d CellResult) string {
 	}
 }
 
+// throughputVerdict compares a bulk cell with direct's. With two runs or
+// more of each it says what the ratio's 95 % interval supports: "at
+// least" its lower end, rounded down, where the interval lies above 1, "at
+// most" its upper end where below, at par where it holds 1; so runs whose
+// intervals overlap do not contradict each other.
 func throughputVerdict(s, d report.ThroughputSummary) string {
 	r := s.MeanGbps / d.MeanGbps
 	both := fmt.Sprintf("%.3g Gbit/s against %.3g Gbit/s direct", s.MeanGbps, d.MeanGbps)
+	if ci := report.RatioCI(s.Gbps, d.Gbps); ci.Valid() {
+		both += fmt.Sprintf("; %.3g× [%.3g, %.3g], means of %d and %d runs", r, ci.Lo, ci.Hi, s.Reps(), d.Reps())
+		switch {
+		case ci.Lo > 1:
+			return fmt.Sprintf("%s moves at least %s× as much as direct (%s)", s.Tool, roundDown(ci.Lo), both)
+		case ci.Hi < 1:
+			return fmt.Sprintf("%s moves at most %s× what direct moves (%s)", s.Tool, roundUp(ci.Hi), both)
+		default:
+			return fmt.Sprintf("%s moves as much as direct within the interval (%s)", s.Tool, both)
+		}
+	}
 	switch {
 	case r >= 1.05:
 		return fmt.Sprintf("%s moves %.1f× as much as direct (%s)", s.Tool, r, both)
@@ -154,6 +171,19 @@ func throughputVerdict(s, d report.ThroughputSummary) string {
 	default:
 		return fmt.Sprintf("%s moves as much as direct (%s)", s.Tool, both)
 	}
+}
+
+// roundDown and roundUp print a ratio's bound to a whole number from 10
+// up and to a tenth below, rounded away from the interval's inside so the
+// words claim no more than the interval.
+func roundDown(v float64) string { return roundTo(v, math.Floor) }
+func roundUp(v float64) string   { return roundTo(v, math.Ceil) }
+
+func roundTo(v float64, f func(float64) float64) string {
+	if v >= 10 {
+		return strconv.FormatFloat(f(v), 'f', 0, 64)
+	}
+	return strconv.FormatFloat(f(v*10)/10, 'f', 1, 64)
 }
 
 // ms formats milliseconds with three significant digits, at least to the

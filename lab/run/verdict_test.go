@@ -31,6 +31,11 @@ func TestWriteVerdicts(t *testing.T) {
 		{ThroughputCell: report.ThroughputCell{Scenario: "cloud10", Tool: "strait", Streams: 1}, MeanGbps: 0.95},
 		{ThroughputCell: report.ThroughputCell{Scenario: "lcl", Tool: "direct", Streams: 1}, MeanGbps: 20},
 		{ThroughputCell: report.ThroughputCell{Scenario: "lcl", Tool: "strait", Streams: 1}, MeanGbps: 5},
+		// Three runs each: the ratio's interval says what holds.
+		{ThroughputCell: report.ThroughputCell{Scenario: "edg10", Tool: "direct", Streams: 1}, Gbps: []float64{0.04, 0.05, 0.06}, MeanGbps: 0.05},
+		{ThroughputCell: report.ThroughputCell{Scenario: "edg10", Tool: "strait", Streams: 1}, Gbps: []float64{0.9, 0.95, 1.0}, MeanGbps: 0.95},
+		{ThroughputCell: report.ThroughputCell{Scenario: "edg10", Tool: "direct", Streams: 8}, Gbps: []float64{0.9, 1.1}, MeanGbps: 1},
+		{ThroughputCell: report.ThroughputCell{Scenario: "edg10", Tool: "strait", Streams: 8}, Gbps: []float64{0.9, 1.0}, MeanGbps: 0.95},
 	}
 	rate := func(sc, tool string, conns int, p99us int64, answered ...float64) report.RateSummary {
 		s := report.RateSummary{RateCell: report.RateCell{Scenario: sc, Tool: tool, Workload: "echo", Payload: 1000, Rate: 10000, Connections: conns},
@@ -62,6 +67,8 @@ func TestWriteVerdicts(t *testing.T) {
 		"cloud10 echo 1KB: strait costs 45 % more than direct, +5.4 ms (17.4 ms against 12 ms direct; 1.450× [1.42, 1.48])",
 		"cloud10 bulk ×1: strait moves 19.0× as much as direct (0.95 Gbit/s against 0.05 Gbit/s direct)",
 		"lcl bulk ×1: strait moves 0.25× what direct moves (5 Gbit/s against 20 Gbit/s direct)",
+		"edg10 bulk ×1: strait moves at least 11× as much as direct (0.95 Gbit/s against 0.05 Gbit/s direct; 19× [11.4, 31.8], means of 3 and 3 runs)",
+		"edg10 bulk ×8: strait moves as much as direct within the interval (0.95 Gbit/s against 1 Gbit/s direct; 0.95× [0.226, 3.99], means of 2 and 2 runs)",
 		"lcl echo 1KB, 10000/s over 100 connections: strait costs 0.350 ms at the p99 (1.25 ms against 0.900 ms direct)",
 		"lcl echo 1KB, 10000/s over 100 connections: envoy saves 0.100 ms at the p99 (0.800 ms against 0.900 ms direct)",
 		"cloud10 echo 1KB, 10000/s over 200 connections: envoy did not reach the rate (7337/s answered, 73 %, in its slowest repetition): its latencies measure a saturated queue, not the path",
@@ -73,8 +80,8 @@ func TestWriteVerdicts(t *testing.T) {
 			t.Errorf("verdicts lack %q:\n%s", want, b.String())
 		}
 	}
-	if n := strings.Count(b.String(), "\n  "); n != 10 {
-		t.Errorf("%d verdict lines, want one per cell of a tool other than direct (6 closed loop and stream, 3 rate) and one per direct short of its rate (1):\n%s", n, b.String())
+	if n := strings.Count(b.String(), "\n  "); n != 12 {
+		t.Errorf("%d verdict lines, want one per cell of a tool other than direct (8 closed loop and stream, 3 rate) and one per direct short of its rate (1):\n%s", n, b.String())
 	}
 	// Rate cells alone still get their header.
 	b.Reset()

@@ -109,8 +109,9 @@ type throughputView struct {
 type throughputRow struct {
 	report.ThroughputSummary
 	Lo, Hi   float64
-	CI       string // of the mean over repetitions (report.MeanCI)
+	CI       string // of the mean over the runs (report.MeanCI)
 	Ratio    float64
+	RatioCI  report.Interval // report.RatioCI
 	HasRatio bool
 }
 
@@ -134,7 +135,7 @@ func (m *model) throughputView() *throughputView {
 		if c.RR > 0 {
 			row.CI = report.FormatCI(c.ValueCI(), 1)
 		}
-		row.Ratio, row.HasRatio = ratio(c)
+		row.Ratio, row.RatioCI, row.HasRatio = ratio(c)
 		if c.RR > 0 {
 			v.RR = append(v.RR, row)
 		} else {
