@@ -390,7 +390,8 @@ func runMode(ctx context.Context, cfg Config, dir, pki, mode, target string) (Re
 	for j := 0; j < n && r.Sampled-r.Echoed < 5 && ctx.Err() == nil; j++ {
 		i := j * r.Imports / n
 		r.Sampled++
-		if addr := netip.AddrPortFrom(addrs[i], 8080).String(); load.EchoOnce(addr, []byte("strait import bench "+addr), 5*time.Second) == nil {
+		addr := netip.AddrPortFrom(addrs[i], 8080).String()
+		if err := load.EchoOnce(addr, []byte("strait import bench "+addr), 5*time.Second); err == nil {
 			r.Echoed++
 		} else if r.Echoed == r.Sampled-1 { // the first failure says why
 			cfg.logger().Warn("import not usable", "import", name(i), "addr", addrs[i], "err", err)
