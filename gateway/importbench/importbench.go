@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -129,10 +130,12 @@ type Result struct {
 	KeepAlive [nPhases]Latency
 }
 
-// Usage is what a gateway process holds.
+// Usage is what a gateway process holds. Heap (go_memstats_heap_inuse_bytes)
+// tells what the RSS holds live or not yet collected from what the runtime
+// keeps or has not returned; Reclaims is strait_memory_reclaims_total.
 type Usage struct {
-	FDs, Goroutines int
-	RSS             int64
+	FDs, Goroutines, Reclaims int
+	RSS, Heap                 int64
 }
 
 // Latency is the keep-alive round trips of one phase.
@@ -448,12 +451,13 @@ func released(ctx context.Context, pid int, metrics string, before Usage, settle
 		if (back || waited > 10*time.Second) && (settled || waited > settle) || ctx.Err() != nil {
 			return u, ctx.Err()
 		}
-		time.Sleep(100 * time.Millisecond)
+		// A scrape's garbage is the gateway's too: not more often.
+		time.Sleep(time.Second)
 	}
 }
 
-// measure reads a gateway's descriptors and RSS from /proc and its
-// goroutines from its metrics (go_goroutines).
+// measure reads a gateway's descriptors and RSS from /proc and the rest
+// from its metrics.
 func measure(pid int, metrics string) (Usage, error) {
 	var u Usage
 	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
@@ -470,15 +474,26 @@ func measure(pid int, metrics string) (Usage, error) {
 		return u, err
 	}
 	defer resp.Body.Close()
+	var goroutines, reclaims int64
+	want := map[string]*int64{"go_goroutines": &goroutines, "go_memstats_heap_inuse_bytes": &u.Heap, "strait_memory_reclaims_total": &reclaims}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "go_goroutines "); ok {
-			u.Goroutines, err = strconv.Atoi(v)
-			return u, err
+		name, v, _ := strings.Cut(sc.Text(), " ")
+		if p := want[name]; p != nil {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return u, fmt.Errorf("%s/metrics: %s %q: %w", metrics, name, v, err)
+			}
+			*p = int64(f)
+			delete(want, name)
 		}
 	}
-	return u, fmt.Errorf("%s/metrics: no go_goroutines (%v)", metrics, sc.Err())
+	if len(want) > 0 {
+		return u, fmt.Errorf("%s/metrics: missing %v (%v)", metrics, slices.Collect(maps.Keys(want)), sc.Err())
+	}
+	u.Goroutines, u.Reclaims = int(goroutines), int(reclaims)
+	return u, nil
 }
 
 // keepAlive is the client of the import that stays: one connection,
@@ -596,9 +611,9 @@ func WriteTable(w io.Writer, rs []Result) {
 				l.P50.Round(time.Microsecond), ratio(l.P50, idle.P50), l.P99.Round(time.Microsecond), ratio(l.P99, idle.P99), l.N, l.Errors)
 		}
 		b, a := r.Before, r.Released
-		fmt.Fprintf(w, "%s: %v after the delete: fds %d (%+d), goroutines %d (%+d), rss %.1fMB (%+.1f%%) against before the imports\n", r.Intercept,
+		fmt.Fprintf(w, "%s: %v after the delete: fds %d (%+d), goroutines %d (%+d), rss %.1fMB (%+.1f%%), heap %.1fMB (%+.1f%%), %d reclaims against before the imports\n", r.Intercept,
 			r.ReleasedAfter.Round(time.Millisecond), a.FDs, a.FDs-b.FDs, a.Goroutines, a.Goroutines-b.Goroutines, float64(a.RSS)/(1<<20),
-			100*(float64(a.RSS)-float64(b.RSS))/float64(max(b.RSS, 1)))
+			pct(a.RSS, b.RSS), float64(a.Heap)/(1<<20), pct(a.Heap, b.Heap), a.Reclaims-b.Reclaims)
 	}
 	if len(rs) == 2 && rs[0].Apply > 0 {
 		fmt.Fprintf(w, "%s/%s: apply time %.2f, rss per import %.2f\n", rs[1].Intercept, rs[0].Intercept,
@@ -607,3 +622,5 @@ func WriteTable(w io.Writer, rs []Result) {
 }
 
 func ratio(a, b time.Duration) float64 { return float64(a) / float64(max(b, 1)) }
+
+func pct(v, base int64) float64 { return 100 * (float64(v) - float64(base)) / float64(max(base, 1)) }
