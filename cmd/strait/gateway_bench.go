@@ -18,7 +18,7 @@ func init() {
 	)
 	cmd := &cobra.Command{
 		Use:   "bench-imports",
-		Short: "Apply N imports to a real gateway process; time, CPU and RSS per import, an echo through a sample, per interception mode",
+		Short: "Apply N imports to a real gateway process and delete them; time, CPU and RSS per import, an echo through a sample, another client's latency meanwhile, what the delete released, per interception mode",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			self, err := os.Executable()
@@ -42,6 +42,9 @@ func init() {
 	f.IntVar(&cfg.Sample, "sample", 100, "imports dialed (echo) to prove them usable")
 	f.StringSliceVar(&intercepts, "intercept", []string{gateway.InterceptSteer, gateway.InterceptListeners}, "modes to run, in order")
 	f.StringVar(&prefix, "prefix", "127.60.0.0/16", "import addresses (one each; loopback needs no setup)")
+	f.DurationVar(&cfg.Pace, "pace", 0, "gap between the keep-alive requests through an import that stays (0: 2ms)")
+	f.DurationVar(&cfg.Baseline, "baseline", 0, "how long the keep-alive requests run before the apply, their idle baseline (0: 2s)")
+	f.DurationVar(&cfg.Settle, "settle", 0, "after the delete, wait up to this long for the gateway's RSS to come back within 10% of before the imports (0: no wait)")
 	f.StringVar(&cfg.Dir, "dir", "", "keep configs and logs here")
 	gatewayCmd.AddCommand(cmd)
 }

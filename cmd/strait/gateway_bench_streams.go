@@ -23,7 +23,9 @@ echo and --active ones echoing 1 KiB every --interval. Reports the gateways'
 RSS, Go heap, descriptors and goroutines per stream, the echo latency, and
 the new-connection rate through the gateways beside direct. --flood opens
 connections past the held ones (set --max-streams to idle+active+stalled to see them
-refused); --stalled opens clients that write and never read. RLIMIT_NOFILE
+refused); --stalled opens clients that write and never read; --udp-flood
+floods a UDP import while the active connections and a UDP echo on
+another import are measured. RLIMIT_NOFILE
 is raised as the connections need (the hard limit only as root).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -53,6 +55,9 @@ is raised as the connections need (the hard limit only as root).`,
 	f.IntVar(&cfg.MaxStreams, "max-streams", 0, "the gateways' max-streams (0: their default, from RLIMIT_NOFILE)")
 	f.IntVar(&cfg.Flood, "flood", 0, "workers opening connections past the held ones for --hold (0: no flood)")
 	f.IntVar(&cfg.Stalled, "stalled", 0, "clients that write until blocked and never read")
+	f.IntVar(&cfg.UDPFlood, "udp-flood", 0, "client sockets flooding a UDP import for --hold after the active phase, a UDP echo measured beside (0: no UDP flood)")
+	f.IntVar(&cfg.UDPFloodRate, "udp-flood-rate", 0, "datagrams/s of all --udp-flood sockets together (0: as fast as they can)")
+	f.DurationVar(&cfg.UDPIdle, "udp-idle", 0, "the gateways' UDP flow idle timeout (0: their default, 30s)")
 	f.IntVar(&cfg.RateWorkers, "rate-workers", 8, "workers of the new-connection rate test")
 	f.DurationVar(&cfg.RateTime, "rate-time", 0, "length of each rate test, direct and through the gateways (0: 2s)")
 	f.IntVar(&cfg.PerImport, "per-import", 10000, "connections per import and echo server (ephemeral ports)")

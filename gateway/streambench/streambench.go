@@ -6,9 +6,10 @@
 // memory, descriptors and goroutines per idle and per active stream, the
 // echo latency of the active streams, the new-connection rate through the
 // pair beside the same client dialing the echo servers directly, and,
-// optionally, abuse: a flood of new connections past max-streams and
-// clients that write and never read, with the active streams' latency
-// meanwhile and what the gateways released afterwards.
+// optionally, abuse: a flood of new connections past max-streams, clients
+// that write and never read and a UDP flood at one import (udpflood.go),
+// with the active streams' latency meanwhile and what the gateways
+// released afterwards.
 package streambench
 
 import (
@@ -18,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -33,6 +35,7 @@ import (
 	"syscall"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/strait-net/strait/catalog"
@@ -67,6 +70,14 @@ type Config struct {
 	// Stalled is how many clients write until their connection blocks and
 	// never read (0: none).
 	Stalled int
+	// UDPFlood is how many client sockets flood a UDP import after the
+	// active phase, for Hold (0: no UDP flood), at UDPFloodRate datagrams
+	// a second together (0: as fast as they can); a UDP echo client on
+	// another UDP import is measured without and during it (udpflood.go).
+	UDPFlood, UDPFloodRate int
+	// UDPIdle is the gateways' UDP flow idle timeout (0: their default,
+	// 30s): the flood's flows, and what they hold, end only after it.
+	UDPIdle time.Duration
 	// RateWorkers dial, echo 64 bytes and close in a loop for RateTime,
 	// directly and through the gateways (0: 8 workers, 2s each).
 	RateWorkers int
@@ -109,19 +120,22 @@ func (c *Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"idle", c.Idle}, {"active", c.Active}, {"max-streams", c.MaxStreams}, {"max-streams-exporting", c.MaxStreamsExporting}, {"flood", c.Flood}, {"stalled", c.Stalled}, {"rate-workers", c.RateWorkers}, {"per-import", c.PerImport}, {"settle-per-stream", c.SettlePerStream}} {
+	}{{"idle", c.Idle}, {"active", c.Active}, {"max-streams", c.MaxStreams}, {"max-streams-exporting", c.MaxStreamsExporting}, {"flood", c.Flood}, {"stalled", c.Stalled}, {"udp-flood", c.UDPFlood}, {"udp-flood-rate", c.UDPFloodRate}, {"rate-workers", c.RateWorkers}, {"per-import", c.PerImport}, {"settle-per-stream", c.SettlePerStream}} {
 		if f.v < 0 {
 			return fmt.Errorf("%s %d: must not be negative", f.name, f.v)
 		}
 	}
-	if c.Interval < 0 || c.Hold < 0 || c.RateTime < 0 || c.Settle < 0 {
-		return fmt.Errorf("interval %v, hold %v, rate time %v, settle %v: must not be negative", c.Interval, c.Hold, c.RateTime, c.Settle)
+	if c.Interval < 0 || c.Hold < 0 || c.RateTime < 0 || c.Settle < 0 || c.UDPIdle < 0 {
+		return fmt.Errorf("interval %v, hold %v, rate time %v, settle %v, udp idle %v: must not be negative", c.Interval, c.Hold, c.RateTime, c.Settle, c.UDPIdle)
+	}
+	if c.UDPFloodRate > 0 && c.UDPFloodRate < c.UDPFlood {
+		return fmt.Errorf("udp-flood-rate %d: at least one datagram a second per flooder (%d)", c.UDPFloodRate, c.UDPFlood)
 	}
 	if c.PerImport > 20000 {
 		return fmt.Errorf("per-import %d: at most 20000, below the ephemeral port range toward one address", c.PerImport)
 	}
-	if c.Prefix.IsValid() && (!c.Prefix.Addr().Is4() || 1<<(32-c.Prefix.Bits())-2 < c.imports()) {
-		return fmt.Errorf("prefix %s: want an IPv4 prefix with room for %d imports", c.Prefix, c.imports())
+	if c.Prefix.IsValid() && (!c.Prefix.Addr().Is4() || 1<<(32-c.Prefix.Bits())-2 < c.imports()+2) {
+		return fmt.Errorf("prefix %s: want an IPv4 prefix with room for %d imports and two UDP ones", c.Prefix, c.imports())
 	}
 	return nil
 }
@@ -145,6 +159,7 @@ type Snapshot struct {
 	Goroutines [2]int
 	Carried    [2]int     // strait_connections_carried
 	Refused    [2]float64 // strait_connections_refused_total, every point
+	UDPFlows   [2]int     // strait_udp_flows_open
 }
 
 // Latency is the active connections' echo round trips in one phase.
@@ -175,7 +190,11 @@ type Result struct {
 	// SettledAfter is how long after the close the RSS was back within
 	// 10 % plus the allowance (or Settle, if it was not).
 	SettledAfter time.Duration
-	LoadAvg      string // /proc/loadavg at the end
+	// The UDP flood and the UDP echo client's round trips without it
+	// (phase active) and during it.
+	UDPFlood   UDPFloodResult
+	UDPLatency []UDPLatency
+	LoadAvg    string // /proc/loadavg at the end
 }
 
 // Snapshot returns the named phase's snapshot, or the zero one.
@@ -190,13 +209,14 @@ func (r *Result) Snapshot(phase string) Snapshot {
 
 // Phases.
 const (
-	PhaseBase    = "base"
-	PhaseIdle    = "idle"
-	PhaseActive  = "active"
-	PhaseFlood   = "flood"
-	PhaseStalled = "stalled"
-	PhaseAfter   = "after"
-	PhaseSettled = "settled" // after Settle, or once RSS came back within 10 %
+	PhaseBase     = "base"
+	PhaseIdle     = "idle"
+	PhaseActive   = "active"
+	PhaseFlood    = "flood"
+	PhaseUDPFlood = "udp-flood"
+	PhaseStalled  = "stalled"
+	PhaseAfter    = "after"
+	PhaseSettled  = "settled" // after Settle, or once RSS came back within 10 %
 )
 
 // PerStream returns the change of gateway i's RSS, descriptors and
@@ -279,6 +299,10 @@ type bench struct {
 	gws     [2]*proc         // importing, exporting
 	metrics [2]string        // their /metrics URLs
 
+	udpImports   []netip.AddrPort // the UDP echo's and the flood's (with UDPFlood)
+	udpDelivered atomic.Uint64    // datagrams the flood's target read
+	udpStop      context.CancelFunc
+
 	mu    sync.Mutex
 	held  []net.Conn // every connection the bench holds open
 	phase atomic.Int32
@@ -294,11 +318,12 @@ const (
 	latFlood
 	latStalling // the stalled clients still writing
 	latStalled  // all of them blocked
+	latUDPFlood
 	latClosing
 	nPhases
 )
 
-var latNames = [nPhases]string{PhaseActive, PhaseFlood, "stalling", PhaseStalled, "closing"}
+var latNames = [nPhases]string{PhaseActive, PhaseFlood, "stalling", PhaseStalled, PhaseUDPFlood, "closing"}
 
 func (b *bench) setup(ctx context.Context, dir string) error {
 	if _, err := fabric.InitDir(dir, "streambench", 24*time.Hour, true); err != nil {
@@ -340,6 +365,20 @@ func (b *bench) setup(ctx context.Context, dir string) error {
 		rs = append(rs, &catalog.ServiceExport{Metadata: catalog.ObjectMeta{Name: name(i), Namespace: "bench"},
 			Spec: catalog.ServiceExportSpec{Target: t, Ports: []catalog.ServicePort{{Port: int32(port)}}}})
 	}
+	var udpTargets []string
+	if b.cfg.UDPFlood > 0 {
+		var uctx context.Context
+		uctx, b.udpStop = context.WithCancel(context.Background())
+		echo, sink, err := b.udpSetup(uctx)
+		if err != nil {
+			return err
+		}
+		udpTargets, b.udpImports = []string{echo, sink}, b.udpImportAddrs(port)
+		for i, t := range udpTargets {
+			rs = append(rs, &catalog.ServiceExport{Metadata: catalog.ObjectMeta{Name: udpNames[i], Namespace: "bench"},
+				Spec: catalog.ServiceExportSpec{Ports: []catalog.ServicePort{{Name: "u", Protocol: catalog.UDP, Port: int32(port), Target: t}}}})
+		}
+	}
 	if _, err := a.admin.ApplyResources(rs); err != nil {
 		return fmt.Errorf("exports: %w", err)
 	}
@@ -357,6 +396,11 @@ func (b *bench) setup(ctx context.Context, dir string) error {
 		rs = append(rs, &catalog.ServiceImport{Metadata: catalog.ObjectMeta{Name: name(i), Namespace: "bench"},
 			Spec: catalog.ServiceImportSpec{Type: catalog.ClusterSetIP, IPs: []string{ap.Addr().String()},
 				Ports: []catalog.ServicePort{{Name: "echo", Protocol: catalog.TCP, Port: int32(port)}}, Clusters: []catalog.ClusterStatus{{Cluster: "a"}}}})
+	}
+	for i, ap := range b.udpImports {
+		rs = append(rs, &catalog.ServiceImport{Metadata: catalog.ObjectMeta{Name: udpNames[i], Namespace: "bench"},
+			Spec: catalog.ServiceImportSpec{Type: catalog.ClusterSetIP, IPs: []string{ap.Addr().String()},
+				Ports: []catalog.ServicePort{{Name: "u", Protocol: catalog.UDP, Port: int32(port)}}, Clusters: []catalog.ClusterStatus{{Cluster: "a"}}}})
 	}
 	if _, err := g.admin.ApplyResources(rs); err != nil {
 		return fmt.Errorf("imports: %w", err)
@@ -405,6 +449,9 @@ func (b *bench) close() {
 	for _, e := range b.echoes {
 		_ = e.Process.Kill()
 		_ = e.Wait()
+	}
+	if b.udpStop != nil {
+		b.udpStop()
 	}
 }
 
@@ -468,11 +515,23 @@ func (b *bench) run(ctx context.Context) error {
 	if err := b.open(ctx, cfg.Idle, cfg.Active, b.echoLoop); err != nil {
 		return err
 	}
-	if err := b.waitEchoes(ctx, latActive, cfg.hold()); err != nil {
+	udpErr := make(chan error, 1)
+	if cfg.UDPFlood > 0 { // the UDP victim's baseline
+		go func() { udpErr <- b.udpEcho(ctx, PhaseActive, cfg.hold()) }()
+	} else {
+		udpErr <- nil
+	}
+	if err := errors.Join(b.waitEchoes(ctx, latActive, cfg.hold()), <-udpErr); err != nil {
 		return err
 	}
 	if err := b.snapshot(PhaseActive, cfg.streams()); err != nil {
 		return err
+	}
+	if cfg.UDPFlood > 0 {
+		b.log.Info("stream bench: udp flood", "sockets", cfg.UDPFlood, "rate", cfg.UDPFloodRate)
+		if err := b.udpFlood(ctx); err != nil {
+			return err
+		}
 	}
 	if cfg.Stalled > 0 {
 		b.log.Info("stream bench: stalled readers", "connections", cfg.Stalled)
@@ -748,8 +807,8 @@ const (
 	goroutineSlack = 4
 )
 
-// released waits until both gateways carry no connection and hold no
-// more descriptors and goroutines than at the start (a minute at most),
+// released waits until both gateways carry no connection and no UDP
+// flow and hold no more descriptors and goroutines than at the start (a minute at most),
 // then takes the last snapshot.
 func (b *bench) released(ctx context.Context) error {
 	base := b.r.Snapshot(PhaseBase)
@@ -758,7 +817,7 @@ func (b *bench) released(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if (s.Carried == [2]int{} && s.FDs[0] <= base.FDs[0]+fdSlack && s.FDs[1] <= base.FDs[1]+fdSlack &&
+		if (s.Carried == [2]int{} && s.UDPFlows == [2]int{} && s.FDs[0] <= base.FDs[0]+fdSlack && s.FDs[1] <= base.FDs[1]+fdSlack &&
 			s.Goroutines[0] <= base.Goroutines[0]+goroutineSlack && s.Goroutines[1] <= base.Goroutines[1]+goroutineSlack) ||
 			time.Now().After(deadline) || ctx.Err() != nil {
 			b.r.Snapshots = append(b.r.Snapshots, s)
@@ -824,6 +883,7 @@ func (b *bench) measure(phase string, streams int) (Snapshot, error) {
 		s.Goroutines[i] = int(m["go_goroutines"])
 		s.Carried[i] = int(m["strait_connections_carried"])
 		s.Refused[i] = m["strait_connections_refused_total"]
+		s.UDPFlows[i] = int(m["strait_udp_flows_open"])
 	}
 	return s, nil
 }
@@ -840,8 +900,8 @@ func (b *bench) refusedTotal() (float64, error) {
 	return sum, nil
 }
 
-// scrape reads gateway i's metrics: each family's samples summed.
-func (b *bench) scrape(i int) (map[string]float64, error) {
+// families reads gateway i's metrics.
+func (b *bench) families(i int) (map[string]*dto.MetricFamily, error) {
 	cl := http.Client{Timeout: 30 * time.Second}
 	resp, err := cl.Get(b.metrics[i])
 	if err != nil {
@@ -852,6 +912,15 @@ func (b *bench) scrape(i int) (map[string]float64, error) {
 	fams, err := p.TextToMetricFamilies(resp.Body)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", b.metrics[i], err)
+	}
+	return fams, nil
+}
+
+// scrape reads gateway i's metrics: each family's samples summed.
+func (b *bench) scrape(i int) (map[string]float64, error) {
+	fams, err := b.families(i)
+	if err != nil {
+		return nil, err
 	}
 	out := map[string]float64{}
 	for name, f := range fams {
@@ -1038,6 +1107,9 @@ func startGateway(cfg Config, dir, cluster string) (*proc, error) {
 	if limit != 0 {
 		conf0 = fmt.Appendf(conf0, "max-streams: %d\n", limit)
 	}
+	if cfg.UDPIdle != 0 {
+		conf0 = fmt.Appendf(conf0, "udp: {idle-timeout: %s}\n", cfg.UDPIdle)
+	}
 	if err := os.WriteFile(conf, conf0, 0o600); err != nil {
 		return nil, err
 	}
@@ -1082,6 +1154,8 @@ func allowAll() catalog.Resource {
 }
 
 func name(i int) string { return "echo-" + strconv.Itoa(i) }
+
+var udpNames = []string{"udp-echo", "udp-flood"}
 
 func nth(base netip.Addr, i int) netip.Addr {
 	a := base.As4()
@@ -1131,6 +1205,33 @@ func WriteTable(w io.Writer, r *Result) {
 		fmt.Fprintf(w, "flood: %d connections tried, %d refused, %d served, %d hung; gateways counted %.0f refusals\n",
 			r.FloodTried, r.FloodRefused, r.FloodServed, r.FloodHung, r.FloodCounted)
 	}
+	for _, l := range r.UDPLatency {
+		fmt.Fprintf(w, "udp echo %d/s during %-9s: %6d of %d echoed, p50 %v p99 %v max %v\n", udpEchoRate, l.Phase, l.Received, l.Sent,
+			l.P50, l.P99, l.Max)
+	}
+	if f := r.UDPFlood; f.Sent > 0 {
+		drops := "none"
+		if len(f.Drops) > 0 {
+			drops = ""
+			for _, k := range slices.Sorted(maps.Keys(f.Drops)) {
+				drops += fmt.Sprintf(" %s %.0f", k, f.Drops[k])
+			}
+		}
+		fmt.Fprintf(w, "udp flood: %d datagrams of %d bytes sent (%.0f/s, %d refused by the kernel), %d reached the target; the gateways counted drops: %s; host UDP receive-buffer drops +%d\n",
+			f.Sent, udpFloodSize, f.Rate, f.SendErrors, f.Delivered, drops, f.HostRcvbufErrors)
+		base, act, fl := r.Snapshot(PhaseActive), r.latency(PhaseActive), r.latency(PhaseUDPFlood)
+		fmt.Fprintf(w, "udp flood against the active phase: tcp echo p50 %.2fx p99 %.2fx", ratio(fl.P50, act.P50), ratio(fl.P99, act.P99))
+		if len(r.UDPLatency) == 2 {
+			fmt.Fprintf(w, ", udp echo p50 %.2fx p99 %.2fx", ratio(r.UDPLatency[1].P50, r.UDPLatency[0].P50), ratio(r.UDPLatency[1].P99, r.UDPLatency[0].P99))
+		}
+		fmt.Fprintln(w)
+		if s := r.Snapshot(PhaseUDPFlood); s.Phase != "" {
+			for i := range 2 {
+				fmt.Fprintf(w, "during the udp flood, %-9s: %d udp flows, against the active phase fds %+d, goroutines %+d, rss %+.1f%%\n", gwNames[i], s.UDPFlows[i],
+					s.FDs[i]-base.FDs[i], s.Goroutines[i]-base.Goroutines[i], pct(s.RSS[i], base.RSS[i]))
+			}
+		}
+	}
 	if r.StalledBytes > 0 {
 		fmt.Fprintf(w, "stalled readers wrote %.1f MB before blocking\n", float64(r.StalledBytes)/(1<<20))
 	}
@@ -1150,5 +1251,18 @@ func WriteTable(w io.Writer, r *Result) {
 		fmt.Fprintf(w, "load average at the end: %s\n", r.LoadAvg)
 	}
 }
+
+// latency returns the active connections' round trips of a phase, or
+// the zero one.
+func (r *Result) latency(phase string) Latency {
+	for _, l := range r.Latency {
+		if l.Phase == phase {
+			return l
+		}
+	}
+	return Latency{}
+}
+
+func ratio(a, b time.Duration) float64 { return float64(a) / float64(max(b, 1)) }
 
 func pct(v, base int64) float64 { return 100 * (float64(v) - float64(base)) / float64(max(base, 1)) }

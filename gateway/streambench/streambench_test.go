@@ -169,3 +169,52 @@ func TestConfigValidate(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestUDPFlood floods a UDP import through real gateway processes beside
+// echoing TCP connections and a UDP echo on another import: the flood's
+// datagrams are sent and reach its target (no more than were sent), both
+// victims are answered without and during the flood, the gateways hold a
+// flow per flooding socket meanwhile, and afterwards (flows ending after
+// a 1 s idle timeout) every flow, descriptor and goroutine is released.
+func TestUDPFlood(t *testing.T) {
+	const active, flooders = 20, 2
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	r, err := streambench.Run(ctx, streambench.Config{Binary: testenv.StraitBinary(t), Dir: t.TempDir(),
+		Active: active, UDPFlood: flooders, UDPFloodRate: 4000, UDPIdle: time.Second,
+		Interval: 50 * time.Millisecond, Hold: 500 * time.Millisecond, RateWorkers: 2, RateTime: 200 * time.Millisecond})
+	var b strings.Builder
+	streambench.WriteTable(&b, r)
+	t.Log("\n" + b.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := r.UDPFlood
+	if f.Sent == 0 || f.Delivered == 0 || f.Delivered > f.Sent {
+		t.Errorf("udp flood: %+v: want datagrams sent and delivered, no more delivered than sent", f)
+	}
+	if len(r.UDPLatency) != 2 || r.UDPLatency[0].Phase != streambench.PhaseActive || r.UDPLatency[1].Phase != streambench.PhaseUDPFlood {
+		t.Fatalf("udp echo phases %+v, want %s then %s", r.UDPLatency, streambench.PhaseActive, streambench.PhaseUDPFlood)
+	}
+	for _, l := range r.UDPLatency {
+		if l.Sent == 0 || l.Received == 0 || l.P50 <= 0 {
+			t.Errorf("udp echo during %s: %+v: not answered", l.Phase, l)
+		}
+	}
+	for _, l := range r.Latency {
+		if (l.Phase == streambench.PhaseActive || l.Phase == streambench.PhaseUDPFlood) && (l.N < active || l.Errors != 0) {
+			t.Errorf("tcp echo during %s: %+v, want every active connection echoing (%d) and no errors", l.Phase, l, active)
+		}
+	}
+	fl, a, base := r.Snapshot(streambench.PhaseUDPFlood), r.Snapshot(streambench.PhaseAfter), r.Snapshot(streambench.PhaseBase)
+	for i := range 2 {
+		if fl.UDPFlows[i] < flooders {
+			t.Errorf("gateway %d held %d udp flows during the flood of %d sockets", i, fl.UDPFlows[i], flooders)
+		}
+		// Slack as in TestBenchSmall: warm target connections, a scrape.
+		if a.UDPFlows[i] != 0 || a.Carried[i] != 0 || a.FDs[i] > base.FDs[i]+2 || a.Goroutines[i] > base.Goroutines[i]+4 {
+			t.Errorf("gateway %d after the flood: %d udp flows, %d connections, %d fds (base %d), %d goroutines (base %d): not released",
+				i, a.UDPFlows[i], a.Carried[i], a.FDs[i], base.FDs[i], a.Goroutines[i], base.Goroutines[i])
+		}
+	}
+}
