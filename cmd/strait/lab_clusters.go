@@ -37,6 +37,14 @@ func (linkEmulator) Down(ctx context.Context, cfg *rest.Config, run string) erro
 	return linkemu.Down(ctx, cfg, run)
 }
 
+func (linkEmulator) Needs() kube.EmuNeeds {
+	n := kube.EmuNeeds{Namespace: linkemu.Namespace, PodSecurity: linkemu.PodSecurity, What: linkemu.What}
+	for _, r := range linkemu.Rights {
+		n.Rights = append(n.Rights, kube.EmuRight{Verb: r.Verb, Group: r.Group, Resource: r.Resource})
+	}
+	return n
+}
+
 // clusterBackend is `strait lab run --clusters FILE`'s backend.
 func clusterBackend(path string) (run.Backend, error) {
 	m, err := kube.LoadClusterMap(path)

@@ -54,7 +54,33 @@ type EmuTarget struct {
 type Emulator interface {
 	Apply(ctx context.Context, run string, targets []EmuTarget, p emulation.Params) (Applied, error)
 	Down(ctx context.Context, cfg *rest.Config, run string) error
+	// Needs is what Apply, Remove and Down do in every cluster of an
+	// impaired run, which the preflight checks before any unit.
+	Needs() EmuNeeds
 }
+
+// EmuNeeds is what an Emulator does in each cluster besides listing
+// nodes: the preflight checks it when a scenario is impaired, so that a
+// missing right fails the run before its first unit, not at the first
+// impaired unit after others were measured (docs/lab-clusters.md,
+// "Preflight").
+type EmuNeeds struct {
+	// Namespace holds what the emulator creates; the preflight reads it
+	// for its PodSecurity level.
+	Namespace string
+	// Rights are the verbs on resources in Namespace.
+	Rights []EmuRight
+	// PodSecurity is the PodSecurity level ("privileged", "baseline",
+	// "restricted") Namespace must admit for the emulator's pods; ""
+	// checks none.
+	PodSecurity string
+	// What names the objects in errors, e.g. "the privileged hostNetwork
+	// DaemonSet of link emulation".
+	What string
+}
+
+// EmuRight is one verb on one resource (group "" is the core API).
+type EmuRight struct{ Verb, Group, Resource string }
 
 // Applied is emulation in place; Remove takes it away.
 type Applied interface {
@@ -195,7 +221,12 @@ func (b *Backend) Check(ctx context.Context, p run.BackendPlan) error {
 	}
 	for _, name := range []string{b.server, b.client} {
 		export := hasTool(p.Tools, "strait") || (hasTool(p.Tools, run.InstalledTool) && b.opts.Clusters.Export)
-		info, err := preflight(ctx, b.conns[name], name == b.server, name == b.client, p.Tools, export, emulated)
+		var emu *EmuNeeds
+		if emulated {
+			n := b.opts.Emulator.Needs()
+			emu = &n
+		}
+		info, err := preflight(ctx, b.conns[name], name == b.server, name == b.client, p.Tools, export, emu)
 		if err != nil {
 			return err
 		}

@@ -21,6 +21,7 @@ func (noEmulator) Apply(context.Context, string, []EmuTarget, emulation.Params) 
 	return nil, errors.New("Apply called")
 }
 func (noEmulator) Down(context.Context, *rest.Config, string) error { return errors.New("Down called") }
+func (noEmulator) Needs() EmuNeeds                                  { return EmuNeeds{} }
 
 func TestCheckRefusesLinkScenarios(t *testing.T) {
 	m, err := ParseClusterMap([]byte("clusters: {a: {}, b: {}}\n"), t.TempDir())

@@ -161,7 +161,8 @@ spec:
 
 // leftovers lists what any strait lab run left in the pair: namespaces,
 // AccessPolicies and link emulation DaemonSets with the lab's label, and
-// the emulation's devices (nodeemu's "stk…") and netem qdiscs on the nodes.
+// on the nodes the emulation's devices (nodeemu's "stk…"), netem and tbf
+// qdiscs, and tc programs attached by tcx (nodeemu's, held by the agent).
 func (p *pair) leftovers(t *testing.T) string {
 	t.Helper()
 	var left []string
@@ -181,11 +182,36 @@ func (p *pair) leftovers(t *testing.T) string {
 				left = append(left, c+": device "+strings.TrimSuffix(f[1], ":"))
 			}
 		}
-		if q := testenv.Run(t, "tc", "-n", p.nodeNetns(c), "qdisc", "show"); strings.Contains(q, "netem") {
-			left = append(left, c+": netem qdiscs: "+q)
+		if q := testenv.Run(t, "tc", "-n", p.nodeNetns(c), "qdisc", "show"); strings.Contains(q, "netem") || strings.Contains(q, "tbf") {
+			left = append(left, c+": netem or tbf qdiscs: "+q)
+		}
+		if links := testenv.TCXLinks(t, p.nodeNetns(c)); len(links) > 0 {
+			left = append(left, c+": tcx programs: "+strings.Join(links, ", "))
 		}
 	}
 	return strings.Join(left, "; ")
+}
+
+// interrupt sends the run cmd Ctrl-C and waits until it has ended, which
+// must be with an error.
+func interrupt(t *testing.T, cmd *exec.Cmd, log *bytes.Buffer) {
+	t.Helper()
+	// Ctrl-C reaches `ip netns exec`'s child too: it is the same
+	// process after exec.
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatalf("an interrupted run succeeded:\n%s", log)
+		}
+	case <-time.After(patience):
+		_ = cmd.Process.Kill()
+		t.Fatalf("the run did not end %v after SIGINT:\n%s", patience, log)
+	}
 }
 
 // labRun starts `strait lab run` in a's node namespace (where both API
@@ -265,22 +291,7 @@ func TestRunOnClusters(t *testing.T) {
 			}
 			return nil
 		})
-		// Ctrl-C reaches `ip netns exec`'s child too: it is the same
-		// process after exec.
-		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err == nil {
-				t.Fatalf("an interrupted run succeeded:\n%s", log)
-			}
-		case <-time.After(patience):
-			_ = cmd.Process.Kill()
-			t.Fatalf("the run did not end %v after SIGINT:\n%s", patience, log)
-		}
+		interrupt(t, cmd, log)
 		if left := p.leftovers(t); left != "" {
 			t.Fatalf("left after Ctrl-C: %s\nrun said:\n%s", left, log)
 		}
@@ -414,9 +425,39 @@ func TestRunOnClusters(t *testing.T) {
 		const added = 18 * time.Millisecond
 		emuExp := write("experiment-emu.yaml", strings.Replace(experiment, "scenarios: [lcl]",
 			"define-scenarios: [{name: d9, lan: {delay: 2ms}, wan: {delay: 5ms}}]\nscenarios: [d9]", 1))
-		cmd, log := labRun(t, p, bin, tmp, emuExp, "--clusters", clusters, "--out", filepath.Join(tmp, "results-emu"), "--tools", "direct")
+		// Ctrl-C once the emulation is in place (its programs attached
+		// on both nodes, its DaemonSets up): the run must take all of it
+		// away, and --resume finishes the run.
+		emuOut := filepath.Join(tmp, "results-emu")
+		cmd, log := labRun(t, p, bin, tmp, emuExp, "--clusters", clusters, "--out", emuOut, "--tools", "direct")
+		eventually(t, "the emulation's programs on both nodes", func() error {
+			if !testenv.ProcessAlive(cmd.Process.Pid) {
+				_ = cmd.Wait()
+				t.Fatalf("the run ended before its emulation was seen in place:\n%s", log)
+			}
+			for _, c := range []string{"a", "b"} {
+				if len(testenv.TCXLinks(t, p.nodeNetns(c))) == 0 {
+					return fmt.Errorf("none on %s's node yet; run says: %s", c, log)
+				}
+			}
+			return nil
+		})
+		for _, c := range []string{"a", "b"} {
+			if ds := p.Must(t, c, "", "-n", linkemu.Namespace, "get", "daemonsets", "-l", linkemu.LabelComponent+"=linkemu", "-o", "name"); strings.TrimSpace(ds) == "" {
+				t.Fatalf("cluster %s: no emulation DaemonSet while its programs are attached", c)
+			}
+		}
+		interrupt(t, cmd, log)
+		if left := p.leftovers(t); left != "" {
+			t.Fatalf("left after Ctrl-C of an emulated unit: %s\nrun said:\n%s", left, log)
+		}
+		dirs, _ := filepath.Glob(filepath.Join(emuOut, "kube-test-*"))
+		if len(dirs) != 1 {
+			t.Fatalf("run directories %v, want the interrupted one", dirs)
+		}
+		cmd, log = labRun(t, p, bin, tmp, emuExp, "--clusters", clusters, "--resume", dirs[0], "--tools", "direct")
 		if err := cmd.Wait(); err != nil {
-			t.Fatalf("emulated run: %v\n%s", err, log)
+			t.Fatalf("resumed emulated run: %v\n%s", err, log)
 		}
 		median := func(path string) time.Duration {
 			f, err := os.Open(path)
@@ -439,10 +480,6 @@ func TestRunOnClusters(t *testing.T) {
 			}
 			slices.Sort(d)
 			return d[len(d)/2]
-		}
-		dirs, _ := filepath.Glob(filepath.Join(tmp, "results-emu", "kube-test-*"))
-		if len(dirs) != 1 {
-			t.Fatalf("run directories %v, want one", dirs)
 		}
 		base := median(filepath.Join(runDir, "raw", "lcl-direct-echo-1KB-r1.csv"))
 		got := median(filepath.Join(dirs[0], "raw", "d9-direct-echo-1KB-r1.csv"))

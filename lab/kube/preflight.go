@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,6 +17,20 @@ import (
 type access struct {
 	verb, group, resource, subresource string
 	namespaced                         bool
+	// namespace: a namespaced access in this namespace (the emulator's),
+	// not in the unit's.
+	namespace string
+}
+
+// where says where a denied access was asked about.
+func (a access) where() string {
+	switch {
+	case a.namespace != "":
+		return "in namespace " + a.namespace + ", for link emulation"
+	case a.namespaced:
+		return "in namespaces " + unitNamespacePrefix + "*"
+	}
+	return "cluster-wide"
 }
 
 func (a access) String() string {
@@ -31,10 +46,12 @@ func (a access) String() string {
 
 // accesses lists what a unit does in a cluster that serves the workloads,
 // runs the load generator, or both, with tools; export: a tool creates
-// ServiceExports; emulated: a scenario is impaired, so a unit asks each
+// ServiceExports; emu (nil: no scenario is impaired): a unit asks each
 // cluster's pods which source address the other's have (detectSources:
-// an exec and a NodePort Service on each side).
-func accesses(server, client bool, tools []string, export, emulated bool) []access {
+// an exec and a NodePort Service on each side), and the emulator does
+// what emu says in every cluster.
+func accesses(server, client bool, tools []string, export bool, emu *EmuNeeds) []access {
+	emulated := emu != nil
 	a := []access{
 		{verb: "create", resource: "namespaces"},
 		{verb: "delete", resource: "namespaces"},
@@ -71,6 +88,11 @@ func accesses(server, client bool, tools []string, export, emulated bool) []acce
 			access{verb: "create", group: "strait.dev", resource: "accesspolicies"},
 			access{verb: "deletecollection", group: "strait.dev", resource: "accesspolicies"})
 	}
+	if emulated {
+		for _, r := range emu.Rights {
+			a = append(a, access{verb: r.Verb, group: r.Group, resource: r.Resource, namespaced: true, namespace: emu.Namespace})
+		}
+	}
 	return a
 }
 
@@ -79,15 +101,19 @@ func accesses(server, client bool, tools []string, export, emulated bool) []acce
 const unitNamespacePrefix = "strait-lab-"
 
 // preflight checks one reachable cluster: the user may do what a unit
-// does, the nodes run Linux; and it returns what the metadata records.
-func preflight(ctx context.Context, c *conn, server, client bool, tools []string, export, emulated bool) (*ClusterInfo, error) {
+// (and with emu, the emulator) does, the emulator's namespace admits its
+// pods, the nodes run Linux; and it returns what the metadata records.
+func preflight(ctx context.Context, c *conn, server, client bool, tools []string, export bool, emu *EmuNeeds) (*ClusterInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	info := &ClusterInfo{Server: c.cfg.Host}
 	var denied []string
-	for _, a := range accesses(server, client, tools, export, emulated) {
+	for _, a := range accesses(server, client, tools, export, emu) {
 		ra := &authv1.ResourceAttributes{Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource}
-		if a.namespaced {
+		switch {
+		case a.namespace != "":
+			ra.Namespace = a.namespace
+		case a.namespaced:
 			ra.Namespace = unitNamespacePrefix + "x"
 		}
 		r, err := c.cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx,
@@ -96,15 +122,16 @@ func preflight(ctx context.Context, c *conn, server, client bool, tools []string
 			return nil, fmt.Errorf("cluster %s: access review of %s: %w", c.name, a, err)
 		}
 		if !r.Status.Allowed {
-			where := "cluster-wide"
-			if a.namespaced {
-				where = "in namespaces " + unitNamespacePrefix + "*"
-			}
-			denied = append(denied, a.String()+" ("+where+")")
+			denied = append(denied, a.String()+" ("+a.where()+")")
 		}
 	}
 	if len(denied) > 0 {
 		return nil, fmt.Errorf("cluster %s: RBAC: the kubeconfig's user may not %s", c.name, strings.Join(denied, "; "))
+	}
+	if emu != nil {
+		if err := admits(ctx, c, emu); err != nil {
+			return nil, err
+		}
 	}
 	nodes, err := c.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -149,6 +176,37 @@ func preflight(ctx context.Context, c *conn, server, client bool, tools []string
 		}
 	}
 	return info, nil
+}
+
+// podSecurityLevels ranks PodSecurity's levels from the most to the least
+// restrictive: a namespace admits the pods of its level and of those
+// before it.
+var podSecurityLevels = []string{"restricted", "baseline", "privileged"}
+
+// admits checks that emu's namespace exists and that its PodSecurity
+// enforce label admits emu's pods. A namespace without the label is taken
+// to admit them: a cluster-wide default (the API server's
+// AdmissionConfiguration) is not visible through the API, and the
+// DaemonSet's FailedCreate event names it then (docs/lab-clusters.md).
+func admits(ctx context.Context, c *conn, emu *EmuNeeds) error {
+	if emu.Namespace == "" || emu.PodSecurity == "" {
+		return nil
+	}
+	ns, err := c.cs.CoreV1().Namespaces().Get(ctx, emu.Namespace, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("cluster %s: link emulation: get namespace %s (its PodSecurity level): %w", c.name, emu.Namespace, err)
+	}
+	const label = "pod-security.kubernetes.io/enforce"
+	lvl, ok := ns.Labels[label]
+	if !ok {
+		return nil
+	}
+	has, need := slices.Index(podSecurityLevels, lvl), slices.Index(podSecurityLevels, emu.PodSecurity)
+	if has < 0 || has < need {
+		return fmt.Errorf("cluster %s: link emulation: namespace %s enforces PodSecurity %q (label %s), which refuses %s (it needs %q)",
+			c.name, emu.Namespace, lvl, label, emu.What, emu.PodSecurity)
+	}
+	return nil
 }
 
 // gatewayPort is the WAN port of the strait gateways of cluster c: the

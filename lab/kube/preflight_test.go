@@ -10,13 +10,16 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/strait-net/strait/internal/testenv"
 	"github.com/strait-net/strait/k8s/k8stest"
 	"github.com/strait-net/strait/lab/emulation"
+	"github.com/strait-net/strait/lab/kube/linkemu"
 	"github.com/strait-net/strait/lab/run"
 	"github.com/strait-net/strait/lab/scenario"
 	"github.com/strait-net/strait/lab/tool"
@@ -151,6 +154,79 @@ func TestPreflight(t *testing.T) {
 			t.Errorf("unimpaired: %v, want no services asked of the client's cluster", err)
 		}
 	})
+	// A user who may do everything an unimpaired unit with direct does,
+	// and nothing in kube-system: an impaired scenario is refused before
+	// any unit, naming what link emulation needs there.
+	if _, err := c.Kubeconfig("unit", nil, dir); err != nil {
+		t.Fatal(err)
+	}
+	unit := "clusters: {a: {kubeconfig: unit.kubeconfig}, b: {kubeconfig: unit.kubeconfig}}\n"
+	grant := func(t *testing.T, name, ns string, rules []rbacv1.PolicyRule) {
+		t.Helper()
+		subj := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "unit"}}
+		var err error
+		if ns == "" {
+			_, err = cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{})
+			if err == nil {
+				_, err = cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name}, Subjects: subj,
+					RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name}}, metav1.CreateOptions{})
+			}
+		} else {
+			_, err = cs.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{})
+			if err == nil {
+				_, err = cs.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name}, Subjects: subj,
+					RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name}}, metav1.CreateOptions{})
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("RBACEmulation", func(t *testing.T) {
+		grant(t, "strait-lab-unit", "", []rbacv1.PolicyRule{
+			{APIGroups: []string{""}, Resources: []string{"namespaces", "nodes", "pods", "pods/log", "pods/exec", "services"}, Verbs: []string{"get", "list", "create", "delete"}},
+			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"create"}},
+		})
+		if err := checkEmu(t, unit, dir, refusingEmulator{}, []string{"direct"}, "lcl"); err != nil {
+			t.Fatalf("unimpaired: %v, want no emulation rights asked", err)
+		}
+		err := checkEmu(t, unit, dir, refusingEmulator{}, []string{"direct"}, "lcl", "edg10")
+		wantErr(t, err, "cluster a: RBAC: the kubeconfig's user may not create daemonsets.apps (in namespace kube-system, for link emulation); "+
+			"get daemonsets.apps (in namespace kube-system, for link emulation); list daemonsets.apps (in namespace kube-system, for link emulation); "+
+			"delete daemonsets.apps (in namespace kube-system, for link emulation); list events (in namespace kube-system, for link emulation)")
+		if strings.Contains(err.Error(), "strait-lab-*") || strings.Contains(err.Error(), "list pods") {
+			t.Errorf("%v: names rights the user has", err)
+		}
+		// What linkemu lists is all the preflight asks in kube-system.
+		var rules []rbacv1.PolicyRule
+		for _, r := range linkemu.Rights {
+			rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{r.Group}, Resources: []string{r.Resource}, Verbs: []string{r.Verb}})
+		}
+		grant(t, "strait-lab-linkemu", linkemu.Namespace, rules)
+		if err := checkEmu(t, unit, dir, refusingEmulator{}, []string{"direct"}, "edg10"); err != nil {
+			t.Fatalf("with linkemu.Rights in %s: %v", linkemu.Namespace, err)
+		}
+	})
+	t.Run("PodSecurityEmulation", func(t *testing.T) {
+		label := func(v string) {
+			t.Helper()
+			patch := `{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":` + v + `}}}`
+			if _, err := cs.CoreV1().Namespaces().Patch(ctx, "kube-system", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		defer label("null")
+		label(`"baseline"`)
+		wantErr(t, checkEmu(t, admin, dir, refusingEmulator{}, []string{"direct"}, "edg10"),
+			`cluster a: link emulation: namespace kube-system enforces PodSecurity "baseline" (label pod-security.kubernetes.io/enforce), which refuses the privileged hostNetwork DaemonSet pods of link emulation (strait-linkemu-*) (it needs "privileged")`)
+		if err := checkEmu(t, admin, dir, refusingEmulator{}, []string{"direct"}, "lcl"); err != nil {
+			t.Errorf("unimpaired: %v, want kube-system's PodSecurity not asked", err)
+		}
+		label(`"privileged"`)
+		if err := checkEmu(t, admin, dir, refusingEmulator{}, []string{"direct"}, "edg10"); err != nil {
+			t.Errorf("kube-system privileged: %v", err)
+		}
+	})
 	t.Run("StraitNotInstalled", func(t *testing.T) {
 		wantErr(t, checkWith(t, admin, dir, []string{"direct", "strait"}, "lcl"), "cluster a: tool strait: no Deployment strait-system/strait-gateway: install deploy/ first")
 	})
@@ -177,4 +253,14 @@ func (refusingEmulator) Apply(context.Context, string, []EmuTarget, emulation.Pa
 
 func (refusingEmulator) Down(context.Context, *rest.Config, string) error {
 	return errors.New("refusingEmulator: no emulation in a preflight test")
+}
+
+// Needs are linkemu's, as cmd/strait's adapter gives them: the preflight
+// checks what the emulation the lab runs needs.
+func (refusingEmulator) Needs() EmuNeeds {
+	n := EmuNeeds{Namespace: linkemu.Namespace, PodSecurity: linkemu.PodSecurity, What: linkemu.What}
+	for _, r := range linkemu.Rights {
+		n.Rights = append(n.Rights, EmuRight{Verb: r.Verb, Group: r.Group, Resource: r.Resource})
+	}
+	return n
 }

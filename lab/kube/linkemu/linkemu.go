@@ -59,6 +59,31 @@ var Image = "ghcr.io/strait-net/strait:lab"
 // (kube-proxy, CNI), so the lab creates and deletes no namespace.
 const Namespace = "kube-system"
 
+// Right is one verb on one resource in Namespace (group "" is the core API).
+type Right struct{ Verb, Group, Resource string }
+
+// Rights are what Apply, Remove and Down do in Namespace: read it (its
+// PodSecurity level), the DaemonSets, the listing of their pods and of
+// their FailedCreate and scale-up events (podwait). Besides these they
+// list nodes. The lab's preflight checks them before any unit
+// (docs/lab-clusters.md, "Preflight").
+var Rights = []Right{
+	{"get", "", "namespaces"},
+	{"create", "apps", "daemonsets"},
+	{"get", "apps", "daemonsets"},
+	{"list", "apps", "daemonsets"},
+	{"delete", "apps", "daemonsets"},
+	{"list", "", "pods"},
+	{"list", "", "events"},
+}
+
+// PodSecurity is the PodSecurity level Namespace must admit: the agent's
+// pod is privileged and on the host network.
+const PodSecurity = "privileged"
+
+// What names the package's objects in the preflight's errors.
+const What = "the privileged hostNetwork DaemonSet pods of link emulation (strait-linkemu-*)"
+
 // Labels on everything the package creates.
 const (
 	LabelManagedBy = "app.kubernetes.io/managed-by"
@@ -259,7 +284,7 @@ func prepare(ctx context.Context, t Target) (*side, error) {
 	if err != nil {
 		return nil, s.errorf("namespace %s: %w", Namespace, err)
 	}
-	if lvl := ns.Labels["pod-security.kubernetes.io/enforce"]; lvl != "" && lvl != "privileged" {
+	if lvl := ns.Labels["pod-security.kubernetes.io/enforce"]; lvl != "" && lvl != PodSecurity {
 		return nil, s.errorf("namespace %s enforces PodSecurity %q, which refuses the privileged hostNetwork pod link emulation needs", Namespace, lvl)
 	}
 	return s, nil

@@ -65,6 +65,10 @@ func TestEmulationOnNodes(t *testing.T) {
 		// A BestEffort agent's emulator loses the CPU to the pods whose
 		// traffic it delays (linkemu.CPURequest).
 		for _, c := range []string{"a", "b"} {
+			// What checkClean finds gone after Remove is there now.
+			if links := testenv.TCXLinks(t, p.Netns[c]); len(links) < 2 {
+				t.Errorf("cluster %s: tcx programs on the node: %v, want the agent's egress and ingress ones", c, links)
+			}
 			pods, err := kubernetes.NewForConfigOrDie(p.config[c]).CoreV1().Pods(linkemu.Namespace).List(ctx,
 				metav1.ListOptions{LabelSelector: linkemu.LabelComponent + "=linkemu"})
 			if err != nil || len(pods.Items) == 0 {

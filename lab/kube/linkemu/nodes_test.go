@@ -177,6 +177,8 @@ func (p *pair) state(t *testing.T) string {
 		fmt.Fprintf(&b, "%s links: %s\n", c, strings.Join(names, " "))
 		fmt.Fprintf(&b, "%s qdiscs: %s", c, testenv.Run(t, "tc", "-n", ns, "qdisc", "show"))
 		fmt.Fprintf(&b, "%s programs: %s", c, testenv.Run(t, "ip", "netns", "exec", ns, "bpftool", "net", "show"))
+		// bpftool before v7.3 does not list tcx links, the agent's.
+		fmt.Fprintf(&b, "%s tcx programs: %s\n", c, strings.Join(testenv.TCXLinks(t, ns), ", "))
 	}
 	return b.String()
 }
