@@ -1062,3 +1062,60 @@ func TestPacketModePeerResource(t *testing.T) {
 		t.Errorf("a's stream mode accepted no connection after the Peer resource said stream")
 	}
 }
+
+// TestPacketModeStartErrors: a gateway configured for the packet mode on a
+// node that cannot run it does not start, and says why (docs/packet.md,
+// "Commands": each requirement is named in the error when missing): a pin
+// root on no bpffs names bpffs and the path, a LAN device the node lacks
+// names the device. Nothing falls back to streams.
+func TestPacketModeStartErrors(t *testing.T) {
+	e, id := startPacketTest(t, "pktst")
+	ns := testenv.Netns(t, id)
+	for _, args := range [][]string{
+		{"-n", ns, "link", "add", "lan", "type", "veth", "peer", "name", "lanp"},
+		{"-n", ns, "addr", "add", "10.1.0.1/24", "dev", "lan"},
+		{"-n", ns, "link", "set", "lan", "up"},
+		{"-n", ns, "link", "set", "lo", "up"},
+	} {
+		testenv.Run(t, "ip", args...)
+	}
+	fabric := filepath.Join(tmpDir, "fabric")
+	issueFabric(t, fabric)
+	resFile := filepath.Join(tmpDir, "resources.yaml")
+	if err := os.WriteFile(resFile, []byte(peerYAML("b", "192.0.2.2:4443")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plain := filepath.Join(tmpDir, "plain")
+	for _, c := range []struct{ name, pinRoot, lan, want string }{
+		{"no bpffs", plain, "lan", "pinRoot " + plain + " is not on a bpffs mount"},
+		{"no device", e.pins, "nosuchlan0", `lan "nosuchlan0"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := filepath.Join(tmpDir, "gateway.yaml")
+			if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`cluster: a
+identity: {dir: %s}
+listen: 10.1.0.1:4443
+admin: %s
+state: %s
+resources: [%s]
+peers: {b: {data-plane: packet}}
+packet: {lan: %s, snat: 10.1.0.254, pin-root: %s, name: gw-a}
+`, fabric, filepath.Join(tmpDir, "a.sock"), filepath.Join(tmpDir, "state.json"), resFile, c.lan, c.pinRoot)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// The gateway is expected to exit; the timeout only bounds a
+			// gateway that starts anyway, which is the failure.
+			cmd := exec.Command("timeout", patience.String(), "ip", "netns", "exec", ns, binary, "gateway", "--config", cfg)
+			out, err := cmd.CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "packet mode: ") || !strings.Contains(string(out), c.want) {
+				t.Fatalf("gateway start: %v, want it to fail naming %q:\n%s", err, c.want, out)
+			}
+			if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 124 {
+				t.Fatalf("the gateway started and ran for %v:\n%s", patience, out)
+			}
+			if out := testenv.Run(t, "ip", "-n", ns, "-br", "link"); strings.Contains(out, "stv-") {
+				t.Errorf("a tunnel device was made anyway:\n%s", out)
+			}
+		})
+	}
+}
