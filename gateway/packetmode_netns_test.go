@@ -282,17 +282,23 @@ func (e *packetEnv) udp(t *testing.T, size int) {
 // unreachable), bounded by patience.
 func (e *packetEnv) healthProbe(t *testing.T, addr, want string) {
 	t.Helper()
+	e.healthProbeAt(t, addr, packet.DefaultProbePort, want)
+}
+
+// healthProbeAt is healthProbe to port.
+func (e *packetEnv) healthProbeAt(t *testing.T, addr string, port int, want string) {
+	t.Helper()
 	b := make([]byte, health.ProbeLen)
 	var out string
 	for deadline := time.Now().Add(patience); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		health.Encode(b, uint64(time.Now().UnixNano()))
 		o, _ := exec.Command("ip", "netns", "exec", e.ca, "python3", filepath.Join(tmpDir, "udp.py"), "send", addr,
-			fmt.Sprint(packet.DefaultProbePort), hex.EncodeToString(b)).CombinedOutput()
+			fmt.Sprint(port), hex.EncodeToString(b)).CombinedOutput()
 		if out = strings.TrimSpace(string(o)); out == want {
 			return
 		}
 	}
-	t.Fatalf("health probe to %s:%d: %s after %v, want %s", addr, packet.DefaultProbePort, out, patience, want)
+	t.Fatalf("health probe to %s:%d: %s after %v, want %s", addr, port, out, patience, want)
 }
 
 // stop ends g with SIGTERM, as an operator does, and waits for it.
