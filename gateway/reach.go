@@ -65,36 +65,41 @@ func (g *Gateway) watchReach(ctx context.Context, serve bool) error {
 	defer t.Stop()
 	var resp *health.Responder
 	var wg sync.WaitGroup
+	defer wg.Wait()
 	defer func() {
 		if resp != nil {
 			resp.Close()
 		}
-		wg.Wait()
 	}()
-	reached, cut, first := false, false, true
+	reached, cut, opened, failing := false, false, false, false
 	for {
 		heard, any := g.reachesPeers()
 		reached = reached || heard
-		now := any && reached && !heard
-		if now != cut || first {
-			if now != cut {
-				if now {
-					g.log.Warn("cut off from every peer gateway: refusing health probes")
-				} else {
-					g.log.Info("peer gateways heard again: answering health probes")
-				}
+		if now := any && reached && !heard; now != cut {
+			cut = now
+			if cut {
+				g.log.Warn("cut off from every peer gateway: refusing health probes")
+			} else {
+				g.log.Info("peer gateways heard again: answering health probes")
 			}
-			cut, first = now, false
-			if serve && cut && resp != nil {
-				resp.Close()
-				resp = nil
-			}
-			if serve && !cut && resp == nil {
-				r, err := health.NewResponder(health.ResponderConfig{Addr: g.cfg.Health})
-				if err != nil {
-					return err
+		}
+		if serve && cut && resp != nil {
+			resp.Close()
+			resp = nil
+		}
+		if serve && !cut && resp == nil {
+			r, err := health.NewResponder(health.ResponderConfig{Addr: g.cfg.Health})
+			switch {
+			case err != nil && !opened:
+				return err // at the start, as a bad address should
+			case err != nil:
+				// Reopening after a cut: the next tick tries again.
+				if !failing {
+					g.log.Warn("health responder not reopened, retrying", "err", err)
 				}
-				resp = r
+				failing = true
+			default:
+				resp, opened, failing = r, true, false
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
