@@ -28,7 +28,6 @@ import (
 	"github.com/strait-net/strait/catalog"
 	"github.com/strait-net/strait/dns"
 	"github.com/strait-net/strait/fabric"
-	"github.com/strait-net/strait/health"
 	"github.com/strait-net/strait/policy"
 	"github.com/strait-net/strait/tunnel"
 	"github.com/strait-net/strait/tunnel/quic"
@@ -194,13 +193,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 			g.shutdown()
 			return nil
 		}
-		h, err := health.NewResponder(health.ResponderConfig{Addr: g.cfg.Health})
-		if err != nil {
-			cancel()
-			g.shutdown()
-			return err
-		}
-		g.spawn(func() { errc <- h.Run(ctx) })
+	}
+	if serve := g.cfg.Health != ""; serve || len(g.cfg.packetPeers()) > 0 {
+		g.spawn(func() { errc <- g.watchReach(ctx, serve) })
 	}
 	var first error
 	select {

@@ -594,6 +594,20 @@ func (p *packetPlane) sessionsJudge() bool {
 	return false
 }
 
+// setLANProbes makes the programs answer the LAN's health probes or
+// refuse them (watchReach); before the programs are attached it does
+// nothing, and Attach leaves them answering.
+func (p *packetPlane) setLANProbes(answer bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.dp == nil {
+		return
+	}
+	if err := p.dp.SetLANProbes(answer); err != nil {
+		p.log.Warn("packet mode: LAN health probes not switched", "answer", answer, "err", err)
+	}
+}
+
 // packetLiveness is the liveness of every packet peer's gateways (peer →
 // gateway → live), and the same as a string that changes when any of them
 // does. A gateway whose programs answered this gateway's prober is judged

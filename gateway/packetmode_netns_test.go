@@ -282,17 +282,23 @@ func (e *packetEnv) udp(t *testing.T, size int) {
 // unreachable), bounded by patience.
 func (e *packetEnv) healthProbe(t *testing.T, addr, want string) {
 	t.Helper()
+	e.healthProbeAt(t, addr, packet.DefaultProbePort, want)
+}
+
+// healthProbeAt is healthProbe to port.
+func (e *packetEnv) healthProbeAt(t *testing.T, addr string, port int, want string) {
+	t.Helper()
 	b := make([]byte, health.ProbeLen)
 	var out string
 	for deadline := time.Now().Add(patience); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		health.Encode(b, uint64(time.Now().UnixNano()))
 		o, _ := exec.Command("ip", "netns", "exec", e.ca, "python3", filepath.Join(tmpDir, "udp.py"), "send", addr,
-			fmt.Sprint(packet.DefaultProbePort), hex.EncodeToString(b)).CombinedOutput()
+			fmt.Sprint(port), hex.EncodeToString(b)).CombinedOutput()
 		if out = strings.TrimSpace(string(o)); out == want {
 			return
 		}
 	}
-	t.Fatalf("health probe to %s:%d: %s after %v, want %s", addr, packet.DefaultProbePort, out, patience, want)
+	t.Fatalf("health probe to %s:%d: %s after %v, want %s", addr, port, out, patience, want)
 }
 
 // stop ends g with SIGTERM, as an operator does, and waits for it.
@@ -1060,5 +1066,62 @@ func TestPacketModePeerResource(t *testing.T) {
 	e.curl(t, "over streams again")
 	if got := e.a.metric(t, conns); got <= before {
 		t.Errorf("a's stream mode accepted no connection after the Peer resource said stream")
+	}
+}
+
+// TestPacketModeStartErrors: a gateway configured for the packet mode on a
+// node that cannot run it does not start, and says why (docs/packet.md,
+// "Commands": each requirement is named in the error when missing): a pin
+// root on no bpffs names bpffs and the path, a LAN device the node lacks
+// names the device. Nothing falls back to streams.
+func TestPacketModeStartErrors(t *testing.T) {
+	e, id := startPacketTest(t, "pktst")
+	ns := testenv.Netns(t, id)
+	for _, args := range [][]string{
+		{"-n", ns, "link", "add", "lan", "type", "veth", "peer", "name", "lanp"},
+		{"-n", ns, "addr", "add", "10.1.0.1/24", "dev", "lan"},
+		{"-n", ns, "link", "set", "lan", "up"},
+		{"-n", ns, "link", "set", "lo", "up"},
+	} {
+		testenv.Run(t, "ip", args...)
+	}
+	fabric := filepath.Join(tmpDir, "fabric")
+	issueFabric(t, fabric)
+	resFile := filepath.Join(tmpDir, "resources.yaml")
+	if err := os.WriteFile(resFile, []byte(peerYAML("b", "192.0.2.2:4443")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plain := filepath.Join(tmpDir, "plain")
+	for _, c := range []struct{ name, pinRoot, lan, want string }{
+		{"no bpffs", plain, "lan", "pinRoot " + plain + " is not on a bpffs mount"},
+		{"no device", e.pins, "nosuchlan0", `lan "nosuchlan0"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := filepath.Join(tmpDir, "gateway.yaml")
+			if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`cluster: a
+identity: {dir: %s}
+listen: 10.1.0.1:4443
+admin: %s
+state: %s
+resources: [%s]
+peers: {b: {data-plane: packet}}
+packet: {lan: %s, snat: 10.1.0.254, pin-root: %s, name: gw-a}
+`, fabric, filepath.Join(tmpDir, "a.sock"), filepath.Join(tmpDir, "state.json"), resFile, c.lan, c.pinRoot)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// The gateway is expected to exit; the timeout only bounds a
+			// gateway that starts anyway, which is the failure.
+			cmd := exec.Command("timeout", patience.String(), "ip", "netns", "exec", ns, binary, "gateway", "--config", cfg)
+			out, err := cmd.CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "packet mode: ") || !strings.Contains(string(out), c.want) {
+				t.Fatalf("gateway start: %v, want it to fail naming %q:\n%s", err, c.want, out)
+			}
+			if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 124 {
+				t.Fatalf("the gateway started and ran for %v:\n%s", patience, out)
+			}
+			if out := testenv.Run(t, "ip", "-n", ns, "-br", "link"); strings.Contains(out, "stv-") {
+				t.Errorf("a tunnel device was made anyway:\n%s", out)
+			}
+		})
 	}
 }

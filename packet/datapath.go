@@ -494,6 +494,25 @@ func (d *Datapath) SetUnderlayMTU(mtu int) error {
 	return d.setTunnelMTU()
 }
 
+// SetLANProbes makes attached programs answer the LAN's health probes
+// (answer true, as Attach leaves them) or leave them to the stack, which
+// refuses them at once (no socket has the probe port), so that what
+// spreads the cluster's clients over its gateways takes this node out
+// while it is cut off from every peer gateway (docs/failover.md, "A
+// gateway cut off from its peers"). Before Attach it does nothing.
+func (d *Datapath) SetLANProbes(answer bool) error {
+	if d.settings == nil || d.settings.LANQuiet == !answer {
+		return nil
+	}
+	s := *d.settings
+	s.LANQuiet = !answer
+	if err := d.coll.Maps["config"].Update(uint32(0), s, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write settings: %w", err)
+	}
+	d.settings = &s
+	return nil
+}
+
 // MSS reads the MSS the programs clamp SYNs to from their pinned
 // settings (what the last Attach or SetUnderlayMTU wrote, in any process).
 func (d *Datapath) MSS() (uint16, error) {

@@ -188,3 +188,39 @@ func TestMaglevMapping(t *testing.T) {
 		check(d, tb)
 	}
 }
+
+// TestLoadNeedsBPFFS: a pin root on a filesystem other than bpffs (here the
+// test's temporary directory) fails Load with an error that names bpffs
+// and the path, before anything is loaded (docs/packet.md, "The gateway":
+// nothing falls back silently).
+func TestLoadNeedsBPFFS(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "pins")
+	_, err := Load(Config{Name: "test", PinRoot: root}, nil)
+	if err == nil || !strings.Contains(err.Error(), "not on a bpffs mount") || !strings.Contains(err.Error(), root) {
+		t.Fatalf("Load with pinRoot %s on no bpffs: %v, want an error naming bpffs and the path", root, err)
+	}
+	if _, err := os.Stat(root); !os.IsNotExist(err) {
+		t.Errorf("Load made the pin root anyway: %v", err)
+	}
+}
+
+// TestAttachNamesMissingDevice: Attach to a LAN device the node does not
+// have fails with an error naming the device, and attaches and creates
+// nothing: no tunnel device, no pinned link.
+func TestAttachNamesMissingDevice(t *testing.T) {
+	testenv.RequireRoot(t)
+	ns := testenv.Netns(t, testenv.UniqueName("pktdev"))
+	d := loadTest(t, Config{LAN: "nosuchlan0"})
+	err := testenv.InNetns(ns, func() error { return d.Attach(context.Background()) })
+	if err == nil || !strings.Contains(err.Error(), `lan "nosuchlan0"`) {
+		t.Fatalf("Attach to a missing LAN device: %v, want an error naming it", err)
+	}
+	if out := testenv.Run(t, "ip", "-n", ns, "-br", "link"); strings.Contains(out, "stv-") {
+		t.Errorf("a tunnel device was made anyway:\n%s", out)
+	}
+	for _, pin := range []string{pinLAN, pinTunnel} {
+		if _, err := os.Stat(filepath.Join(d.dir, pin)); !os.IsNotExist(err) {
+			t.Errorf("link pin %s after the failed attach: %v", pin, err)
+		}
+	}
+}

@@ -433,7 +433,10 @@ type settings struct {
 	PortMin    uint16
 	PortMax    uint16
 	ProbePort  uint16 // 0: the programs answer no probe
-	Idle       time.Duration
+	// LANQuiet: the programs leave the LAN's health probes to the stack,
+	// which refuses them (Datapath.SetLANProbes).
+	LANQuiet bool
+	Idle     time.Duration
 }
 
 const settingsLen = 32
@@ -451,6 +454,9 @@ func (s settings) MarshalBinary() ([]byte, error) {
 	ne.PutUint16(b[14:], s.PortMin)
 	ne.PutUint16(b[16:], s.PortMax)
 	ne.PutUint16(b[18:], s.ProbePort)
+	if s.LANQuiet {
+		ne.PutUint32(b[20:], 1)
+	}
 	if s.Idle < 0 {
 		return nil, fmt.Errorf("idle %v: must not be negative", s.Idle)
 	}
@@ -462,8 +468,9 @@ func (s *settings) UnmarshalBinary(b []byte) error {
 	if err := checkLen("settings", b, settingsLen); err != nil {
 		return err
 	}
-	if err := checkZero("settings", b[20:24]); err != nil {
-		return err
+	quiet := ne.Uint32(b[20:])
+	if quiet > 1 {
+		return fmt.Errorf("settings: lan_quiet %d: want 0 or 1", quiet)
 	}
 	idle := ne.Uint64(b[24:])
 	if idle > math.MaxInt64 {
@@ -472,7 +479,7 @@ func (s *settings) UnmarshalBinary(b []byte) error {
 	*s = settings{
 		TunIfindex: ne.Uint32(b), VNI: ne.Uint32(b[4:]), SNAT: getAddr(b[8:]),
 		MSS: ne.Uint16(b[12:]), PortMin: ne.Uint16(b[14:]), PortMax: ne.Uint16(b[16:]),
-		ProbePort: ne.Uint16(b[18:]), Idle: time.Duration(idle),
+		ProbePort: ne.Uint16(b[18:]), LANQuiet: quiet == 1, Idle: time.Duration(idle),
 	}
 	return nil
 }

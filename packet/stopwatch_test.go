@@ -1,16 +1,12 @@
 package packet
 
 import (
-	"fmt"
 	"net"
-	"os"
-	"runtime"
 	"testing"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
 
 	"github.com/strait-net/strait/internal/testenv"
 )
@@ -93,7 +89,7 @@ func newStopwatch(t testing.TB) *stopwatch {
 // devices of the network namespace ns.
 func (s *stopwatch) attach(t testing.TB, ns, from, to string) {
 	t.Helper()
-	err := inNetns(ns, func() error {
+	err := testenv.InNetns(ns, func() error {
 		for i, a := range []struct {
 			dev    string
 			attach ebpf.AttachType
@@ -139,47 +135,6 @@ func (s *stopwatch) close() {
 		p.Close()
 	}
 	s.m.Close()
-}
-
-// inNetns runs f on an OS thread switched into the named network namespace
-// (an `ip netns` name) and switches the thread back before unlocking it.
-// A thread left in the namespace would make the test process one of the
-// namespace's processes, which testenv's cleanup kills.
-func inNetns(ns string, f func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer orig.Close()
-		target, err := os.Open("/var/run/netns/" + ns)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- err
-			return
-		}
-		ferr := f()
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			// Stay locked: the runtime ends the thread with the goroutine
-			// (or, if it is the main thread, never runs anything on it
-			// again).
-			errc <- fmt.Errorf("back to the test's network namespace: %w", err)
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
-	return <-errc
 }
 
 // netInterfaceIndex is the index of the device name in the calling

@@ -165,8 +165,11 @@ type slot struct {
 
 // remote is one gateway of the peer and what the pool knows of its health.
 type remote struct {
-	addr    string
-	up      atomic.Bool
+	addr string
+	up   atomic.Bool
+	// heard: a frame arrived from it within the silence window at the
+	// last check (up may keep a silent one: checkHealthLocked).
+	heard   atomic.Bool
 	suspect int // trusted, suspected or baselined (poolhealth.go), under the pool's healthMu
 	streams atomic.Uint64
 	downs   atomic.Uint64 // live → dead transitions

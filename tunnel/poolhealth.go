@@ -20,6 +20,12 @@ type GatewayHealth struct {
 	Addr string
 	// Live reports whether the table sends flows to it.
 	Live bool
+	// Heard reports whether a frame came from it within the silence
+	// window at the last check. Live keeps a silent gateway while every
+	// one is silent; Heard does not, so that a gateway can tell that it
+	// is cut off from the peer (docs/failover.md, "A gateway cut off from
+	// its peers").
+	Heard bool
 	// Buckets is its share of the table now (of Size): its own buckets
 	// while live plus those it inherited from dead gateways.
 	Buckets, Size int
@@ -37,7 +43,7 @@ func (p *Pool) Gateways() []GatewayHealth {
 	v := p.view.Load()
 	out := make([]GatewayHealth, len(p.gws))
 	for i, r := range p.gws {
-		out[i] = GatewayHealth{Addr: r.addr, Live: r.up.Load(), Buckets: v.Buckets(r.addr), Size: v.Size(),
+		out[i] = GatewayHealth{Addr: r.addr, Live: r.up.Load(), Heard: r.heard.Load(), Buckets: v.Buckets(r.addr), Size: v.Size(),
 			Streams: r.streams.Load(), Downs: r.downs.Load(), Since: time.Unix(0, r.since.Load())}
 	}
 	return out
@@ -235,6 +241,9 @@ func (p *Pool) checkHealthLocked(now time.Time) {
 		if p.inboundAlive(r, now, window, late) && hasSession[i] {
 			alive[i] = true
 		}
+	}
+	for i, r := range p.gws {
+		r.heard.Store(alive[i])
 	}
 	// Silence from every gateway at once is more likely this side's own
 	// stall (or the path they share) than all of them dying together; with

@@ -3,7 +3,9 @@
 //
 //   - failover: `strait load probe` at a fixed rate through strait while one
 //     gateway of the exporting cluster, then one of the importing cluster,
-//     is killed with SIGKILL and later restarted. It reports the recovery
+//     is killed with SIGKILL and later restarted (or, with fault:
+//     uplink-down, its node's uplink is taken down and later brought back
+//     up). It reports the recovery
 //     time of new connections (lost probes ÷ rate), the probes lost on
 //     long-lived connections — split into connections that broke (they ran
 //     through the killed gateway) and connections that did not — and a
@@ -43,6 +45,18 @@ const (
 	KindAggregate = "aggregate"
 )
 
+// Faults a failover experiment inflicts on each victim at kill-at, undone
+// at restart-at.
+const (
+	// FaultKill kills the victim's gateway process with SIGKILL and
+	// restarts it (the default).
+	FaultKill = "kill"
+	// FaultUplinkDown sets the victim node's uplink device down in its
+	// namespace and back up: the node and its process live on, cut off
+	// from the WAN (docs/failover.md, "Uplink down").
+	FaultUplinkDown = "uplink-down"
+)
+
 // Experiment is a multi-gateway experiment file.
 //
 //	kind: failover                  # or aggregate
@@ -50,6 +64,7 @@ const (
 //	uplink: {delay: 5ms, rate: 300mbit}   # each gateway's WAN uplink, both directions
 //	probe: {rate: 2000, streams: 8, duration: 8s, kill-at: 2s, restart-at: 5s}
 //	victims: [a/gw2, b/gw2]         # failover: killed one after the other
+//	fault: uplink-down              # failover: kill (default) or uplink-down
 //	stream: {parallel: 12, duration: 8s}  # aggregate
 //	tool: strait-packet             # the gateways' tool (default strait)
 type Experiment struct {
@@ -62,7 +77,10 @@ type Experiment struct {
 	Uplink   *emulation.Spec `yaml:"uplink,omitempty"`
 	Probe    ProbeSettings   `yaml:"probe,omitempty"`
 	Victims  []string        `yaml:"victims,omitempty"`
-	Stream   StreamSettings  `yaml:"stream,omitempty"`
+	// Fault is what happens to each victim: FaultKill (default) or
+	// FaultUplinkDown.
+	Fault  string         `yaml:"fault,omitempty"`
+	Stream StreamSettings `yaml:"stream,omitempty"`
 	// Emulator as in topology files: auto, netem, tbf or userspace.
 	Emulator string `yaml:"emulator,omitempty"`
 }
@@ -192,6 +210,9 @@ func (e *Experiment) Validate() error {
 		if p.Duration <= 0 || !(0 < p.KillAt && p.KillAt < p.RestartAt && p.RestartAt < p.Duration) {
 			bad("probe: need 0 < kill-at (%v) < restart-at (%v) < duration (%v)", p.KillAt, p.RestartAt, p.Duration)
 		}
+		if e.Fault != "" && e.Fault != FaultKill && e.Fault != FaultUplinkDown {
+			bad("fault %q: must be %s or %s", e.Fault, FaultKill, FaultUplinkDown)
+		}
 		if len(e.Victims) == 0 {
 			bad("victims: need at least one gateway node, e.g. a/gw2")
 		}
@@ -215,6 +236,14 @@ func (e *Experiment) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// fault is what happens to a victim: Fault, or FaultKill.
+func (e *Experiment) fault() string {
+	if e.Fault == "" {
+		return FaultKill
+	}
+	return e.Fault
 }
 
 // tool is the tool to measure: Tool, or strait.

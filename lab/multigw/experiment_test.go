@@ -80,3 +80,15 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestValidateFault(t *testing.T) {
+	const base = "kind: failover\ngateways: [2]\nprobe: {rate: 10, streams: 1, duration: 3s, kill-at: 1s, restart-at: 2s}\nvictims: [a/gw2]\n"
+	if _, err := Parse([]byte(base + "fault: unplug\n")); err == nil || !strings.Contains(err.Error(), `fault "unplug": must be kill or uplink-down`) {
+		t.Errorf("fault unplug: %v", err)
+	}
+	for _, f := range []string{"", "fault: kill\n", "fault: uplink-down\ntool: strait-packet\n"} {
+		if _, err := Parse([]byte(base + f)); err != nil {
+			t.Errorf("%q: %v", f, err)
+		}
+	}
+}

@@ -336,7 +336,10 @@ func printAggregate(w io.Writer, e *Experiment, results []any) {
 // window is by the probes' send times (see analyzeFailover).
 type FailoverResult struct {
 	Victim string `json:"victim"`
-	Rate   int    `json:"rate"`
+	// Fault is what happened to the victim at the kill: FaultKill or
+	// FaultUplinkDown, undone at the restart.
+	Fault string `json:"fault"`
+	Rate  int    `json:"rate"`
 	// New connections: probes lost from the kill to the restart, and the
 	// recovery time lost ÷ rate.
 	NewLostKill int `json:"new_lost_after_kill"`
@@ -416,13 +419,25 @@ func (u *unit) failover(ctx context.Context, e *Experiment, victim string) (*Fai
 	}()
 	var killAt, restartAt time.Time
 	var evErr error
+	var linkUp func(context.Context) error
 	if sleepCtx(ctx, time.Until(start.Add(p.KillAt))) {
 		killAt = time.Now()
-		evErr = u.ctl.Kill(victim)
+		if e.fault() == FaultUplinkDown {
+			linkUp, evErr = uplinkDown(ctx, u.lab.Plan, victim)
+		} else {
+			evErr = u.ctl.Kill(victim)
+		}
 	}
 	if evErr == nil && sleepCtx(ctx, time.Until(start.Add(p.RestartAt))) {
 		restartAt = time.Now()
-		evErr = u.ctl.Restart(ctx, victim)
+		if linkUp != nil {
+			evErr, linkUp = linkUp(ctx), nil
+		} else {
+			evErr = u.ctl.Restart(ctx, victim)
+		}
+	}
+	if linkUp != nil { // cancelled while down: the next phase needs it up
+		evErr = errors.Join(evErr, linkUp(context.WithoutCancel(ctx)))
 	}
 	d := <-probeDone
 	loads, names := sampler()
@@ -438,7 +453,7 @@ func (u *unit) failover(ctx context.Context, e *Experiment, victim string) (*Fai
 		return nil, err
 	}
 	r := analyzeFailover(samples, killAt, restartAt, p.Rate, probeTimeout)
-	r.Victim, r.Gateways = victim, names
+	r.Victim, r.Fault, r.Gateways = victim, e.fault(), names
 	r.KillOffsetMs, r.RestartOffsetMs = ms(killAt.Sub(start)), ms(restartAt.Sub(start))
 	for _, row := range loads {
 		row.AtMs = ms(row.at.Sub(start))
@@ -452,7 +467,11 @@ func (u *unit) failover(ctx context.Context, e *Experiment, victim string) (*Fai
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func (r *FailoverResult) print(w io.Writer) {
-	fmt.Fprintf(w, "\nfailover: kill -9 %s at %.0f ms, restart at %.0f ms; probes %d/s per mode\n", r.Victim, r.KillOffsetMs, r.RestartOffsetMs, r.Rate)
+	what := fmt.Sprintf("kill -9 %s at %.0f ms, restart at %.0f ms", r.Victim, r.KillOffsetMs, r.RestartOffsetMs)
+	if r.Fault == FaultUplinkDown {
+		what = fmt.Sprintf("uplink of %s down at %.0f ms, up at %.0f ms", r.Victim, r.KillOffsetMs, r.RestartOffsetMs)
+	}
+	fmt.Fprintf(w, "\nfailover: %s; probes %d/s per mode\n", what, r.Rate)
 	fmt.Fprintf(w, "  new connections: %d sent; lost from the kill to the restart %d → recovery %.1f ms (%.1f ms above the %.0f lost in as long before the kill)\n",
 		r.NewSent, r.NewLostKill, r.NewRecoveryKillMs, r.NewExcessKillMs, r.NewLostBefore)
 	fmt.Fprintf(w, "  new connections in the 500 ms after the kill: %d lost → %.1f ms above the loss rate before the kill\n", r.NewLost500, r.NewExcess500Ms)

@@ -73,12 +73,14 @@ func TestTools(t *testing.T) {
 					t.Skipf("%s not installed (scripts/setup.sh installs it)", cmd)
 				}
 			}
-			before := snapshot(t, l)
+			// The tool's directory exists before the first snapshot, which
+			// lists the bpffs mounts below it.
+			dir := t.TempDir()
+			before := snapshot(t, l, dir)
 			tl, err := tool.New(name)
 			if err != nil {
 				t.Fatal(err)
 			}
-			dir := t.TempDir()
 			if name == "strait" {
 				// A run directory too deep for a Unix socket path beside it
 				// (a long --out): the admin sockets go elsewhere.
@@ -108,6 +110,11 @@ func TestTools(t *testing.T) {
 			}
 			if name == "packet" || name == "strait-packet" {
 				udpThrough(t, l, bin, server.ID, client.ID, targets["echo"])
+				// The snapshot sees what these tools attach and pin, or
+				// its comparison after the teardown would prove nothing.
+				if mid := snapshot(t, l, dir); !strings.Contains(mid, " tcx_ingress: program ") || !strings.Contains(mid, "  pin ") {
+					t.Errorf("the snapshot shows no attached program or no pin while %s runs:\n%s", name, mid)
+				}
 			}
 			if name == "strait-quic" {
 				// The sessions are QUIC's: a UDP socket on the gateway
@@ -137,7 +144,7 @@ func TestTools(t *testing.T) {
 			if err := tl.Teardown(ctx); err != nil {
 				t.Errorf("second teardown: %v", err)
 			}
-			if after := snapshot(t, l); after != before {
+			if after := snapshot(t, l, dir); after != before {
 				t.Errorf("teardown left the lab changed:\n--- before\n%s\n--- after\n%s", before, after)
 			}
 			// wireguard-go's control sockets are host-wide, outside the
@@ -267,8 +274,12 @@ func readJSONFile(path string, v any) error {
 var counters = regexp.MustCompile(`(?m)^\s+(RX|TX|link/|altname).*\n`)
 
 // snapshot describes every namespace of the lab: devices, addresses,
-// routes, firewall and processes.
-func snapshot(t *testing.T, l *lab.Lab) string {
+// routes, firewall, processes and the BPF programs attached to its devices
+// with their links and maps; and the bpffs mounts at or below dir with
+// their pins, and the BPF objects the test process holds open. What the
+// packet tools pin outlives their processes (docs/packet.md, "The
+// gateway"): their teardown must take it all down.
+func snapshot(t *testing.T, l *lab.Lab, dir string) string {
 	t.Helper()
 	var b strings.Builder
 	for _, n := range l.Plan.Nodes {
@@ -286,7 +297,21 @@ func snapshot(t *testing.T, l *lab.Lab) string {
 			}
 			b.WriteString(counters.ReplaceAllString(string(out), ""))
 		}
+		bpf, err := testenv.BPFAttached(n.Netns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "bpf:\n%s\n", bpf)
 	}
+	pins, err := testenv.BPFPins(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fds, err := testenv.BPFFileDescriptors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(&b, "== host\n%s\nheld by the test: %s\n", pins, fds)
 	return b.String()
 }
 

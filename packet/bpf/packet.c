@@ -217,6 +217,10 @@ struct config {
 	__u16 port_min;   // SNAT port range, host order
 	__u16 port_max;
 	__u16 probe_port; // liveness probes' port, host order; 0 = none answered
+	// Non-zero while the gateway process finds its node cut off from every
+	// peer gateway: the LAN's health probes are left to the stack, which
+	// refuses them (docs/failover.md, "A gateway cut off from its peers").
+	__u32 lan_quiet;
 	__u64 idle_ns; // a NAT entry idle this long in both directions may be reused
 };
 
@@ -1330,6 +1334,8 @@ static __always_inline int nat_reply(struct __sk_buff *skb, const __u32 l2, stru
 // so two nodes cannot bounce a packet between them.
 static __always_inline int lan_probe(struct __sk_buff *skb, const __u32 l2, struct config *cfg, struct pkt *p)
 {
+	if (cfg->lan_quiet)
+		return TC_ACT_OK; // cut off from the peers: no socket has the port, the kernel refuses it
 	if (p->sport == bpf_htons(cfg->probe_port) || skb->pkt_type != 0) // 0: PACKET_HOST, unicast to this device
 		return TC_ACT_OK;
 	if ((p->daddr & bpf_htonl(0xf0000000)) == bpf_htonl(0xe0000000) || p->daddr == 0xffffffff)

@@ -1,0 +1,117 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/strait-net/strait/health"
+	"github.com/strait-net/strait/packet"
+	"github.com/strait-net/strait/tunnel"
+)
+
+// reachesPeers reports whether some gateway of some peer was heard lately
+// (heard), and whether any peer gateway is configured at all (any). A
+// gateway whose programs answered the packet mode's prober is judged by
+// the prober alone (its sessions may probe slowly then: docs/packet.md,
+// "The sessions' probes slow down"); any other by frames on its sessions
+// within the pool's silence window.
+func (g *Gateway) reachesPeers() (heard, any bool) {
+	g.mu.Lock()
+	pools := make([]*tunnel.Pool, 0, len(g.peers))
+	for _, p := range g.peers {
+		pools = append(pools, p.pool)
+	}
+	g.mu.Unlock()
+	pr := g.packet.prober.Load()
+	for _, pool := range pools {
+		for _, h := range pool.Gateways() {
+			any = true
+			if st, ok := proberState(pr, h.Addr); ok && st.Answered {
+				if st.Live {
+					return true, true
+				}
+				continue
+			}
+			if h.Heard {
+				return true, true
+			}
+		}
+	}
+	return false, any
+}
+
+func proberState(pr *packet.Prober, gw string) (packet.ProbeState, bool) {
+	if pr == nil {
+		return packet.ProbeState{}, false
+	}
+	a, err := underlayAddr(gw)
+	if err != nil {
+		return packet.ProbeState{}, false
+	}
+	return pr.State(a)
+}
+
+// watchReach answers the cluster's health probes — the health: responder
+// (serve) and, in the packet mode, the programs on the LAN — only while
+// this gateway is not cut off from its peers: it reached a peer gateway
+// since it started and now hears none (docs/failover.md, "A gateway cut off
+// from its peers"). A cut-off gateway refuses the probes (its responder's
+// socket is closed, its programs leave them to the stack, which has no
+// socket on the port): the prober takes it out at its next probe, where
+// silence would take it out only after the prober's silence window.
+func (g *Gateway) watchReach(ctx context.Context, serve bool) error {
+	t := time.NewTicker(g.cfg.probeInterval())
+	defer t.Stop()
+	var resp *health.Responder
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer func() {
+		if resp != nil {
+			resp.Close()
+		}
+	}()
+	reached, cut, opened, failing := false, false, false, false
+	for {
+		heard, any := g.reachesPeers()
+		reached = reached || heard
+		if now := any && reached && !heard; now != cut {
+			cut = now
+			if cut {
+				g.log.Warn("cut off from every peer gateway: refusing health probes")
+			} else {
+				g.log.Info("peer gateways heard again: answering health probes")
+			}
+		}
+		if serve && cut && resp != nil {
+			resp.Close()
+			resp = nil
+		}
+		if serve && !cut && resp == nil {
+			r, err := health.NewResponder(health.ResponderConfig{Addr: g.cfg.Health})
+			switch {
+			case err != nil && !opened:
+				return err // at the start, as a bad address should
+			case err != nil:
+				// Reopening after a cut: the next tick tries again.
+				if !failing {
+					g.log.Warn("health responder not reopened, retrying", "err", err)
+				}
+				failing = true
+			default:
+				resp, opened, failing = r, true, false
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_ = r.Run(ctx)
+				}()
+			}
+		}
+		g.packet.setLANProbes(!cut)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
