@@ -59,6 +59,7 @@ type Gateway struct {
 	wan       tunnel.Listener
 	steering  *steering // nil: a listener per import address
 	packet    *packetPlane
+	reach     chan struct{} // kicked when a peer gateway may have been heard or lost (reach.go)
 	closeOnce sync.Once
 }
 
@@ -106,6 +107,7 @@ func New(cfg Config) (*Gateway, error) {
 		cfg: cfg, log: log.With("cluster", cfg.Cluster), id: id, store: store,
 		metrics: newMetrics(), names: &dns.Static{},
 		peers: map[string]*peer{}, listeners: map[string]*importListener{}, targets: map[string]*preconnector{},
+		reach: make(chan struct{}, 1),
 	}
 	g.packet = newPacketPlane(g)
 	g.metrics.reg.MustRegister(stateCollector{g}, packetCollector{g.packet})
@@ -681,7 +683,8 @@ func (g *Gateway) newPeer(id string, addrs []string) (*peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	pc := tunnel.PoolConfig{Transport: tr, Peer: id, Addrs: addrs, SessionsPerAddr: g.cfg.Sessions, ProbeMisses: g.cfg.probeMisses(), Logger: g.log}
+	pc := tunnel.PoolConfig{Transport: tr, Peer: id, Addrs: addrs, SessionsPerAddr: g.cfg.Sessions, ProbeMisses: g.cfg.probeMisses(), Logger: g.log,
+		OnHeard: g.kickReach}
 	if g.cfg.Transport != TransportQUIC {
 		// Only the multiplexer counts received frames, which silence
 		// detection reads; QUIC sessions are judged by their end alone.

@@ -506,6 +506,7 @@ func (p *packetPlane) watchHealth(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-changed:
+			p.g.kickReach() // a prober verdict is reach.go's too
 		}
 		_, h := p.g.packetLiveness()
 		p.mu.Lock()

@@ -52,6 +52,22 @@ func proberState(pr *packet.Prober, gw string) (packet.ProbeState, bool) {
 	return pr.State(a)
 }
 
+// reachRecheck bounds how long watchReach sleeps without a kick: peers
+// added or removed by a reconcile change what it judges without one.
+const reachRecheck = time.Second
+
+// kickReach asks watchReach to judge again now. The peer pools call it when
+// a gateway's Heard changes, the packet mode when its prober's verdicts do:
+// a ticker at the probe interval instead would wake every gateway a hundred
+// times a second for nothing (docs/packet.md, "What the gateway processes
+// cost").
+func (g *Gateway) kickReach() {
+	select {
+	case g.reach <- struct{}{}:
+	default:
+	}
+}
+
 // watchReach answers the cluster's health probes — the health: responder
 // (serve) and, in the packet mode, the programs on the LAN — only while
 // this gateway is not cut off from its peers: it reached a peer gateway
@@ -61,7 +77,7 @@ func proberState(pr *packet.Prober, gw string) (packet.ProbeState, bool) {
 // socket on the port): the prober takes it out at its next probe, where
 // silence would take it out only after the prober's silence window.
 func (g *Gateway) watchReach(ctx context.Context, serve bool) error {
-	t := time.NewTicker(g.cfg.probeInterval())
+	t := time.NewTimer(reachRecheck)
 	defer t.Stop()
 	var resp *health.Responder
 	var wg sync.WaitGroup
@@ -108,10 +124,18 @@ func (g *Gateway) watchReach(ctx context.Context, serve bool) error {
 			}
 		}
 		g.packet.setLANProbes(!cut)
+		// A responder that failed to reopen is retried at the probe
+		// interval: nothing kicks when a port becomes free.
+		wait := reachRecheck
+		if failing {
+			wait = g.cfg.probeInterval()
+		}
+		t.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-g.reach:
 		}
 	}
 }

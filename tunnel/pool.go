@@ -60,6 +60,10 @@ type PoolConfig struct {
 	RingSeed uint64
 	// Logger receives dial failures and session ends. Default slog.Default().
 	Logger *slog.Logger
+	// OnHeard, if set, is called from the pool's health loop after a check
+	// changed some gateway's GatewayHealth.Heard, so that a watcher of
+	// reachability need not poll Gateways. It must not block.
+	OnHeard func()
 }
 
 // Sessions per gateway: PoolConfig.SessionsPerAddr's default and its

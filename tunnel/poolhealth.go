@@ -242,8 +242,14 @@ func (p *Pool) checkHealthLocked(now time.Time) {
 			alive[i] = true
 		}
 	}
+	flipped := false
 	for i, r := range p.gws {
-		r.heard.Store(alive[i])
+		if r.heard.Swap(alive[i]) != alive[i] {
+			flipped = true
+		}
+	}
+	if flipped && p.cfg.OnHeard != nil {
+		p.cfg.OnHeard()
 	}
 	// Silence from every gateway at once is more likely this side's own
 	// stall (or the path they share) than all of them dying together; with
