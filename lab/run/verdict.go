@@ -174,16 +174,21 @@ func throughputVerdict(s, d report.ThroughputSummary) string {
 }
 
 // roundDown and roundUp print a ratio's bound to a whole number from 10
-// up and to a tenth below, rounded away from the interval's inside so the
-// words claim no more than the interval.
+// up, to a tenth from 1 and to a hundredth below, rounded away from the
+// interval's inside so the words claim no more than the interval (an upper
+// end of 0.987 is "at most 0.99×", not a "1.0×" that reads as par).
 func roundDown(v float64) string { return roundTo(v, math.Floor) }
 func roundUp(v float64) string   { return roundTo(v, math.Ceil) }
 
 func roundTo(v float64, f func(float64) float64) string {
-	if v >= 10 {
+	switch {
+	case v >= 10:
 		return strconv.FormatFloat(f(v), 'f', 0, 64)
+	case v >= 1:
+		return strconv.FormatFloat(f(v*10)/10, 'f', 1, 64)
+	default:
+		return strconv.FormatFloat(f(v*100)/100, 'f', 2, 64)
 	}
-	return strconv.FormatFloat(f(v*10)/10, 'f', 1, 64)
 }
 
 // ms formats milliseconds with three significant digits, at least to the

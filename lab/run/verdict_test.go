@@ -92,3 +92,26 @@ func TestWriteVerdicts(t *testing.T) {
 		t.Errorf("rate verdicts alone:\n%s", b.String())
 	}
 }
+
+// TestRoundBounds: a bound is rounded away from the interval's inside, to
+// a precision that keeps a ratio below 1 below 1.
+func TestRoundBounds(t *testing.T) {
+	for _, c := range []struct {
+		v        float64
+		down, up string
+	}{
+		{31.8, "31", "32"},
+		{11.4, "11", "12"},
+		{1.04, "1.0", "1.1"},
+		{0.987, "0.98", "0.99"},
+		{0.252, "0.25", "0.26"},
+		{0.0428, "0.04", "0.05"},
+	} {
+		if got := roundDown(c.v); got != c.down {
+			t.Errorf("roundDown(%v) = %s, want %s", c.v, got, c.down)
+		}
+		if got := roundUp(c.v); got != c.up {
+			t.Errorf("roundUp(%v) = %s, want %s", c.v, got, c.up)
+		}
+	}
+}
