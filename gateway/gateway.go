@@ -196,7 +196,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 			return nil
 		}
 	}
-	if serve := g.cfg.Health != ""; serve || len(g.cfg.packetPeers()) > 0 {
+	// The packet mode may start later, when a Peer resource asks for it
+	// (attachWhenAsked): a gateway with a packet section watches from the
+	// start, so its programs refuse the LAN's probes when it is cut off.
+	if serve := g.cfg.Health != ""; serve || len(g.cfg.packetPeers()) > 0 || g.cfg.Packet.LAN != "" {
 		g.spawn(func() { errc <- g.watchReach(ctx, serve) })
 	}
 	var first error

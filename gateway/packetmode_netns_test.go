@@ -1059,6 +1059,16 @@ func TestPacketModePeerResource(t *testing.T) {
 	if got := e.a.metric(t, conns); got != before {
 		t.Errorf("a's stream mode accepted %v connections more; the programs should have carried the client", got-before)
 	}
+	// The mode came from a resource, not from the configuration, and a has
+	// no health: responder: cut off from b, its programs still refuse its
+	// cluster's probes (docs/failover.md, "A gateway cut off from its
+	// peers").
+	e.a.waitMetric(t, packetAnswers1, func(v float64) bool { return v > 0 }, "b's programs answer a's probes")
+	e.healthProbeAt(t, "10.1.0.1", packet.DefaultProbePort, "ok")
+	testenv.Run(t, "ip", "-n", e.ga, "link", "set", "wan", "down")
+	e.healthProbeAt(t, "10.1.0.1", packet.DefaultProbePort, "refused")
+	testenv.Run(t, "ip", "-n", e.ga, "link", "set", "wan", "up")
+	e.healthProbeAt(t, "10.1.0.1", packet.DefaultProbePort, "ok")
 
 	e.a.apply(t, peer("b", "192.0.2.2:4443", "stream"))
 	dataPlane(t, e.a, "b", func(d gateway.PeerDataPlane) bool { return !d.Active && d.Configured == gateway.DataPlaneStream },

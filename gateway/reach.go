@@ -87,7 +87,8 @@ func (g *Gateway) watchReach(ctx context.Context, serve bool) error {
 			resp.Close()
 		}
 	}()
-	reached, cut, opened, failing := false, false, false, false
+	reached, cut, opened := false, false, false
+	var retry time.Duration // > 0 while a reopened responder keeps failing
 	for {
 		heard, any := g.reachesPeers()
 		reached = reached || heard
@@ -99,9 +100,12 @@ func (g *Gateway) watchReach(ctx context.Context, serve bool) error {
 				g.log.Info("peer gateways heard again: answering health probes")
 			}
 		}
-		if serve && cut && resp != nil {
-			resp.Close()
-			resp = nil
+		if serve && cut {
+			retry = 0 // nothing to reopen while cut off
+			if resp != nil {
+				resp.Close()
+				resp = nil
+			}
 		}
 		if serve && !cut && resp == nil {
 			r, err := health.NewResponder(health.ResponderConfig{Addr: g.cfg.Health})
@@ -109,13 +113,17 @@ func (g *Gateway) watchReach(ctx context.Context, serve bool) error {
 			case err != nil && !opened:
 				return err // at the start, as a bad address should
 			case err != nil:
-				// Reopening after a cut: the next tick tries again.
-				if !failing {
+				// Reopening after a cut: try again, backing off from the
+				// probe interval to reachRecheck (nothing kicks when a
+				// port becomes free).
+				if retry == 0 {
 					g.log.Warn("health responder not reopened, retrying", "err", err)
+					retry = g.cfg.probeInterval()
+				} else {
+					retry = min(2*retry, reachRecheck)
 				}
-				failing = true
 			default:
-				resp, opened, failing = r, true, false
+				resp, opened, retry = r, true, 0
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
@@ -124,11 +132,9 @@ func (g *Gateway) watchReach(ctx context.Context, serve bool) error {
 			}
 		}
 		g.packet.setLANProbes(!cut)
-		// A responder that failed to reopen is retried at the probe
-		// interval: nothing kicks when a port becomes free.
 		wait := reachRecheck
-		if failing {
-			wait = g.cfg.probeInterval()
+		if retry > 0 {
+			wait = retry
 		}
 		t.Reset(wait)
 		select {

@@ -43,8 +43,9 @@ const (
 	reclaimTick   = time.Second
 	reclaimQuiet  = 5 * time.Second
 	reclaimMinGap = 30 * time.Second
-	// reclaimMinPeak: a peak below this many connections leaves too little
-	// behind to be worth two collections.
+	// reclaimMinPeak: a peak below this many connections, or imports,
+	// leaves too little behind to be worth two collections. Each trigger
+	// keeps its own reclaimMinGap, so a burst of each may reclaim once.
 	reclaimMinPeak = 256
 )
 

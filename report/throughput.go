@@ -40,7 +40,8 @@ type ThroughputSummary struct {
 	Usage *UsageSummary `json:"usage,omitempty"`
 }
 
-// Add folds one repetition's result into s.
+// Add folds one run's result into s (a repetition's, or one of its
+// throughput.runs).
 func (s *ThroughputSummary) Add(r *load.StreamResult) {
 	s.Gbps = append(s.Gbps, r.Gbps)
 	s.Retransmits += max(r.Retransmits, 0)

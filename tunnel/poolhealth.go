@@ -21,8 +21,9 @@ type GatewayHealth struct {
 	// Live reports whether the table sends flows to it.
 	Live bool
 	// Heard reports whether a frame came from it within the silence
-	// window at the last check. Live keeps a silent gateway while every
-	// one is silent; Heard does not, so that a gateway can tell that it
+	// window at the last check (a pool without probes, such as QUIC's,
+	// has no silence window: there Heard is having a session). Live keeps
+	// a silent gateway while every one is silent; Heard does not, so that a gateway can tell that it
 	// is cut off from the peer (docs/failover.md, "A gateway cut off from
 	// its peers").
 	Heard bool

@@ -121,7 +121,7 @@ func (b *bench) udpFlood(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			defer c.Close()
-			flood(c, b.cfg.UDPFloodRate/b.cfg.UDPFlood, done, &sent, &sendErrs)
+			flood(c, share(b.cfg.UDPFloodRate, b.cfg.UDPFlood, w), done, &sent, &sendErrs)
 		}()
 	}
 	echoErr := make(chan error, 1)
@@ -156,8 +156,20 @@ func (b *bench) udpFlood(ctx context.Context) error {
 		}
 	}
 	rcvbuf1, err := hostRcvbufErrors()
+	if err != nil {
+		return err
+	}
 	f.HostRcvbufErrors = rcvbuf1 - rcvbuf0
-	return err
+	return nil
+}
+
+// share is flooder w's part of rate over n flooders: the remainder goes to
+// the first ones, so that the parts add up to the rate asked for.
+func share(rate, n, w int) int {
+	if w < rate%n {
+		return rate/n + 1
+	}
+	return rate / n
 }
 
 // flood sends udpFloodSize-byte datagrams on c until done closes, as fast

@@ -197,11 +197,15 @@ func admits(ctx context.Context, c *conn, emu *EmuNeeds) error {
 		return fmt.Errorf("cluster %s: link emulation: get namespace %s (its PodSecurity level): %w", c.name, emu.Namespace, err)
 	}
 	const label = "pod-security.kubernetes.io/enforce"
-	lvl, ok := ns.Labels[label]
-	if !ok {
+	lvl := ns.Labels[label]
+	if lvl == "" {
+		// No level (or an empty one, which the API server ignores too).
 		return nil
 	}
 	has, need := slices.Index(podSecurityLevels, lvl), slices.Index(podSecurityLevels, emu.PodSecurity)
+	if need < 0 {
+		return fmt.Errorf("cluster %s: link emulation needs PodSecurity %q, not one of %v", c.name, emu.PodSecurity, podSecurityLevels)
+	}
 	if has < 0 || has < need {
 		return fmt.Errorf("cluster %s: link emulation: namespace %s enforces PodSecurity %q (label %s), which refuses %s (it needs %q)",
 			c.name, emu.Namespace, lvl, label, emu.What, emu.PodSecurity)

@@ -175,19 +175,28 @@ func throughputVerdict(s, d report.ThroughputSummary) string {
 
 // roundDown and roundUp print a ratio's bound to a whole number from 10
 // up, to a tenth from 1 and to a hundredth below, rounded away from the
-// interval's inside so the words claim no more than the interval (an upper
-// end of 0.987 is "at most 0.99×", not a "1.0×" that reads as par).
+// interval's inside so the words claim no more than the interval, with
+// more digits where that would give 1 (an upper end of 0.987 is "at most
+// 0.99×", of 0.996 "at most 0.996×", not a "1.0×" that reads as par).
 func roundDown(v float64) string { return roundTo(v, math.Floor) }
 func roundUp(v float64) string   { return roundTo(v, math.Ceil) }
 
 func roundTo(v float64, f func(float64) float64) string {
-	switch {
-	case v >= 10:
+	if v >= 10 {
 		return strconv.FormatFloat(f(v), 'f', 0, 64)
-	case v >= 1:
-		return strconv.FormatFloat(f(v*10)/10, 'f', 1, 64)
-	default:
-		return strconv.FormatFloat(f(v*100)/100, 'f', 2, 64)
+	}
+	digits := 1
+	if v < 1 {
+		digits = 2
+	}
+	// A bound that rounds to 1 would read as par: add digits until it
+	// does not (at most four).
+	for ; ; digits++ {
+		scale := math.Pow(10, float64(digits))
+		r := f(v*scale) / scale
+		if r != 1 || v == 1 || digits == 4 {
+			return strconv.FormatFloat(r, 'f', digits, 64)
+		}
 	}
 }
 
