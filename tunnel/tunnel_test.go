@@ -588,7 +588,12 @@ func TestPoolFailover(t *testing.T) {
 			t.Fatalf("stream on the dead gateway: read err = %v, want the session's error", err)
 		}
 	}
-	// A's flows move to B.
+	// A's flows move to B once the pool has seen every one of A's
+	// sessions end: the streams above ended on some of them, and a stream
+	// opened meanwhile on another that has not yet read its FIN fails on
+	// its first read, as it would for any client of a gateway that just
+	// died.
+	waitFor(t, routed(pool, 1))
 	for _, key := range seen["A"] {
 		if g, st := which(key); g != "B" {
 			t.Fatalf("key %d went to %s after A died", key, g)
