@@ -181,6 +181,10 @@ type remote struct {
 	// nextProbe picks the session the next probe goes to, round robin,
 	// under the pool's healthMu.
 	nextProbe int
+	// lastHeard is the probe round that last found something unasked
+	// from it, lastProbe the round that last pinged it (Pool.probe),
+	// under the pool's healthMu.
+	lastHeard, lastProbe time.Time
 	// inbound are sessions this gateway dialed to us (Pool.Attach), under
 	// the pool's healthMu.
 	inbound []*inbound

@@ -74,7 +74,7 @@ func (p *Pool) watchHealth(ctx context.Context) {
 			return
 		case now := <-tick:
 			p.checkHealth(now)
-			p.probe()
+			p.probe(now)
 		case <-p.kick:
 			p.checkHealth(time.Now())
 		case <-p.retick:
@@ -312,19 +312,24 @@ type prober interface {
 	unasked() uint64
 }
 
-// probe pings, once per probe interval, one session of every gateway none
-// of whose sessions heard anything unasked (data, window updates, the
-// peer's pings) since the last round, taking the sessions in turn. The
+// probe pings one session of a gateway, taking its sessions in turn, once
+// that gateway has been quiet for quietFor: nothing unasked (data, window
+// updates, the peer's pings) heard from it, and no probe sent to it. A
+// gateway that is not heard now, or is suspected after a failed open, is
+// pinged every interval, so that its return is seen at once. The
 // pong is the sign of life checkHealth reads; a gateway needs one per
-// interval, not one per session, and a busy one needs none. Taking turns
-// means a session that died without a word leaves its gateway one pong
-// every SessionsPerAddr intervals from the others, well inside the silence
-// window.
-func (p *Pool) probe() {
+// silence window, not one per session, and a busy one needs none.
+// Probing only in silence keeps control packets off a WAN that carries
+// requests: where jitter keeps packets in order, a packet sent just before
+// a request holds it back by up to the jitter (docs/failover.md, "What the
+// probes cost"). Taking turns means a session that died without a word
+// leaves its gateway the pongs of the others.
+func (p *Pool) probe(now time.Time) {
 	p.healthMu.Lock()
 	defer p.healthMu.Unlock()
 	heard := make([]bool, len(p.gws))
 	cands := make([][]prober, len(p.gws))
+	rtt := make([]time.Duration, len(p.gws))
 	for _, sl := range p.slots {
 		s, _ := sl.get()
 		pb, ok := s.(prober)
@@ -344,6 +349,7 @@ func (p *Pool) probe() {
 		}
 		sl.unasked = u
 		cands[gi] = append(cands[gi], pb)
+		rtt[gi] = max(rtt[gi], s.RTT())
 	}
 	for i, r := range p.gws {
 		// Traffic on the sessions it dialed to us stands in for a pong,
@@ -352,12 +358,30 @@ func (p *Pool) probe() {
 		if r.suspect == trusted && inboundHeard(r) {
 			heard[i] = true
 		}
+		if heard[i] {
+			r.lastHeard = now
+		}
 		if heard[i] || len(cands[i]) == 0 {
+			continue
+		}
+		if q := p.quietFor(rtt[i]); r.suspect == trusted && r.heard.Load() && (now.Sub(r.lastHeard) < q || now.Sub(r.lastProbe) < q) {
 			continue
 		}
 		cands[i][r.nextProbe%len(cands[i])].probe()
 		r.nextProbe++
+		r.lastProbe = now
 	}
+}
+
+// quietFor is how long a gateway may be quiet before probe pings it: as
+// long as the silence window leaves room for the ping's round trip (rtt,
+// the largest of its sessions' smoothed round trips) and for three probe
+// intervals of rounding and scheduling, and at least one interval. A live
+// gateway's pong then always lands inside the window; a dead gateway is
+// still found one window after its last frame.
+func (p *Pool) quietFor(rtt time.Duration) time.Duration {
+	iv := p.probeInterval()
+	return max(iv, iv*time.Duration(p.cfg.ProbeMisses)-rtt-3*iv)
 }
 
 func (p *Pool) index(r *remote) int {

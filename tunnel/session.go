@@ -72,7 +72,11 @@ type session struct {
 	wg        sync.WaitGroup
 
 	lastRecv atomic.Int64 // nanoseconds since start
-	pooled   atomic.Bool  // a Pool probes this session (takeProbes)
+	// busySince is when the session last went from no streams to one
+	// (nanoseconds since start): an idle session's silence is judged by
+	// the idle limit, a busy one's from then on (keepalive).
+	busySince atomic.Int64
+	pooled    atomic.Bool // a Pool probes this session (takeProbes)
 	// kaInterval overrides cfg.KeepaliveInterval when set (a Pool's
 	// SetProbeInterval), and kaKick makes the keepalive loop take it now.
 	kaInterval atomic.Int64
@@ -809,7 +813,19 @@ func (s *session) keepalive() {
 			interval, pr.interval = iv, iv
 			nextPing = min(nextPing, now+interval)
 		}
-		silent := now - time.Duration(s.lastRecv.Load())
+		// An idle session (no streams) may be silent idleSilenceFactor
+		// times longer: nothing waits on it, and its pings would only put
+		// packets between other sessions' data (pingRule). A busy one is
+		// judged from when it last became busy, so a stream opened on a
+		// long-idle session does not find it already past the limit.
+		pr.idle = s.openStreams() == 0
+		limit, heardAt := timeout, time.Duration(s.lastRecv.Load())
+		if pr.idle {
+			limit *= idleSilenceFactor
+		} else {
+			heardAt = max(heardAt, time.Duration(s.busySince.Load()))
+		}
+		silent := now - heardAt
 		// A timer that fires half a timeout late means this process did
 		// not run (a starved host): the silence may be our own reader's,
 		// which has not read what the kernel holds. Judge again once it
@@ -821,7 +837,7 @@ func (s *session) keepalive() {
 		// retransmitting (a saturated, lossy path backs off for seconds)
 		// while the peer's kernel keeps acknowledging: the peer is alive,
 		// up to a limit that also ends a session to a hung process.
-		if !stalled && silent >= timeout && (silent >= stuckSilenceFactor*timeout || !s.kernelHears(timeout)) {
+		if !stalled && silent >= limit && (silent >= stuckSilenceFactor*timeout || !s.kernelHears(limit)) {
 			s.closeWithError(fmt.Errorf("%w: nothing received for %v", ErrPeerUnresponsive, silent.Round(time.Millisecond)))
 			return
 		}
@@ -836,7 +852,7 @@ func (s *session) keepalive() {
 			nextPing = now + pr.untilDecision(now, silent)
 		}
 		s.st.keepaliveWakes.Add(1)
-		wait := max(min(nextPing-now, timeout-silent), time.Millisecond)
+		wait := max(min(nextPing-now, limit-silent), time.Millisecond)
 		if stalled {
 			wait = interval
 		}
@@ -893,11 +909,19 @@ func (s *session) setKeepaliveInterval(d time.Duration) {
 //     one session of a gateway per interval, and none when any of them
 //     heard something unasked (Pool.probe): a gateway needs one sign of
 //     life per interval, not one per session.
-//   - Either side pings at least every rttPingPeriod, so the round-trip
-//     time that sizes flow-control windows (tuneRTT) and feeds OnRTT stays
-//     current on busy sessions too.
+//   - Either side of a session that carries streams pings at least every
+//     rttPingPeriod, so the round-trip time that sizes flow-control
+//     windows (tuneRTT) and feeds OnRTT stays current on busy sessions
+//     too.
+//   - A session without streams (most of a gateway's eight sessions per
+//     peer gateway, most of the time) pings only after idleSilenceFactor
+//     times that much silence, and needs no RTT sample: with a ping a
+//     second on every idle session, control frames outnumbered the
+//     requests of a keep-alive cell on a WAN, and each can hold a request
+//     back by up to the jitter where it keeps packets in order.
 type pingRule struct {
 	client            bool
+	idle              bool // no streams: silence allowed idleSilenceFactor times longer
 	interval, timeout time.Duration
 	lastPing          time.Duration // session time of the last ping sent
 	heard             uint64        // frames other than pongs at the last decision
@@ -930,14 +954,30 @@ func (r *pingRule) needPing(now, silent time.Duration, heard uint64) bool {
 	unasked := heard != r.heard
 	r.heard = heard
 	switch {
-	case now-r.lastPing >= rttPingPeriod:
+	case !r.idle && now-r.lastPing >= rttPingPeriod:
 		return true
 	case r.client:
 		return !unasked
 	default:
-		return silent >= max(2*r.interval, r.timeout/4)
+		return silent >= r.quietLimit()
 	}
 }
+
+// quietLimit is how much silence makes a session that leaves probing to
+// its peer or its pool ping: a quarter of the time that ends it.
+func (r *pingRule) quietLimit() time.Duration {
+	limit := r.timeout
+	if r.idle {
+		limit *= idleSilenceFactor
+	}
+	return max(2*r.interval, limit/4)
+}
+
+// idleSilenceFactor is how many keepalive timeouts a session without
+// streams may be silent (and a quarter of that before it pings). Below
+// stuckSilenceFactor, so a peer's kernel that answers for a hung process
+// does not keep an idle session longer than a busy one.
+const idleSilenceFactor = 8
 
 // untilDecision is how long after now needPing can next answer yes, so the
 // keepalive sleeps until then instead of waking every interval: a gateway
@@ -952,7 +992,10 @@ func (r *pingRule) untilDecision(now, silent time.Duration) time.Duration {
 	if r.client {
 		return r.interval
 	}
-	next := min(rttPingPeriod-(now-r.lastPing), max(2*r.interval, r.timeout/4)-silent)
+	next := r.quietLimit() - silent
+	if !r.idle {
+		next = min(next, rttPingPeriod-(now-r.lastPing))
+	}
 	return max(next, r.interval)
 }
 
@@ -1051,6 +1094,7 @@ func (s *session) OpenStream(ctx context.Context, header []byte) (Stream, error)
 	h := append([]byte(nil), header...)
 	st := newStream(s, id, h, s.startWindow())
 	s.streams[id] = st
+	s.noteStreamAdded()
 	// Queued under s.mu so OPEN frames leave in ID order.
 	s.queueCtrl(frameHeader{typ: frameOpen, stream: id}, h)
 	if st.recv.size > initialStreamWindow {
@@ -1074,6 +1118,20 @@ func (s *session) AcceptStream(ctx context.Context) (Stream, error) {
 		return nil, fmt.Errorf("accept stream: %w", s.closedErr())
 	case <-ctx.Done():
 		return nil, fmt.Errorf("accept stream: %w", ctx.Err())
+	}
+}
+
+// noteStreamAdded marks the session busy when a stream made it so, and
+// wakes the keepalive loop, which may sleep an idle session's long wait,
+// to judge it by the busy limit from now on (s.mu held).
+func (s *session) noteStreamAdded() {
+	if len(s.streams) != 1 {
+		return
+	}
+	s.busySince.Store(s.now())
+	select {
+	case s.kaKick <- struct{}{}:
+	default:
 	}
 }
 
@@ -1344,6 +1402,7 @@ func (s *session) handleOpen(h frameHeader) error {
 		select {
 		case s.acceptQ <- st:
 			s.streams[id] = st
+			s.noteStreamAdded()
 		default:
 			refuse = "accept backlog full"
 		}

@@ -920,11 +920,11 @@ func TestKeepaliveProbesOnlyWhenNeeded(t *testing.T) {
 		idlePings, idleS1.PingsSent-idleS0.PingsSent, busyC1.PingsSent-busyC0.PingsSent, (busyC1.BytesReceived-busyC0.BytesReceived)>>10)
 }
 
-// TestPoolProbesOneSessionPerGateway: an idle pool with two sessions to a
-// gateway sends it one ping per probe interval between them, not one per
-// session, and the gateway stays live on the pongs. An idle session outside
+// TestPoolProbesQuietGatewayOnce: an idle pool with two sessions to a
+// gateway pings it once per quiet stretch (Pool.quietFor) between them, not
+// once per interval and session, and the gateway stays live on the pongs. An idle session outside
 // any pool, beside it under the same load, counts the intervals.
-func TestPoolProbesOneSessionPerGateway(t *testing.T) {
+func TestPoolProbesQuietGatewayOnce(t *testing.T) {
 	const interval = 10 * time.Millisecond
 	tr := newTLS(t, nil, func(c *tunnel.Config) { c.KeepaliveInterval = interval })
 	gw := startGateway(t, tr, "A")
@@ -949,12 +949,15 @@ func TestPoolProbesOneSessionPerGateway(t *testing.T) {
 	got1, _ := received()
 	ticks := clock.Stats().PingsSent - ticks0
 	frames := got1 - got0
-	// One ping per interval for the gateway; two sessions pinging each
-	// would be twice the clock's count. The pool's ticker keeps its
-	// schedule while the clock's timer drifts late under load, hence the
-	// room above one.
-	if frames > ticks*7/4 || frames < ticks/2 {
-		t.Errorf("the gateway received %d frames on the pool's 2 sessions in %d probe intervals, want about one per interval", frames, ticks)
+	// An idle gateway is pinged once its quiet stretch reaches the
+	// silence window less the round trip and three intervals (here 70 ms:
+	// seven intervals), on one session at a time: about one frame per
+	// seven intervals, where two sessions pinging every interval each
+	// would be fourteen times that. The pool's ticker keeps its schedule
+	// while the clock's timer drifts late under load, hence the room.
+	const quiet = 7
+	if frames > ticks*7/4/quiet || frames < ticks/2/quiet {
+		t.Errorf("the gateway received %d frames on the pool's 2 sessions in %d probe intervals, want about one per %d intervals", frames, ticks, quiet)
 	}
 	if !pool.Gateways()[0].Live {
 		t.Error("the gateway is not live on the pool's probes")
