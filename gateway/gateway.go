@@ -76,6 +76,9 @@ type peer struct {
 	addrs  []string
 	pool   *tunnel.Pool
 	cancel context.CancelFunc
+	// heard is set once reachesPeers finds a gateway of pool heard: only
+	// then does the cut-off rule judge the peer by pool (reach.go).
+	heard atomic.Bool
 }
 
 // New loads the identity and the persisted resources and applies the

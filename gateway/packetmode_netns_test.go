@@ -288,17 +288,23 @@ func (e *packetEnv) healthProbe(t *testing.T, addr, want string) {
 // healthProbeAt is healthProbe to port.
 func (e *packetEnv) healthProbeAt(t *testing.T, addr string, port int, want string) {
 	t.Helper()
-	b := make([]byte, health.ProbeLen)
 	var out string
 	for deadline := time.Now().Add(patience); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		health.Encode(b, uint64(time.Now().UnixNano()))
-		o, _ := exec.Command("ip", "netns", "exec", e.ca, "python3", filepath.Join(tmpDir, "udp.py"), "send", addr,
-			fmt.Sprint(port), hex.EncodeToString(b)).CombinedOutput()
-		if out = strings.TrimSpace(string(o)); out == want {
+		if out = e.healthProbeOnce(addr, port); out == want {
 			return
 		}
 	}
 	t.Fatalf("health probe to %s:%d: %s after %v, want %s", addr, port, out, patience, want)
+}
+
+// healthProbeOnce sends one probe from the client to addr:port and returns
+// the answer: "ok", "refused", or what went wrong.
+func (e *packetEnv) healthProbeOnce(addr string, port int) string {
+	b := make([]byte, health.ProbeLen)
+	health.Encode(b, uint64(time.Now().UnixNano()))
+	o, _ := exec.Command("ip", "netns", "exec", e.ca, "python3", filepath.Join(tmpDir, "udp.py"), "send", addr,
+		fmt.Sprint(port), hex.EncodeToString(b)).CombinedOutput()
+	return strings.TrimSpace(string(o))
 }
 
 // stop ends g with SIGTERM, as an operator does, and waits for it.

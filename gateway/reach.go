@@ -7,38 +7,48 @@ import (
 
 	"github.com/strait-net/strait/health"
 	"github.com/strait-net/strait/packet"
-	"github.com/strait-net/strait/tunnel"
 )
 
 // reachesPeers reports whether some gateway of some peer was heard lately
-// (heard), and whether any peer gateway is configured at all (any). A
-// gateway whose programs answered the packet mode's prober is judged by
-// the prober alone (its sessions may probe slowly then: docs/packet.md,
-// "The sessions' probes slow down"); any other by frames on its sessions
-// within the pool's silence window.
-func (g *Gateway) reachesPeers() (heard, any bool) {
+// (heard), and whether any peer gateway counts at all (judged): one the
+// packet mode's prober has had an answer from, or one whose peer's current
+// pool has heard some gateway since that pool started. A gateway whose
+// programs answered the prober is judged by the prober alone (its sessions
+// may probe slowly then: docs/packet.md, "The sessions' probes slow down");
+// any other by frames on its sessions within the pool's silence window.
+//
+// A pool that has heard no one yet is left out rather than counted as
+// silent: a Peer resource that changes a peer's gateway list replaces the
+// pool, and the new one hears nobody until its first session is up (a
+// handshake across the WAN, longer than a silence window on a slow link).
+// Counted, it made a gateway with that one peer cut off for that while,
+// refusing its cluster's probes though nothing had failed
+// (docs/failover.md, "A gateway cut off from its peers").
+func (g *Gateway) reachesPeers() (heard, judged bool) {
 	g.mu.Lock()
-	pools := make([]*tunnel.Pool, 0, len(g.peers))
+	peers := make([]*peer, 0, len(g.peers))
 	for _, p := range g.peers {
-		pools = append(pools, p.pool)
+		peers = append(peers, p)
 	}
 	g.mu.Unlock()
 	pr := g.packet.prober.Load()
-	for _, pool := range pools {
-		for _, h := range pool.Gateways() {
-			any = true
+	// Every pool is looked at, not only up to the first gateway heard, so
+	// that each records that it heard one.
+	for _, p := range peers {
+		for _, h := range p.pool.Gateways() {
 			if st, ok := proberState(pr, h.Addr); ok && st.Answered {
-				if st.Live {
-					return true, true
-				}
+				heard = heard || st.Live
+				judged = true
 				continue
 			}
 			if h.Heard {
-				return true, true
+				p.heard.Store(true)
+				heard = true
 			}
+			judged = judged || p.heard.Load()
 		}
 	}
-	return false, any
+	return heard, judged
 }
 
 func proberState(pr *packet.Prober, gw string) (packet.ProbeState, bool) {
@@ -70,12 +80,13 @@ func (g *Gateway) kickReach() {
 
 // watchReach answers the cluster's health probes — the health: responder
 // (serve) and, in the packet mode, the programs on the LAN — only while
-// this gateway is not cut off from its peers: it reached a peer gateway
-// since it started and now hears none (docs/failover.md, "A gateway cut off
-// from its peers"). A cut-off gateway refuses the probes (its responder's
-// socket is closed, its programs leave them to the stack, which has no
-// socket on the port): the prober takes it out at its next probe, where
-// silence would take it out only after the prober's silence window.
+// this gateway is not cut off from its peers: some peer's current pool has
+// heard one of its gateways and now no peer gateway is heard (reachesPeers;
+// docs/failover.md, "A gateway cut off from its peers"). A cut-off gateway
+// refuses the probes (its responder's socket is closed, its programs leave
+// them to the stack, which has no socket on the port): the prober takes it
+// out at its next probe, where silence would take it out only after the
+// prober's silence window.
 func (g *Gateway) watchReach(ctx context.Context, serve bool) error {
 	t := time.NewTimer(reachRecheck)
 	defer t.Stop()
@@ -87,12 +98,11 @@ func (g *Gateway) watchReach(ctx context.Context, serve bool) error {
 			resp.Close()
 		}
 	}()
-	reached, cut, opened := false, false, false
+	cut, opened := false, false
 	var retry time.Duration // > 0 while a reopened responder keeps failing
 	for {
-		heard, any := g.reachesPeers()
-		reached = reached || heard
-		if now := any && reached && !heard; now != cut {
+		heard, judged := g.reachesPeers()
+		if now := judged && !heard; now != cut {
 			cut = now
 			if cut {
 				g.log.Warn("cut off from every peer gateway: refusing health probes")

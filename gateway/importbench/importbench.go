@@ -91,11 +91,11 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-func (c *Config) imports() int { return cmp(c.Imports, 20000) }
-func (c *Config) chunk() int   { return cmp(c.Chunk, 4000) }
-func (c *Config) sample() int  { return min(cmp(c.Sample, 100), c.imports()) }
+func (c *Config) imports() int { return orDefault(c.Imports, 20000) }
+func (c *Config) chunk() int   { return orDefault(c.Chunk, 4000) }
+func (c *Config) sample() int  { return min(orDefault(c.Sample, 100), c.imports()) }
 
-func cmp[T comparable](v, def T) T {
+func orDefault[T comparable](v, def T) T {
 	var zero T
 	if v == zero {
 		return def
@@ -336,7 +336,7 @@ func runMode(ctx context.Context, cfg Config, dir, pki, mode, target string) (Re
 		}
 	}
 
-	ka, err := startKeepAlive(stay.String(), cmp(cfg.Pace, 2*time.Millisecond))
+	ka, err := startKeepAlive(stay.String(), orDefault(cfg.Pace, 2*time.Millisecond))
 	if err != nil {
 		return r, fmt.Errorf("keep-alive client through the import that stays (%s): %w", stay, err)
 	}
@@ -355,7 +355,7 @@ func runMode(ctx context.Context, cfg Config, dir, pki, mode, target string) (Re
 		imps[i] = importOf(name(i), addrs[i])
 	}
 	ka.phase.Store(phaseIdle)
-	time.Sleep(cmp(cfg.Baseline, 2*time.Second))
+	time.Sleep(orDefault(cfg.Baseline, 2*time.Second))
 	cpu0, err := usage.CPUSeconds(pid)
 	if err != nil {
 		return r, err

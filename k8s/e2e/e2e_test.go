@@ -179,23 +179,8 @@ func TestTwoClusters(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(tmp) })
 
-	// Two API servers, started side by side.
-	var clusters [2]*k8stest.Cluster
-	var errs [2]error
-	var wg sync.WaitGroup
-	for i := range clusters {
-		wg.Add(1)
-		go func() { defer wg.Done(); clusters[i], errs[i] = k8stest.Start() }()
-	}
-	wg.Wait()
-	for i, c := range clusters {
-		if c != nil {
-			t.Cleanup(func() { _ = c.Stop() })
-		}
-		if errs[i] != nil {
-			t.Fatalf("API server of cluster %c: %v", 'a'+i, errs[i])
-		}
-	}
+	// Two API servers, started side by side: cluster a's, then b's.
+	clusters := k8stest.APIServers(t, 2)
 	ka, kb := clusters[0], clusters[1]
 
 	// The lab: one gateway node per cluster, a's echo server, b's client.

@@ -109,6 +109,47 @@ func Start() (*Cluster, error) {
 	}
 }
 
+// APIServer starts one API server for t (Start) and stops it when t ends;
+// with -short it skips t, as a test that takes seconds to start a server
+// should.
+func APIServer(t testing.TB) *Cluster {
+	t.Helper()
+	return APIServers(t, 1)[0]
+}
+
+// APIServers is APIServer for n servers, started side by side.
+func APIServers(t testing.TB, n int) []*Cluster {
+	t.Helper()
+	if testing.Short() {
+		if n == 1 {
+			t.Skip("starts an API server")
+		}
+		t.Skipf("starts %d API servers", n)
+	}
+	clusters := make([]*Cluster, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range clusters {
+		wg.Add(1)
+		go func() { defer wg.Done(); clusters[i], errs[i] = Start() }()
+	}
+	wg.Wait()
+	for _, c := range clusters {
+		if c != nil {
+			t.Cleanup(func() { _ = c.Stop() })
+		}
+	}
+	for i, err := range errs {
+		switch {
+		case err != nil && n == 1:
+			t.Fatal(err)
+		case err != nil:
+			t.Fatalf("API server %d of %d: %v", i+1, n, err)
+		}
+	}
+	return clusters
+}
+
 // environment is one envtest Environment of the API server, with strait's
 // CRDs, and what the API server writes to stderr.
 func environment(dir string) (*envtest.Environment, *tailBuffer) {

@@ -67,14 +67,7 @@ func wantErr(t *testing.T, err error, want string) {
 // status as a kubelet would). The subtests run in order: they share the
 // server's nodes.
 func TestPreflight(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts an API server")
-	}
-	c, err := k8stest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
+	c := k8stest.APIServer(t)
 	dir := t.TempDir()
 	if _, err := c.Kubeconfig("admin", []string{"system:masters"}, dir); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package multigw
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os/exec"
@@ -24,7 +25,7 @@ func uplink(plan *topology.Plan, node string) (topology.LinkEnd, error) {
 			return l.B, nil
 		}
 	}
-	return topology.LinkEnd{}, fmt.Errorf("%s has no WAN link in lab %s", node, plan.Name)
+	return topology.LinkEnd{}, fmt.Errorf("find %s's uplink: no WAN link of lab %s ends at it", node, plan.Name)
 }
 
 // uplinkDown sets node's uplink device administratively down in its
@@ -38,9 +39,9 @@ func uplinkDown(ctx context.Context, plan *topology.Plan, node string) (up func(
 	if err != nil {
 		return nil, err
 	}
-	out, err := exec.CommandContext(ctx, "ip", "-n", end.Netns, "-o", "route", "show", "dev", end.Device).Output()
+	out, err := ip(ctx, end.Netns, "-o", "route", "show", "dev", end.Device)
 	if err != nil {
-		return nil, fmt.Errorf("routes of %s's uplink %s: %w", node, end.Device, err)
+		return nil, fmt.Errorf("list routes on %s's uplink %s in netns %q: %w", node, end.Device, end.Netns, err)
 	}
 	var routes [][]string
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
@@ -50,19 +51,33 @@ func uplinkDown(ctx context.Context, plan *topology.Plan, node string) (up func(
 			routes = append(routes, f)
 		}
 	}
-	if out, err := exec.CommandContext(ctx, "ip", "-n", end.Netns, "link", "set", end.Device, "down").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("%s: uplink %s down: %w: %s", node, end.Device, err, strings.TrimSpace(string(out)))
+	if _, err := ip(ctx, end.Netns, "link", "set", end.Device, "down"); err != nil {
+		return nil, fmt.Errorf("set %s's uplink %s down in netns %q: %w", node, end.Device, end.Netns, err)
 	}
 	return func(ctx context.Context) error {
-		if out, err := exec.CommandContext(ctx, "ip", "-n", end.Netns, "link", "set", end.Device, "up").CombinedOutput(); err != nil {
-			return fmt.Errorf("%s: uplink %s up: %w: %s", node, end.Device, err, strings.TrimSpace(string(out)))
+		if _, err := ip(ctx, end.Netns, "link", "set", end.Device, "up"); err != nil {
+			return fmt.Errorf("set %s's uplink %s up in netns %q: %w", node, end.Device, end.Netns, err)
 		}
 		for _, r := range routes {
-			argv := append(append([]string{"-n", end.Netns, "route", "replace"}, r...), "dev", end.Device)
-			if out, err := exec.CommandContext(ctx, "ip", argv...).CombinedOutput(); err != nil {
-				return fmt.Errorf("%s: put back route %q on %s: %w: %s", node, strings.Join(r, " "), end.Device, err, strings.TrimSpace(string(out)))
+			argv := append(append([]string{"route", "replace"}, r...), "dev", end.Device)
+			if _, err := ip(ctx, end.Netns, argv...); err != nil {
+				return fmt.Errorf("put back route %q on %s's uplink %s in netns %q: %w", strings.Join(r, " "), node, end.Device, end.Netns, err)
 			}
 		}
 		return nil
 	}, nil
+}
+
+// ip runs ip(8) in netns and returns what it prints; its error carries what
+// ip wrote to stderr, which names the problem (no such device, a route the
+// kernel refuses).
+func ip(ctx context.Context, netns string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"-n", netns}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
 }

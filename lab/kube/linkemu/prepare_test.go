@@ -22,14 +22,7 @@ import (
 // anything, naming the cluster and the node (docs/lab-clusters-emulation.md,
 // the non-Linux row).
 func TestNotLinux(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts an API server")
-	}
-	c, err := k8stest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
+	c := k8stest.APIServer(t)
 	cs, err := kubernetes.NewForConfig(c.Config)
 	if err != nil {
 		t.Fatal(err)
