@@ -62,6 +62,9 @@ print("answered", answered, flush=True)
 // Maglev table, on the same gateway (docs/packet.md, "A full flow map").
 // A restart adopts the full map's pins.
 func TestPacketModeFlowMapFull(t *testing.T) {
+	if _, err := exec.LookPath("bpftool"); err != nil {
+		t.Skip("needs bpftool (scripts/bpf.sh installs it) to see the connection's entry evicted")
+	}
 	e := setupPacketWith(t, gateway.DataPlanePacket, gateway.DataPlanePacket, false, ", flow-entries: 16")
 	active := func(d gateway.PeerDataPlane) bool { return d.Active }
 	dataPlane(t, e.a, "b", active, "packet mode on a")
