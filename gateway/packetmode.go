@@ -88,6 +88,14 @@ type PacketConfig struct {
 	ProbePort     int           `yaml:"probe-port"`
 	ProbeInterval time.Duration `yaml:"probe-interval"`
 	ProbeMisses   int           `yaml:"probe-misses"`
+	// FlowEntries is how many import flows the programs pin at once (0:
+	// packet.DefaultFlowEntries, 65536). When the map is full the least
+	// recently used entry is evicted: its flow is placed again by the
+	// Maglev table on its next packet, on the same gateway while the
+	// peer's gateways are unchanged (docs/packet.md, "A full flow map").
+	// The map's size is fixed when the programs are loaded: a changed
+	// value takes `strait packet teardown` and a restart.
+	FlowEntries int `yaml:"flow-entries"`
 }
 
 // packetHelloInterval is how often a gateway offers the packet mode to a
@@ -216,6 +224,9 @@ func (c *Config) validatePacket() error {
 	if m := c.Packet.ProbeMisses; m < 0 || m > 1000 {
 		return fmt.Errorf("packet.probe-misses %d: allowed 1..1000 (0: %d)", m, packet.DefaultProbeMisses)
 	}
+	if n := c.Packet.FlowEntries; n < 0 || n > packet.MaxFlowEntries {
+		return fmt.Errorf("packet.flow-entries %d: allowed 1..%d (0: %d)", n, packet.MaxFlowEntries, packet.DefaultFlowEntries)
+	}
 	pc := c.packetConfig()
 	if err := pc.Validate(); err != nil {
 		return fmt.Errorf("packet.%w", err)
@@ -240,7 +251,8 @@ func (c *Config) packetConfig() packet.Config {
 		name = c.Cluster
 	}
 	snat, _ := netip.ParseAddr(c.Packet.SNAT)
-	pc := packet.Config{Name: name, PinRoot: c.Packet.PinRoot, LAN: c.Packet.LAN, SNAT: snat, UnderlayMTU: c.Packet.UnderlayMTU}
+	pc := packet.Config{Name: name, PinRoot: c.Packet.PinRoot, LAN: c.Packet.LAN, SNAT: snat, UnderlayMTU: c.Packet.UnderlayMTU,
+		FlowEntries: c.Packet.FlowEntries}
 	if c.Packet.ProbePort < 0 {
 		pc.NoProbes = true
 	} else {
@@ -1400,11 +1412,13 @@ var (
 	descPktAnswers = prometheus.NewDesc("strait_packet_probe_answers_total", "Answers of the peer gateway's programs to this gateway's liveness probes.", []string{"peer", "gateway"}, nil)
 	descPktDowns   = prometheus.NewDesc("strait_packet_probe_downs_total", "Times the liveness probes found the peer gateway's programs silent.", []string{"peer", "gateway"}, nil)
 	descPktLate    = prometheus.NewDesc("strait_packet_probe_late_rounds_total", "Probe rounds that ran late (this process stalled for more than two intervals) and so judged nothing.", nil, nil)
+	descPktFlows   = prometheus.NewDesc("strait_packet_flow_map_entries", "Import flows the packet mode's flow map holds; at strait_packet_flow_map_size it evicts the least recently used for each new flow (docs/packet.md, A full flow map).", nil, nil)
+	descPktFlowMax = prometheus.NewDesc("strait_packet_flow_map_size", "Import flows the packet mode's flow map can hold (packet.flow-entries).", nil, nil)
 	descPktMTU     = prometheus.NewDesc("strait_packet_underlay_mtu", "The underlay MTU the packet mode's programs are sized for: packet.underlay-mtu, else the smallest MTU of the routes to the peer gateways (docs/packet.md, MTU).", nil, nil)
 )
 
 func (c packetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPktPackets, descPktDrops, descPktEvents, descPktRule, descPktActive, descPktGwUp, descPktAnswers, descPktDowns, descPktLate, descPktMTU} {
+	for _, d := range []*prometheus.Desc{descPktPackets, descPktDrops, descPktEvents, descPktRule, descPktActive, descPktGwUp, descPktAnswers, descPktDowns, descPktLate, descPktMTU, descPktFlows, descPktFlowMax} {
 		ch <- d
 	}
 }
@@ -1417,6 +1431,20 @@ func (c packetCollector) Collect(ch chan<- prometheus.Metric) {
 			v = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descPktActive, prometheus.GaugeValue, v, s.Cluster)
+	}
+	// The flow map's walk costs a system call per entry (65 536 with the
+	// default size): not under the plane's lock, which health changes
+	// wait for. The datapath is closed only when the gateway stops.
+	p.mu.Lock()
+	dp := p.dp
+	p.mu.Unlock()
+	if dp != nil {
+		if n, size, err := dp.FlowMapUse(); err != nil {
+			p.log.Warn("packet flow map", "err", err)
+		} else {
+			ch <- prometheus.MustNewConstMetric(descPktFlows, prometheus.GaugeValue, float64(n))
+			ch <- prometheus.MustNewConstMetric(descPktFlowMax, prometheus.GaugeValue, float64(size))
+		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

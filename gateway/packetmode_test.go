@@ -30,6 +30,8 @@ func TestPacketConfigErrors(t *testing.T) {
 		{"probe port", packetPeer + "packet: {lan: eth1, snat: 10.0.0.9, probe-port: 70000}\n", "packet.probe-port 70000: allowed 1..65535"},
 		{"probe interval", packetPeer + "packet: {lan: eth1, snat: 10.0.0.9, probe-interval: 100us}\n", "packet.probe-interval 100µs: allowed 1ms..10s"},
 		{"probe misses", packetPeer + "packet: {lan: eth1, snat: 10.0.0.9, probe-misses: -2}\n", "packet.probe-misses -2: allowed 1..1000"},
+		{"flow entries", packetPeer + "packet: {lan: eth1, snat: 10.0.0.9, flow-entries: -1}\n", "packet.flow-entries -1: allowed 1..16777216 (0: 65536)"},
+		{"too many flow entries", packetPeer + "packet: {lan: eth1, snat: 10.0.0.9, flow-entries: 20000000}\n", "packet.flow-entries 20000000: allowed 1..16777216"},
 		// A section without packet peers is for Peer resources that ask for
 		// the mode: checked all the same.
 		{"section alone, no snat", goodConfig + "packet: {lan: eth1}\n", `packet.snat "": required`},

@@ -137,6 +137,19 @@ type ProbeConfig struct {
 	// Timeout is how long a probe may take before it counts as lost, and
 	// bounds connecting. Default 1s.
 	Timeout time.Duration
+	// NewPauseAt and NewPauseFor leave out the new-connection probes due
+	// from NewPauseAt after the start for NewPauseFor (0: none): a pause
+	// in which a client's resilient nexthop group finds its buckets idle
+	// and gives a gateway that came back its share (docs/failover.md,
+	// "Uplink down"). Their sequence numbers are skipped, not reused.
+	NewPauseAt, NewPauseFor time.Duration
+}
+
+// paused reports whether the new-connection probe seq, due
+// (seq-1)×interval after the start, falls in the pause.
+func (c *ProbeConfig) paused(seq uint64, interval time.Duration) bool {
+	due := time.Duration(seq-1) * interval
+	return c.NewPauseFor > 0 && due >= c.NewPauseAt && due < c.NewPauseAt+c.NewPauseFor
 }
 
 // Validate names the first bad field.
@@ -165,6 +178,8 @@ func (c *ProbeConfig) Validate() error {
 		return fmt.Errorf("streams %d: must be 0 (default 8) to 1024", c.Streams)
 	case c.Timeout < 0:
 		return fmt.Errorf("timeout %v: must be >= 0 (0: 1s)", c.Timeout)
+	case c.NewPauseAt < 0 || c.NewPauseFor < 0 || c.NewPauseAt+c.NewPauseFor > c.Duration:
+		return fmt.Errorf("new pause %v for %v: must lie within the duration %v", c.NewPauseAt, c.NewPauseFor, c.Duration)
 	}
 	return nil
 }
@@ -268,7 +283,11 @@ func probeNew(ctx context.Context, cfg ProbeConfig) []ProbeSample {
 	// 40 s behind a 6 s schedule over a plain veth pair. The probe's
 	// outcome is decided before the close.
 	d := net.Dialer{Timeout: cfg.Timeout, Control: lingerZero}
+	interval := time.Second / time.Duration(cfg.Rate)
 	schedule(ctx, cfg, func(seq uint64) {
+		if cfg.paused(seq, interval) {
+			return
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -176,6 +176,9 @@ func TestProbeConfigErrors(t *testing.T) {
 		{func(c *ProbeConfig) { c.Modes = []string{"udp"} }, `mode "udp": must be new or stream`},
 		{func(c *ProbeConfig) { c.Modes = []string{ProbeNew, ProbeNew} }, `mode "new": given twice`},
 		{func(c *ProbeConfig) { c.Rate = -1 }, "rate -1: must be 0 (default 2000) to 100000 per second"},
+		{func(c *ProbeConfig) { c.NewPauseAt, c.NewPauseFor = 800*time.Millisecond, 300*time.Millisecond },
+			"new pause 800ms for 300ms: must lie within the duration 1s"},
+		{func(c *ProbeConfig) { c.NewPauseFor = -time.Second }, "new pause 0s for -1s: must lie within the duration 1s"},
 	} {
 		c := good
 		c.Modes = slices.Clone(good.Modes)
@@ -183,6 +186,26 @@ func TestProbeConfigErrors(t *testing.T) {
 		if err := c.Validate(); err == nil || err.Error() != tc.want {
 			t.Errorf("err = %v, want %q", err, tc.want)
 		}
+	}
+}
+
+// TestProbePaused: the probes due in the pause are left out, the first
+// one due at its end is sent, and no pause leaves out nothing.
+func TestProbePaused(t *testing.T) {
+	ms := time.Millisecond
+	c := ProbeConfig{NewPauseAt: 100 * ms, NewPauseFor: 50 * ms}
+	var kept []uint64
+	for seq := uint64(1); seq <= 200; seq++ {
+		if !c.paused(seq, ms) {
+			kept = append(kept, seq)
+		}
+	}
+	// Probe seq is due at (seq-1) ms: 101..150 are due at 100..149 ms.
+	if len(kept) != 150 || kept[99] != 100 || kept[100] != 151 {
+		t.Errorf("kept %d probes, around the pause %v, want 150 with 100 then 151", len(kept), kept[98:102])
+	}
+	if (&ProbeConfig{}).paused(1, ms) {
+		t.Error("a config without a pause left out probe 1")
 	}
 }
 

@@ -37,6 +37,8 @@ const (
 	DefaultFlowEntries = 65536
 	DefaultNATEntries  = 65536
 	DefaultTables      = 8
+	// MaxFlowEntries bounds Config.FlowEntries.
+	MaxFlowEntries = 1 << 24
 	// DefaultProbePort is the port of the liveness probes the programs
 	// answer (docs/packet.md, "Health"). It is matched inside tunnel
 	// packets from a peer gateway to this node's own underlay address that
@@ -173,8 +175,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("ports %d..%d: want 1 ≤ portMin ≤ portMax ≤ 65535", d.PortMin, d.PortMax)
 	case d.Idle < time.Second:
 		return fmt.Errorf("idle %v: at least 1s", d.Idle)
-	case d.FlowEntries < 1 || d.FlowEntries > 1<<24:
-		return fmt.Errorf("flowEntries %d: allowed 1..%d", d.FlowEntries, 1<<24)
+	case d.FlowEntries < 1 || d.FlowEntries > MaxFlowEntries:
+		return fmt.Errorf("flowEntries %d: allowed 1..%d", d.FlowEntries, MaxFlowEntries)
 	case d.NATEntries < 1 || d.NATEntries > 1<<24:
 		return fmt.Errorf("natEntries %d: allowed 1..%d", d.NATEntries, 1<<24)
 	case d.Tables < 1 || d.Tables > maxTables:
@@ -744,6 +746,33 @@ func (d *Datapath) Flows() (map[Flow]netip.Addr, error) {
 		out[k] = v.Addr
 	}
 	return out, it.Err()
+}
+
+// FlowMapUse returns how many flows the flow map holds and how many it
+// can (Config.FlowEntries of the programs loaded). A full map evicts its
+// least recently used entry for each new flow, which the programs count
+// as a placement like any other (import_flows): with the map full,
+// placements go on rising while the entries stay at the size
+// (docs/packet.md, "A full flow map"). It walks the keys: one system call
+// per entry. A key evicted under the walk makes the kernel start it over,
+// so the count is capped at the size.
+func (d *Datapath) FlowMapUse() (entries, size int, err error) {
+	m := d.coll.Maps["flows"]
+	size = int(m.MaxEntries())
+	var k, next Flow
+	var prev any // nil: the first key
+	for entries < size {
+		if err := m.NextKey(prev, &next); err != nil {
+			if errors.Is(err, ebpf.ErrKeyNotExist) {
+				break
+			}
+			return entries, size, fmt.Errorf("flows: %w", err)
+		}
+		entries++
+		k = next
+		prev = &k
+	}
+	return entries, size, nil
 }
 
 // Flow returns the gateway a flow is pinned to, if it is.

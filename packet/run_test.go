@@ -288,6 +288,9 @@ func TestFlowMapFull(t *testing.T) {
 	if len(flows) > 64 {
 		t.Errorf("flow map holds %d flows, at most 64", len(flows))
 	}
+	if n, size, err := f.d.FlowMapUse(); err != nil || n != len(flows) || size != 64 {
+		t.Errorf("FlowMapUse = %d of %d (%v), want %d of 64", n, size, err, len(flows))
+	}
 	for fl, gw := range flows {
 		want, _ := f.table.Lookup(ring.KeyOf(uint8(UDP), fl.Src, fl.Dst))
 		if gw != f.addrs[want] {

@@ -89,6 +89,8 @@ probes per connection. --csv writes one row per probe.`,
 	f.DurationVar(&cfg.Timeout, "timeout", time.Second, "a probe without a reply after this is lost")
 	f.StringVar(&csvPath, "csv", "", "write one row per probe to this file")
 	f.StringVar(&jsonPath, "json", "", "write the summaries as JSON to this file")
+	f.DurationVar(&cfg.NewPauseAt, "new-pause-at", 0, "send no new-connection probes from this long after the start ...")
+	f.DurationVar(&cfg.NewPauseFor, "new-pause-for", 0, "... for this long (0: no pause)")
 	loadCmd.AddCommand(probe)
 
 	var listen string

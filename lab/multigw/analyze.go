@@ -28,8 +28,10 @@ const lateWarn = 50 * time.Millisecond
 // loses anyway). A long-lived connection counts as broken by the kill only
 // when it broke within timeout of the kill; probes lost on every other
 // connection, including ones that broke before the kill or after the
-// restart, are losses on survivors.
-func analyzeFailover(samples []load.ProbeSample, kill, restart time.Time, rate int, timeout time.Duration) *FailoverResult {
+// restart, are losses on survivors. The windows after the restart start
+// at resume: the restart, or the end of the experiment's rejoin pause, in
+// which no new connection was sent.
+func analyzeFailover(samples []load.ProbeSample, kill, restart, resume time.Time, rate int, timeout time.Duration) *FailoverResult {
 	r := &FailoverResult{Rate: rate}
 	per := 1000 / float64(rate) // ms per probe
 	half := func(x float64) float64 { return math.Round(x*2) / 2 }
@@ -82,10 +84,10 @@ func analyzeFailover(samples []load.ProbeSample, kill, restart time.Time, rate i
 			if in(s.Sent, kill, excessWindow) {
 				r.NewLost500++
 			}
-			if in(s.Sent, restart, excessWindow) {
+			if in(s.Sent, resume, excessWindow) {
 				r.NewLost500Restart++
 			}
-			if in(s.Sent, restart, win) {
+			if in(s.Sent, resume, win) {
 				r.NewLostRestartWin++
 			}
 		case load.ProbeStream:

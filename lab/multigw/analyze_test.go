@@ -56,7 +56,7 @@ func TestAnalyzeFailoverWindows(t *testing.T) {
 	}
 	// Connection 1 breaks at the kill, connection 2 after the restart.
 	brk := map[int]time.Duration{1: 2 * time.Second, 2: 5 * time.Second}
-	r := analyzeFailover(synthetic(t0, 1000, 10*time.Second, lost, 4, brk, 100*time.Millisecond, nil), kill, restart, 1000, time.Second)
+	r := analyzeFailover(synthetic(t0, 1000, 10*time.Second, lost, 4, brk, 100*time.Millisecond, nil), kill, restart, restart, 1000, time.Second)
 
 	if r.NewLost500 != 40+46 { // 40 of the outage, 1 in 10 of the other 460 ms
 		t.Errorf("lost in the 500 ms after the kill = %d, want 86", r.NewLost500)
@@ -100,11 +100,35 @@ func TestAnalyzeFailoverLateRepliesAndLateSender(t *testing.T) {
 			}
 		}
 	}
-	r := analyzeFailover(samples, kill, restart, 1000, time.Second)
+	r := analyzeFailover(samples, kill, restart, restart, 1000, time.Second)
 	if r.LostOnSurvivors != 100 || r.LateOnSurvivors != 100 || r.BrokenConns != 0 {
 		t.Errorf("survivors lost %d, late %d, broken %d; want 100, 100, 0", r.LostOnSurvivors, r.LateOnSurvivors, r.BrokenConns)
 	}
 	if r.NewSendLateMaxMs != 300 || r.StreamSendLateP99Ms != 300 {
 		t.Errorf("sender late max %v ms (new), p99 %v ms (stream); want 300, 300", r.NewSendLateMaxMs, r.StreamSendLateP99Ms)
+	}
+}
+
+// TestAnalyzeFailoverRejoinPause: with a pause after the restart (no new
+// connection sent in it), the windows after the restart start at its end:
+// a burst of 30 lost 100 ms after the pause lies in both, and the 500 ms
+// window is not spent on the empty pause.
+func TestAnalyzeFailoverRejoinPause(t *testing.T) {
+	t0 := time.Unix(1700000000, 0)
+	kill, restart, resume := t0.Add(2*time.Second), t0.Add(4*time.Second), t0.Add(5500*time.Millisecond)
+	lost := func(at time.Duration) bool { return at >= 5600*time.Millisecond && at < 5630*time.Millisecond }
+	var samples []load.ProbeSample
+	for _, s := range synthetic(t0, 1000, 10*time.Second, lost, 4, nil, 0, nil) {
+		if s.Mode == load.ProbeNew && !s.Sent.Before(restart) && s.Sent.Before(resume) {
+			continue // paused
+		}
+		samples = append(samples, s)
+	}
+	r := analyzeFailover(samples, kill, restart, resume, 1000, time.Second)
+	if r.NewLost500Restart != 30 || r.NewLostRestartWin != 30 || r.NewLostRestart != 30 {
+		t.Errorf("lost after the pause: %d in 500 ms, %d in the window, %d to the end; want 30 each", r.NewLost500Restart, r.NewLostRestartWin, r.NewLostRestart)
+	}
+	if r.NewSent != 10000-1500 {
+		t.Errorf("new sent %d, want 8500", r.NewSent)
 	}
 }

@@ -63,6 +63,7 @@ const (
 //	gateways: [3]                   # gateways per cluster; aggregate runs each
 //	uplink: {delay: 5ms, rate: 300mbit}   # each gateway's WAN uplink, both directions
 //	probe: {rate: 2000, streams: 8, duration: 8s, kill-at: 2s, restart-at: 5s}
+//	                                # rejoin-pause: 1500ms: no new connections after restart-at
 //	victims: [a/gw2, b/gw2]         # failover: killed one after the other
 //	fault: uplink-down              # failover: kill (default) or uplink-down
 //	stream: {parallel: 12, duration: 8s}  # aggregate
@@ -92,6 +93,14 @@ type ProbeSettings struct {
 	Duration  time.Duration `yaml:"duration"`
 	KillAt    time.Duration `yaml:"kill-at"`
 	RestartAt time.Duration `yaml:"restart-at"`
+	// RejoinPause stops the new-connection probes for this long from
+	// restart-at (0: none), and the windows after the restart start at its
+	// end. Without it a returning importing gateway gets no new
+	// connection while they arrive at 2000/s: the client's resilient
+	// nexthop group gives it back only buckets idle for its idle timer
+	// (1 s), and every bucket is busy (docs/failover.md, "Uplink down").
+	// The long-lived connections go on through the pause.
+	RejoinPause time.Duration `yaml:"rejoin-pause,omitempty"`
 }
 
 // StreamSettings drive `strait load stream` in an aggregate experiment.
@@ -209,6 +218,9 @@ func (e *Experiment) Validate() error {
 		}
 		if p.Duration <= 0 || !(0 < p.KillAt && p.KillAt < p.RestartAt && p.RestartAt < p.Duration) {
 			bad("probe: need 0 < kill-at (%v) < restart-at (%v) < duration (%v)", p.KillAt, p.RestartAt, p.Duration)
+		}
+		if p.RejoinPause < 0 || p.RestartAt+p.RejoinPause >= p.Duration {
+			bad("probe.rejoin-pause %v: need 0 <= rejoin-pause and restart-at (%v) + rejoin-pause < duration (%v)", p.RejoinPause, p.RestartAt, p.Duration)
 		}
 		if e.Fault != "" && e.Fault != FaultKill && e.Fault != FaultUplinkDown {
 			bad("fault %q: must be %s or %s", e.Fault, FaultKill, FaultUplinkDown)

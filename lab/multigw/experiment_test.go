@@ -44,6 +44,8 @@ func TestValidateNamesFields(t *testing.T) {
 		{"kind: failover\ngateways: [3]\nprobe: {rate: 10, streams: 1, duration: 3s, kill-at: 2s, restart-at: 1s}\nvictims: [a/gw2]\n", "probe: need 0 < kill-at (2s) < restart-at (1s) < duration (3s)"},
 		{"kind: failover\ngateways: [3]\nprobe: {rate: 10, streams: 1, duration: 3s, kill-at: 1s, restart-at: 2s}\nvictims: [a/gw4]\n", `victims[0] "a/gw4": no such gateway`},
 		{"kind: failover\ngateways: [3]\nprobe: {rate: 10, streams: 1, duration: 3s, kill-at: 1s, restart-at: 2s}\nvictims: [c/x]\n", `victims[0] "c/x": must be a/gwK`},
+		{"kind: failover\ngateways: [3]\nprobe: {rate: 10, streams: 1, duration: 3s, kill-at: 1s, restart-at: 2s, rejoin-pause: 1s}\nvictims: [b/gw2]\n",
+			"probe.rejoin-pause 1s: need 0 <= rejoin-pause and restart-at (2s) + rejoin-pause < duration (3s)"},
 		{"kind: aggregate\ngateways: [1]\nbogus: 1\n", "field bogus not found"},
 		{"kind: aggregate\ngateways: [1]\nstream: {parallel: 1, duration: 1s}\ntool: nope\n", `tool "nope":`},
 		{"kind: aggregate\ngateways: [1]\nstream: {parallel: 1, duration: 1s}\ntool: vxlan\n", `tool "vxlan": its gateways cannot be killed and restarted; use strait or strait-packet`},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"time"
 )
 
 // pod is a network namespace behind the client node, where the failover
@@ -24,6 +25,17 @@ import (
 // came from a namespace behind it (forwarded packets are looked up one by
 // one). The node masquerades the pod's address, so the gateways need no
 // route to it.
+//
+// The masquerade puts the node's conntrack in the path, and a connection
+// whose SYN went unanswered leaves an entry in SYN_SENT for its timeout
+// (120 s by default). At 2000 new connections/s the probe client comes
+// round its port range within the run, and the next SYN on such a tuple
+// (another ISN, outside the old entry's window) is not forwarded: every
+// connection lost while a gateway was gone failed once more when its
+// ports came round, long after the gateway returned (docs/failover.md,
+// "Uplink down": 516–580 lost after the return, 0–6 with the timeout
+// below). The node's SYN_SENT timeout is therefore the probe's own
+// timeout: a probe that got no answer by then has given up its socket.
 type pod struct {
 	netns string
 	node  string // the client node's namespace
@@ -54,6 +66,7 @@ func newPod(ctx context.Context, nodeNetns string) (*pod, error) {
 		{"ip", "netns", "exec", p.node, "nft", "add", "table", "ip", podNftTable},
 		{"ip", "netns", "exec", p.node, "nft", "add", "chain", "ip", podNftTable, "post", "{ type nat hook postrouting priority srcnat; }"},
 		{"ip", "netns", "exec", p.node, "nft", "add", "rule", "ip", podNftTable, "post", "ip", "saddr", podNet, "masquerade"},
+		{"ip", "netns", "exec", p.node, "sysctl", "-qw", fmt.Sprintf("net.netfilter.nf_conntrack_tcp_timeout_syn_sent=%d", int(probeTimeout/time.Second))},
 	}
 	for _, argv := range steps {
 		if out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput(); err != nil {

@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +24,7 @@ import (
 
 	"github.com/strait-net/strait/gateway"
 	"github.com/strait-net/strait/lab"
+	"github.com/strait-net/strait/lab/nexthop"
 	"github.com/strait-net/strait/lab/tool"
 	"github.com/strait-net/strait/lab/topology"
 	"github.com/strait-net/strait/load"
@@ -381,14 +384,21 @@ type FailoverResult struct {
 	LateOnSurvivors  int     `json:"stream_late_on_surviving_conns"`
 	StreamRecoveryMs float64 `json:"stream_recovery_ms"`
 	// How far behind its schedule the probe sender ran (sendLate).
-	NewSendLateP99Ms    float64   `json:"new_send_late_p99_ms"`
-	NewSendLateMaxMs    float64   `json:"new_send_late_max_ms"`
-	StreamSendLateP99Ms float64   `json:"stream_send_late_p99_ms"`
-	StreamSendLateMaxMs float64   `json:"stream_send_late_max_ms"`
-	KillOffsetMs        float64   `json:"kill_ms"`
-	RestartOffsetMs     float64   `json:"restart_ms"`
-	GatewayLoad         []LoadRow `json:"gateway_load"`
-	Gateways            []string  `json:"gateways"`
+	NewSendLateP99Ms    float64 `json:"new_send_late_p99_ms"`
+	NewSendLateMaxMs    float64 `json:"new_send_late_max_ms"`
+	StreamSendLateP99Ms float64 `json:"stream_send_late_p99_ms"`
+	StreamSendLateMaxMs float64 `json:"stream_send_late_max_ms"`
+	KillOffsetMs        float64 `json:"kill_ms"`
+	RestartOffsetMs     float64 `json:"restart_ms"`
+	// RejoinPauseMs is the experiment's rejoin-pause; the windows after the
+	// restart start at its end. BucketsAtResume and BucketsAtEnd are the
+	// client's nexthop buckets per importing gateway just before the new
+	// connections resumed and at the end of the run (only with a pause).
+	RejoinPauseMs   float64        `json:"rejoin_pause_ms,omitempty"`
+	BucketsAtResume map[string]int `json:"client_buckets_at_resume,omitempty"`
+	BucketsAtEnd    map[string]int `json:"client_buckets_at_end,omitempty"`
+	GatewayLoad     []LoadRow      `json:"gateway_load"`
+	Gateways        []string       `json:"gateways"`
 }
 
 // LoadRow is one time bin of new streams per second per gateway.
@@ -413,8 +423,12 @@ func (u *unit) failover(ctx context.Context, e *Experiment, victim string) (*Fai
 	}
 	probeDone := make(chan done, 1)
 	go func() {
-		out, err := u.pod.command(ctx, u.opts.Binary, "load", "probe", "--addr", u.target, "--rate", strconv.Itoa(p.Rate),
-			"--streams", strconv.Itoa(p.Streams), "--duration", p.Duration.String(), "--timeout", probeTimeout.String(), "--csv", csvFile).CombinedOutput()
+		argv := []string{u.opts.Binary, "load", "probe", "--addr", u.target, "--rate", strconv.Itoa(p.Rate),
+			"--streams", strconv.Itoa(p.Streams), "--duration", p.Duration.String(), "--timeout", probeTimeout.String(), "--csv", csvFile}
+		if p.RejoinPause > 0 {
+			argv = append(argv, "--new-pause-at", p.RestartAt.String(), "--new-pause-for", p.RejoinPause.String())
+		}
+		out, err := u.pod.command(ctx, argv...).CombinedOutput()
 		probeDone <- done{out, err}
 	}()
 	var killAt, restartAt time.Time
@@ -439,7 +453,20 @@ func (u *unit) failover(ctx context.Context, e *Experiment, victim string) (*Fai
 	if linkUp != nil { // cancelled while down: the next phase needs it up
 		evErr = errors.Join(evErr, linkUp(context.WithoutCancel(ctx)))
 	}
+	resumeAt := restartAt
+	var bucketsAtResume, bucketsAtEnd map[string]int
+	if p.RejoinPause > 0 && evErr == nil {
+		// What the pause gave the returning gateway, read just before
+		// the new connections resume.
+		if sleepCtx(ctx, time.Until(start.Add(p.RestartAt+p.RejoinPause-20*time.Millisecond))) {
+			bucketsAtResume = u.buckets(ctx)
+		}
+		resumeAt = start.Add(p.RestartAt + p.RejoinPause)
+	}
 	d := <-probeDone
+	if p.RejoinPause > 0 {
+		bucketsAtEnd = u.buckets(ctx)
+	}
 	loads, names := sampler()
 	_ = os.WriteFile(filepath.Join(pdir, "probe.out"), d.out, 0o644)
 	if d.err != nil {
@@ -452,8 +479,9 @@ func (u *unit) failover(ctx context.Context, e *Experiment, victim string) (*Fai
 	if err != nil {
 		return nil, err
 	}
-	r := analyzeFailover(samples, killAt, restartAt, p.Rate, probeTimeout)
+	r := analyzeFailover(samples, killAt, restartAt, resumeAt, p.Rate, probeTimeout)
 	r.Victim, r.Fault, r.Gateways = victim, e.fault(), names
+	r.RejoinPauseMs, r.BucketsAtResume, r.BucketsAtEnd = ms(p.RejoinPause), bucketsAtResume, bucketsAtEnd
 	r.KillOffsetMs, r.RestartOffsetMs = ms(killAt.Sub(start)), ms(restartAt.Sub(start))
 	for _, row := range loads {
 		row.AtMs = ms(row.at.Sub(start))
@@ -466,6 +494,62 @@ func (u *unit) failover(ctx context.Context, e *Experiment, victim string) (*Fai
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// buckets counts the client's nexthop buckets per importing gateway (nil
+// when they cannot be read: the figure is a diagnosis, not a result).
+func (u *unit) buckets(ctx context.Context) map[string]int {
+	members, gws, err := nexthop.LabMembers(u.lab.Plan, u.client.ID, 0)
+	if err != nil {
+		return nil
+	}
+	read := func(args ...string) string {
+		cmd, err := u.lab.Command(ctx, u.client.ID, append([]string{"ip"}, args...)...)
+		if err != nil {
+			return ""
+		}
+		out, _ := cmd.Output()
+		return string(out)
+	}
+	via := map[int]string{} // nexthop ID → gateway
+	for _, m := range nexthopRE.FindAllStringSubmatch(read("nexthop", "show"), -1) {
+		id, _ := strconv.Atoi(m[1])
+		for i, mem := range members {
+			if mem.Via.String() == m[2] {
+				via[id] = gws[i].ID
+			}
+		}
+	}
+	owners, err := nexthop.ParseBuckets(read("nexthop", "bucket", "show", "id", strconv.Itoa(clientGroupID)))
+	if err != nil || len(owners) == 0 {
+		return nil
+	}
+	out := map[string]int{}
+	for _, g := range gws {
+		out[g.ID] = 0
+	}
+	for _, id := range owners {
+		out[via[id]]++
+	}
+	return out
+}
+
+// clientGroupID is the nexthop group the lab's watcher installs on the
+// client (nexthop.Config's default ID).
+const clientGroupID = 100
+
+var nexthopRE = regexp.MustCompile(`(?m)^id (\d+) via (\S+)`)
+
+func formatBuckets(b map[string]int) string {
+	if b == nil {
+		return "unread"
+	}
+	keys := slices.Sorted(maps.Keys(b))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, b[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
 func (r *FailoverResult) print(w io.Writer) {
 	what := fmt.Sprintf("kill -9 %s at %.0f ms, restart at %.0f ms", r.Victim, r.KillOffsetMs, r.RestartOffsetMs)
 	if r.Fault == FaultUplinkDown {
@@ -475,6 +559,10 @@ func (r *FailoverResult) print(w io.Writer) {
 	fmt.Fprintf(w, "  new connections: %d sent; lost from the kill to the restart %d → recovery %.1f ms (%.1f ms above the %.0f lost in as long before the kill)\n",
 		r.NewSent, r.NewLostKill, r.NewRecoveryKillMs, r.NewExcessKillMs, r.NewLostBefore)
 	fmt.Fprintf(w, "  new connections in the 500 ms after the kill: %d lost → %.1f ms above the loss rate before the kill\n", r.NewLost500, r.NewExcess500Ms)
+	if r.RejoinPauseMs > 0 {
+		fmt.Fprintf(w, "  no new connections for %.0f ms after the restart (rejoin-pause); the client's nexthop buckets per importing gateway then: %s; at the end: %s\n",
+			r.RejoinPauseMs, formatBuckets(r.BucketsAtResume), formatBuckets(r.BucketsAtEnd))
+	}
 	fmt.Fprintf(w, "  new connections after the restart, as long a window: %d lost → %.1f ms (%.1f ms above the rate before the kill); in its first 500 ms: %d lost → %.1f ms above; until the end of the run: %d\n",
 		r.NewLostRestartWin, r.NewRecoveryRestMs, r.NewExcessRestartMs, r.NewLost500Restart, r.NewExcess500RestartMs, r.NewLostRestart)
 	fmt.Fprintf(w, "  established streams: %d sent over %d connections; %d broke at the kill (through %s): %d lost on them; %d broke at another time; lost on all others: %d (%d of them replies after the timeout)\n",

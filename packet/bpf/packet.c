@@ -217,9 +217,11 @@ struct config {
 	__u16 port_min;   // SNAT port range, host order
 	__u16 port_max;
 	__u16 probe_port; // liveness probes' port, host order; 0 = none answered
-	// Non-zero while the gateway process finds its node cut off from every
-	// peer gateway: the LAN's health probes are left to the stack, which
-	// refuses them (docs/failover.md, "A gateway cut off from its peers").
+	// 1 while the gateway process finds its node cut off from every peer
+	// gateway, else 0 (the only values it writes, and the only ones its
+	// reader accepts): the LAN's health probes are left to the stack,
+	// which refuses them (docs/failover.md, "A gateway cut off from its
+	// peers").
 	__u32 lan_quiet;
 	__u64 idle_ns; // a NAT entry idle this long in both directions may be reused
 };
