@@ -151,6 +151,15 @@ func (m *udpMetrics) in(point, n int) {
 	m.bytesIn[point].Add(uint64(n))
 }
 
+// carried is the datagrams carried both ways at both points so far.
+func (m *udpMetrics) carried() uint64 {
+	var n uint64
+	for p := range m.dgramsOut {
+		n += m.dgramsOut[p].Load() + m.dgramsIn[p].Load()
+	}
+	return n
+}
+
 func (m *udpMetrics) drop(point, reason int) { m.drops[point][reason].Add(1) }
 
 // open takes one of max flow slots at point; false when none is left.
