@@ -57,6 +57,8 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"udp idle tiny", goodConfig + "udp: {idle-timeout: 1ms}\n", "udp.idle-timeout 1ms: must be at least 100ms"},
 		{"udp queue below a datagram", goodConfig + "udp: {queue-bytes: 1000}\n", "udp.queue-bytes 1000: must be 0 (default 262144) or 65537 to 67108864"},
 		{"udp queue huge", goodConfig + "udp: {queue-bytes: 1000000000}\n", "udp.queue-bytes 1000000000"},
+		{"udp import rate low", goodConfig + "udp: {import-rate: 99}\n", "udp.import-rate 99: must be 0 (default 20000) or 100 to 10000000 datagrams per second"},
+		{"udp import rate negative", goodConfig + "udp: {import-rate: -1}\n", "udp.import-rate -1"},
 		{"udp flows", goodConfig + "udp: {max-flows: -1}\n", "udp.max-flows -1: must be 0 (default 8192) to 1048576"},
 		{"max streams", goodConfig + "max-streams: -1\n", "max-streams -1: must be 0 (default: from RLIMIT_NOFILE) or more"},
 		{"udp unknown field", goodConfig + "udp: {timeout: 1s}\n", "field timeout not found"},
@@ -205,8 +207,8 @@ func FuzzLoadConfig(f *testing.F) {
 	f.Add([]byte("cluster: a\nidentity: {dir: /x}\nlisten: \":-1\"\npreconnect: -1\nsessions: -16\nkeepalive-timeout: -1s\nprobe-interval: -5ms\n"))
 	f.Add([]byte("cluster: \xff\xfe\nidentity: {dir: /\xc3}\nsources: [{cidr: 10.0.0.0/99, namespace: x}]\n"))
 	// UDP: the defaults, the bounds, one past each, and past the types.
-	f.Add([]byte("cluster: a\nidentity: {dir: /x}\nudp: {idle-timeout: 30s, queue-bytes: 262144, max-flows: 8192}\n"))
-	f.Add([]byte("cluster: a\nidentity: {dir: /x}\nudp: {idle-timeout: 100ms, queue-bytes: 65537, max-flows: 1048576}\n"))
+	f.Add([]byte("cluster: a\nidentity: {dir: /x}\nudp: {idle-timeout: 30s, queue-bytes: 262144, max-flows: 8192, import-rate: 20000}\n"))
+	f.Add([]byte("cluster: a\nidentity: {dir: /x}\nudp: {idle-timeout: 100ms, queue-bytes: 65537, max-flows: 1048576, import-rate: 10000000}\n"))
 	f.Add([]byte("cluster: a\nidentity: {dir: /x}\nudp: {idle-timeout: 99ms, queue-bytes: 65536, max-flows: 1048577}\n"))
 	f.Add([]byte("cluster: a\nidentity: {dir: /x}\nudp: {idle-timeout: -9223372036854775808ns, queue-bytes: 9223372036854775807, max-flows: -1}\n"))
 	dir := f.TempDir()

@@ -48,19 +48,20 @@ type Gateway struct {
 	// every connection and replaced whole when Workloads change.
 	byAddr atomic.Pointer[map[netip.Addr]identity]
 
-	mu        sync.Mutex // guards everything below, and serializes reconcile
-	ctx       context.Context
-	peers     map[string]*peer           // cluster ID → its pool
-	listeners map[string]*importListener // "ip:port" → listener
-	targets   map[string]*preconnector   // target address → warm connections
-	rec       reconciled                 // what reconcile made of the store so far
-	udp       udpPlane                   // UDP sockets and flows (udp_egress.go)
-	wg        sync.WaitGroup             // every goroutine the gateway starts
-	wan       tunnel.Listener
-	steering  *steering // nil: a listener per import address
-	packet    *packetPlane
-	reach     chan struct{} // kicked when a peer gateway may have been heard or lost (reach.go)
-	closeOnce sync.Once
+	mu         sync.Mutex // guards everything below, and serializes reconcile
+	ctx        context.Context
+	peers      map[string]*peer           // cluster ID → its pool
+	listeners  map[string]*importListener // "ip:port" → listener
+	targets    map[string]*preconnector   // target address → warm connections
+	rec        reconciled                 // what reconcile made of the store so far
+	udp        udpPlane                   // UDP sockets and flows (udp_egress.go)
+	importMaps importMaps                 // peaks of the maps above, to shrink them (mapshrink.go)
+	wg         sync.WaitGroup             // every goroutine the gateway starts
+	wan        tunnel.Listener
+	steering   *steering // nil: a listener per import address
+	packet     *packetPlane
+	reach      chan struct{} // kicked when a peer gateway may have been heard or lost (reach.go)
+	closeOnce  sync.Once
 }
 
 // routes is an immutable view of the resources, rebuilt on every change and
@@ -321,6 +322,7 @@ func (g *Gateway) reconcile() (err error) {
 		return nil
 	}
 	set := g.store.Set()
+	defer g.shrinkImportMaps() // after the UDP imports too
 	defer func() { err = errors.Join(err, g.reconcileUDP(set)) }()
 	defer g.packet.changed()
 	if g.rec.rev != 0 {

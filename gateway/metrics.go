@@ -108,7 +108,7 @@ func newMetrics() *metrics {
 		m.bytesIn[p] = bytes.WithLabelValues(name, "in")
 		m.denials[p] = denials.WithLabelValues(name)
 	}
-	m.reclaims = counter("strait_memory_reclaims_total", "Times the gateway returned free memory to the system after a burst of connections ended (README, Concurrency limits).")
+	m.reclaims = counter("strait_memory_reclaims_total", "Times the gateway returned free memory to the system after a burst of connections, imports or UDP datagrams ended (README, Concurrency limits).")
 	m.reclaimedBytes = counter("strait_memory_reclaimed_bytes_total", "Heap bytes those reclaims returned to the system.")
 	m.reclaimCPU = counter("strait_memory_reclaim_cpu_seconds_total", "Process CPU time spent in those reclaims (two collections and a scavenge each).")
 	m.packetRefusals = counterVec("strait_packet_refusals_total", "Times the packet mode was refused for a peer (the stream mode carries it): each reason counted once, see the log and status.", "peer")

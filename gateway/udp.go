@@ -44,6 +44,16 @@ type UDPConfig struct {
 	// open a flow past it is dropped (reason flow_limit) at the importing
 	// gateway; a stream past it is refused at the exporting one.
 	MaxFlows int `yaml:"max-flows"`
+	// ImportRate bounds the datagrams per second the gateway reads from
+	// one import address (IP and UDP port), all its clients together
+	// (0: 20 000; 100 to 10 000 000). Past it the gateway leaves the
+	// address's socket unread until its next window (udpBudget), so that
+	// a flood at one import costs the gateway no more than this rate's
+	// work however fast it comes, and the other imports keep the rest;
+	// what the kernel drops at the full socket meanwhile is counted
+	// (reason import_rate). Datagrams under the rate wait at most a
+	// window (10 ms) when they come in bursts past it.
+	ImportRate int `yaml:"import-rate"`
 }
 
 // Defaults of UDPConfig.
@@ -51,6 +61,9 @@ const (
 	DefaultUDPIdleTimeout = 30 * time.Second
 	DefaultUDPQueueBytes  = 256 << 10
 	DefaultUDPMaxFlows    = 8192
+	DefaultUDPImportRate  = 20000
+	minUDPImportRate      = 100
+	maxUDPImportRate      = 10_000_000
 	minUDPQueueBytes      = tunnel.MaxDatagram + 2
 	maxUDPQueueBytes      = 64 << 20
 	maxUDPFlows           = 1 << 20
@@ -67,6 +80,8 @@ func (c UDPConfig) Validate() error {
 		return fmt.Errorf("queue-bytes %d: must be 0 (default %d) or %d to %d", c.QueueBytes, DefaultUDPQueueBytes, minUDPQueueBytes, maxUDPQueueBytes)
 	case c.MaxFlows < 0 || c.MaxFlows > maxUDPFlows:
 		return fmt.Errorf("max-flows %d: must be 0 (default %d) to %d", c.MaxFlows, DefaultUDPMaxFlows, maxUDPFlows)
+	case c.ImportRate < 0 || (c.ImportRate != 0 && c.ImportRate < minUDPImportRate) || c.ImportRate > maxUDPImportRate:
+		return fmt.Errorf("import-rate %d: must be 0 (default %d) or %d to %d datagrams per second", c.ImportRate, DefaultUDPImportRate, minUDPImportRate, maxUDPImportRate)
 	}
 	return nil
 }
@@ -85,6 +100,13 @@ func (c UDPConfig) queueBytes() int {
 	return c.QueueBytes
 }
 
+func (c UDPConfig) importRate() int {
+	if c.ImportRate == 0 {
+		return DefaultUDPImportRate
+	}
+	return c.ImportRate
+}
+
 func (c UDPConfig) maxFlows() int64 {
 	if c.MaxFlows == 0 {
 		return DefaultUDPMaxFlows
@@ -101,10 +123,11 @@ const (
 	dropRefused            // the exporting gateway refused or ended the flow
 	dropTarget             // the target refused it (ICMP port unreachable)
 	dropSend               // sending to the client or target failed otherwise
+	dropImportRate         // the import address was past UDPConfig.ImportRate: dropped by the kernel at its unread socket
 	numDropReasons
 )
 
-var dropNames = [numDropReasons]string{"queue_full", "flow_limit", "denied", "unreachable", "refused", "target_unreachable", "send_failed"}
+var dropNames = [numDropReasons]string{"queue_full", "flow_limit", "denied", "unreachable", "refused", "target_unreachable", "send_failed", "import_rate"}
 
 // udpMetrics are the UDP counters, per point as the TCP ones. Datagrams
 // are counted one by one with atomics (no logs per datagram).
@@ -126,6 +149,15 @@ func (m *udpMetrics) out(point, n int) {
 func (m *udpMetrics) in(point, n int) {
 	m.dgramsIn[point].Add(1)
 	m.bytesIn[point].Add(uint64(n))
+}
+
+// carried is the datagrams carried both ways at both points so far.
+func (m *udpMetrics) carried() uint64 {
+	var n uint64
+	for p := range m.dgramsOut {
+		n += m.dgramsOut[p].Load() + m.dgramsIn[p].Load()
+	}
+	return n
 }
 
 func (m *udpMetrics) drop(point, reason int) { m.drops[point][reason].Add(1) }

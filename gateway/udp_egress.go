@@ -319,7 +319,13 @@ func (l *udpListener) serve() {
 		return
 	}
 	var delay time.Duration
+	budget := newUDPBudget(l.g.cfg.UDP.importRate())
 	for {
+		if !budget.spend() {
+			if wait := budget.renew(time.Now()); wait > 0 {
+				l.pause(rc, wait, m)
+			}
+		}
 		var (
 			bp   *[]byte
 			n    int
@@ -367,6 +373,19 @@ func (l *udpListener) serve() {
 			l.receive(client, (*bp)[:n], m)
 		}
 		datagramBufs.Put(bp)
+	}
+}
+
+// pause leaves the socket unread for wait, the import being past its
+// budget, and counts what the kernel dropped at it meanwhile.
+func (l *udpListener) pause(rc syscall.RawConn, wait time.Duration, m *udpMetrics) {
+	var before, after uint32
+	var okBefore, okAfter bool
+	_ = rc.Control(func(fd uintptr) { before, okBefore = socketDrops(fd) })
+	time.Sleep(wait)
+	_ = rc.Control(func(fd uintptr) { after, okAfter = socketDrops(fd) })
+	if okBefore && okAfter {
+		m.drops[pointEgress][dropImportRate].Add(uint64(after - before)) // wraps as the kernel's u32 does
 	}
 }
 

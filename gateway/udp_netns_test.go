@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strait-net/strait/gateway"
 	"github.com/strait-net/strait/internal/testenv"
 	"github.com/strait-net/strait/load"
 )
@@ -29,6 +30,7 @@ const (
 	ipDenyOut  = "10.96.0.52" // denied at egress (cluster b)
 	ipDenyIn   = "10.96.0.53" // denied at ingress (cluster a)
 	ipGhost    = "10.96.0.54" // imported, never exported
+	ipEcho2    = "10.96.0.55" // 7001 UDP → the UDP echo, beside ipEcho's
 	udpPort    = 7001
 	udpMaxFlow = 16 // b's udp.max-flows, small enough to reach in a test
 )
@@ -56,7 +58,8 @@ func udpExportYAML(name, ports string) string {
 	return fmt.Sprintf("apiVersion: multicluster.x-k8s.io/v1alpha1\nkind: ServiceExport\nmetadata: {name: %s, namespace: default}\nspec:\n  ports: %s\n---\n", name, ports)
 }
 
-func setupUDP(t *testing.T) *udpEnv {
+// setupUDP builds the lab; bUDP adds fields to b's udp: configuration.
+func setupUDP(t *testing.T, bUDP string) *udpEnv {
 	testenv.RequireRoot(t)
 	if _, err := exec.LookPath("dig"); err != nil {
 		t.Skip("needs dig (dnsutils)")
@@ -105,7 +108,7 @@ func setupUDP(t *testing.T) *udpEnv {
 	resA := peerYAML("b", wan(e.b)) + allowAll +
 		udpExportYAML("dns", fmt.Sprintf("[{name: dns, protocol: UDP, port: 53, target: %q}]", dnsAddr)) +
 		udpExportYAML("uecho", fmt.Sprintf("[{name: tcp, port: %d, target: %q}, {name: udp, protocol: UDP, port: %d, target: %q}]", udpPort, httpEcho, udpPort, udpEcho)) +
-		udpExportYAML("udeny", udpPorts) + udpExportYAML("uguard", udpPorts) +
+		udpExportYAML("udeny", udpPorts) + udpExportYAML("uguard", udpPorts) + udpExportYAML("uecho2", udpPorts) +
 		policyYAML("deny-uguard", 10, "deny", "  to: {exports: [uguard]}\n")
 	resB := peerYAML("a", wan(e.a)) + allowAll +
 		udpImportYAML("dns", ipDNS, "[{name: dns, protocol: UDP, port: 53}]") +
@@ -113,12 +116,13 @@ func setupUDP(t *testing.T) *udpEnv {
 		udpImportYAML("udeny", ipDenyOut, fmt.Sprintf("[{name: udp, protocol: UDP, port: %d}]", udpPort)) +
 		udpImportYAML("uguard", ipDenyIn, fmt.Sprintf("[{name: udp, protocol: UDP, port: %d}]", udpPort)) +
 		udpImportYAML("ughost", ipGhost, fmt.Sprintf("[{name: udp, protocol: UDP, port: %d}]", udpPort)) +
+		udpImportYAML("uecho2", ipEcho2, fmt.Sprintf("[{name: udp, protocol: UDP, port: %d}]", udpPort)) +
 		policyYAML("deny-udeny", 10, "deny", "  from: {namespaces: [web]}\n  to: {exports: [udeny]}\n")
 	for _, g := range []*gw{e.a, e.b} {
 		res, extra := resA, fmt.Sprintf("dns: %s\n", dnsAddr)
 		if g == e.b {
 			res = resB
-			extra = fmt.Sprintf("sources:\n  - {cidr: %s/32, namespace: web, labels: {app: web}}\nudp: {idle-timeout: 2s, max-flows: %d}\n", clientSrc, udpMaxFlow)
+			extra = fmt.Sprintf("sources:\n  - {cidr: %s/32, namespace: web, labels: {app: web}}\nudp: {idle-timeout: 2s, max-flows: %d%s}\n", clientSrc, udpMaxFlow, bUDP)
 		}
 		resFile := filepath.Join(tmpDir, g.cluster+"-resources.yaml")
 		if err := os.WriteFile(resFile, []byte(res), 0o644); err != nil {
@@ -160,7 +164,9 @@ func startWait(t *testing.T, netns, ready string, argv ...string) *proc {
 // an export, and strait load udp against a UDP echo at 1 000 and 50 000
 // datagrams per second. The steps share the lab and run in order.
 func TestUDP(t *testing.T) {
-	e := setupUDP(t)
+	// Echo50k sends 50 000 datagrams/s to one import address: past the
+	// default udp.import-rate, which TestUDPImportRate tests.
+	e := setupUDP(t, ", import-rate: 100000")
 	for _, s := range []struct {
 		name string
 		f    func(*testing.T, *udpEnv)
@@ -215,8 +221,8 @@ func testUDPDig(t *testing.T, e *udpEnv) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.UDPImports) != 5 || !strings.HasPrefix(st.UDPImports[0], "default/dns "+ipDNS+":53 flows ") {
-		t.Errorf("b's status lists UDP imports %q, want the 5, default/dns first", st.UDPImports)
+	if len(st.UDPImports) != 6 || !strings.HasPrefix(st.UDPImports[0], "default/dns "+ipDNS+":53 flows ") {
+		t.Errorf("b's status lists UDP imports %q, want the 6, default/dns first", st.UDPImports)
 	}
 	before := e.a.metric(t, flows)
 	for _, tt := range []struct{ qtype, qname, status, answer string }{
@@ -237,23 +243,33 @@ func testUDPDig(t *testing.T, e *udpEnv) {
 // loadUDP runs strait load udp on the client and returns its result.
 func (e *udpEnv) loadUDP(t *testing.T, addr string, rate int, d time.Duration, size, flows int, timeout time.Duration) load.UDPResult {
 	t.Helper()
+	r, msg, err := e.runLoadUDP(addr, rate, d, size, flows, timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("strait load udp --rate %d --size %d --flows %d: %s", rate, size, flows, msg)
+	return r
+}
+
+// runLoadUDP is loadUDP for any goroutine: it returns the command's
+// output, and its failure instead of ending the test.
+func (e *udpEnv) runLoadUDP(addr string, rate int, d time.Duration, size, flows int, timeout time.Duration) (load.UDPResult, string, error) {
+	var r load.UDPResult
 	out := filepath.Join(tmpDir, testenv.UniqueName("udp-")+".json")
 	cmd := exec.Command("ip", "netns", "exec", e.client, binary, "load", "udp", "--addr", addr, "--rate", strconv.Itoa(rate),
 		"--duration", d.String(), "--size", strconv.Itoa(size), "--flows", strconv.Itoa(flows), "--timeout", timeout.String(), "--json", out)
 	msg, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("strait load udp: %v\n%s", err, msg)
+		return r, "", fmt.Errorf("strait load udp: %v\n%s", err, msg)
 	}
 	b, err := os.ReadFile(out)
 	if err != nil {
-		t.Fatal(err)
+		return r, "", err
 	}
-	var r load.UDPResult
 	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatalf("strait load udp --json: %v", err)
+		return r, "", fmt.Errorf("strait load udp --json: %v", err)
 	}
-	t.Logf("strait load udp --rate %d --size %d --flows %d: %s", rate, size, flows, strings.TrimSpace(string(msg)))
-	return r
+	return r, strings.TrimSpace(string(msg)), nil
 }
 
 // rcvbufErrors returns UDP RcvbufErrors of each of the lab's namespaces:
@@ -286,11 +302,12 @@ func (e *udpEnv) rcvbufErrors(t *testing.T) map[string]float64 {
 	return sum
 }
 
-// udpDrops sums a gateway's UDP drop counters.
+// udpDrops sums a gateway's UDP drop counters but import_rate's: those
+// are the kernel's drops at an unread socket, which rcvbufErrors counts.
 func udpDrops(m map[string]float64) float64 {
 	var sum float64
 	for k, v := range m {
-		if strings.HasPrefix(k, "strait_udp_drops_total{") {
+		if strings.HasPrefix(k, "strait_udp_drops_total{") && !strings.Contains(k, `reason="import_rate"`) {
 			sum += v
 		}
 	}
@@ -455,5 +472,56 @@ func testUDPFlowLimit(t *testing.T, e *udpEnv) {
 	// Echoes later than the timeout (a starved host) still came back.
 	if want := float64(r.Sent * 4 / flows); dropped != want || r.Received+r.Late != r.Sent-uint64(want) {
 		t.Errorf("flow limit %d, %d flows: %v datagrams dropped, %d of %d received (%d late); want %v dropped, the rest received", udpMaxFlow, flows, dropped, r.Received, r.Sent, r.Late, want)
+	}
+}
+
+// TestUDPImportRate: a flood at one import address is read at b's
+// udp.import-rate and no faster; the kernel drops the rest at the
+// unread socket and b counts it (reason import_rate), while every
+// datagram of a client of another import address comes back. Counts,
+// not latency: what b carried of the flood is at most the rate over the
+// time it was measured in, plus one window's quota.
+func TestUDPImportRate(t *testing.T) {
+	const rate = 1000 // b's udp.import-rate
+	e := setupUDP(t, fmt.Sprintf(", import-rate: %d", rate))
+	const (
+		dg      = `strait_udp_datagrams_total{direction="out",point="egress"}`
+		limited = `strait_udp_drops_total{point="egress",reason="import_rate"}`
+	)
+	mb, kernel := e.b.metrics(t), e.rcvbufErrors(t)
+	start := time.Now()
+	type result struct {
+		r   load.UDPResult
+		msg string
+		err error
+	}
+	flood := make(chan result, 1)
+	go func() {
+		// 20 times the rate, in 1200-byte datagrams: b's socket buffer
+		// fills within the second and the kernel drops the rest.
+		r, msg, err := e.runLoadUDP(net.JoinHostPort(ipEcho, strconv.Itoa(udpPort)), 20*rate, time.Second, 1200, 4, time.Second)
+		flood <- result{r, msg, err}
+	}()
+	victim := e.loadUDP(t, net.JoinHostPort(ipEcho2, strconv.Itoa(udpPort)), 200, 2*time.Second, 64, 1, 3*time.Second)
+	f := <-flood
+	if f.err != nil {
+		t.Fatal(f.err)
+	}
+	t.Logf("flood: %s", f.msg)
+	mb2, kernel2 := e.b.metrics(t), e.rcvbufErrors(t)
+	elapsed := time.Since(start)
+	if victim.Received+victim.Late != victim.Sent || victim.Sent == 0 {
+		t.Errorf("the other import's client: %d of %d echoed (%d late), want all", victim.Received, victim.Sent, victim.Late)
+	}
+	carried := mb2[dg] - mb[dg] - float64(victim.Sent)
+	dropped := mb2[limited] - mb[limited]
+	kernelB := kernel2[e.nss[1]] - kernel[e.nss[1]]
+	bound := float64(rate)*elapsed.Seconds() + float64(gateway.UDPBudgetQuota(rate))
+	t.Logf("flood sent %d, b carried %v (bound %v over %v), dropped as import_rate %v, b's kernel receive-buffer drops %v", f.r.Sent, carried, bound, elapsed.Round(time.Millisecond), dropped, kernelB)
+	if carried > bound {
+		t.Errorf("b carried %v of the flood in %v, more than import-rate %d allows (%v)", carried, elapsed, rate, bound)
+	}
+	if dropped == 0 || dropped > kernelB {
+		t.Errorf("b counted %v import_rate drops, its kernel %v receive-buffer drops: want some, no more than the kernel's", dropped, kernelB)
 	}
 }

@@ -72,8 +72,8 @@ func TestUDPConfigDefaults(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if c.idleTimeout() != DefaultUDPIdleTimeout || c.queueBytes() != DefaultUDPQueueBytes || c.maxFlows() != DefaultUDPMaxFlows {
-		t.Errorf("zero UDPConfig: %v %d %d, want the defaults", c.idleTimeout(), c.queueBytes(), c.maxFlows())
+	if c.idleTimeout() != DefaultUDPIdleTimeout || c.queueBytes() != DefaultUDPQueueBytes || c.maxFlows() != DefaultUDPMaxFlows || c.importRate() != DefaultUDPImportRate {
+		t.Errorf("zero UDPConfig: %v %d %d %d, want the defaults", c.idleTimeout(), c.queueBytes(), c.maxFlows(), c.importRate())
 	}
 	if got := c.sweepInterval(); got != time.Second {
 		t.Errorf("sweep interval %v, want 1s for the default timeout", got)

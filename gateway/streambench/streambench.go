@@ -78,6 +78,9 @@ type Config struct {
 	// UDPIdle is the gateways' UDP flow idle timeout (0: their default,
 	// 30s): the flood's flows, and what they hold, end only after it.
 	UDPIdle time.Duration
+	// UDPImportRate is the gateways' udp.import-rate, the datagrams per
+	// second one import address is read at (0: their default).
+	UDPImportRate int
 	// RateWorkers dial, echo 64 bytes and close in a loop for RateTime,
 	// directly and through the gateways (0: 8 workers, 2s each).
 	RateWorkers int
@@ -120,7 +123,7 @@ func (c *Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"idle", c.Idle}, {"active", c.Active}, {"max-streams", c.MaxStreams}, {"max-streams-exporting", c.MaxStreamsExporting}, {"flood", c.Flood}, {"stalled", c.Stalled}, {"udp-flood", c.UDPFlood}, {"udp-flood-rate", c.UDPFloodRate}, {"rate-workers", c.RateWorkers}, {"per-import", c.PerImport}, {"settle-per-stream", c.SettlePerStream}} {
+	}{{"idle", c.Idle}, {"active", c.Active}, {"max-streams", c.MaxStreams}, {"max-streams-exporting", c.MaxStreamsExporting}, {"flood", c.Flood}, {"stalled", c.Stalled}, {"udp-flood", c.UDPFlood}, {"udp-flood-rate", c.UDPFloodRate}, {"udp-import-rate", c.UDPImportRate}, {"rate-workers", c.RateWorkers}, {"per-import", c.PerImport}, {"settle-per-stream", c.SettlePerStream}} {
 		if f.v < 0 {
 			return fmt.Errorf("%s %d: must not be negative", f.name, f.v)
 		}
@@ -192,7 +195,10 @@ type Result struct {
 	SettledAfter time.Duration
 	// The UDP flood and the UDP echo client's round trips without it
 	// (phase active) and during it.
-	UDPFlood   UDPFloodResult
+	UDPFlood UDPFloodResult
+	// ActiveCPU is the gateways' CPU over the active phase, in cores,
+	// importing then exporting.
+	ActiveCPU  [2]float64
 	UDPLatency []UDPLatency
 	LoadAvg    string // /proc/loadavg at the end
 }
@@ -516,12 +522,20 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	udpErr := make(chan error, 1)
+	cpu0, err := b.cpu()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
 	if cfg.UDPFlood > 0 { // the UDP victim's baseline
 		go func() { udpErr <- b.udpEcho(ctx, PhaseActive, cfg.hold()) }()
 	} else {
 		udpErr <- nil
 	}
 	if err := errors.Join(b.waitEchoes(ctx, latActive, cfg.hold()), <-udpErr); err != nil {
+		return err
+	}
+	if b.r.ActiveCPU, err = b.cores(cpu0, start); err != nil {
 		return err
 	}
 	if err := b.snapshot(PhaseActive, cfg.streams()); err != nil {
@@ -1107,8 +1121,8 @@ func startGateway(cfg Config, dir, cluster string) (*proc, error) {
 	if limit != 0 {
 		conf0 = fmt.Appendf(conf0, "max-streams: %d\n", limit)
 	}
-	if cfg.UDPIdle != 0 {
-		conf0 = fmt.Appendf(conf0, "udp: {idle-timeout: %s}\n", cfg.UDPIdle)
+	if cfg.UDPIdle != 0 || cfg.UDPImportRate != 0 {
+		conf0 = fmt.Appendf(conf0, "udp: {idle-timeout: %s, import-rate: %d}\n", cfg.UDPIdle, cfg.UDPImportRate)
 	}
 	if err := os.WriteFile(conf, conf0, 0o600); err != nil {
 		return nil, err
@@ -1225,6 +1239,8 @@ func WriteTable(w io.Writer, r *Result) {
 			fmt.Fprintf(w, ", udp echo p50 %.2fx p99 %.2fx", ratio(r.UDPLatency[1].P50, r.UDPLatency[0].P50), ratio(r.UDPLatency[1].P99, r.UDPLatency[0].P99))
 		}
 		fmt.Fprintln(w)
+		fmt.Fprintf(w, "gateways' CPU, importing / exporting: active phase %.2f / %.2f cores, udp flood %.2f / %.2f cores\n",
+			r.ActiveCPU[0], r.ActiveCPU[1], f.CPU[0], f.CPU[1])
 		if s := r.Snapshot(PhaseUDPFlood); s.Phase != "" {
 			for i := range 2 {
 				fmt.Fprintf(w, "during the udp flood, %-9s: %d udp flows, against the active phase fds %+d, goroutines %+d, rss %+.1f%%\n", gwNames[i], s.UDPFlows[i],

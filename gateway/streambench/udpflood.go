@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/strait-net/strait/internal/usage"
 	"github.com/strait-net/strait/load"
 )
 
@@ -42,6 +43,10 @@ type UDPFloodResult struct {
 	// host: a gateway's or the target's socket that overflowed).
 	Drops            map[string]float64
 	HostRcvbufErrors uint64
+	// CPU is the gateways' CPU during the flood, in cores (CPU seconds
+	// per second), importing then exporting; Result.ActiveCPU is the same
+	// over the active phase, without the flood.
+	CPU [2]float64
 }
 
 const (
@@ -106,6 +111,10 @@ func (b *bench) udpFlood(ctx context.Context) error {
 		return err
 	}
 	delivered0 := b.udpDelivered.Load()
+	cpu0, err := b.cpu()
+	if err != nil {
+		return err
+	}
 	var sent, sendErrs atomic.Uint64
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -129,6 +138,9 @@ func (b *bench) udpFlood(ctx context.Context) error {
 	err = b.waitEchoes(ctx, latUDPFlood, b.cfg.hold())
 	if err == nil {
 		err = <-echoErr
+	}
+	if err == nil {
+		b.r.UDPFlood.CPU, err = b.cores(cpu0, start)
 	}
 	if err == nil {
 		err = b.snapshot(PhaseUDPFlood, b.cfg.streams())
@@ -161,6 +173,25 @@ func (b *bench) udpFlood(ctx context.Context) error {
 	}
 	f.HostRcvbufErrors = rcvbuf1 - rcvbuf0
 	return nil
+}
+
+// cpu reads the gateways' CPU seconds, importing then exporting.
+func (b *bench) cpu() ([2]float64, error) {
+	var s [2]float64
+	for i, g := range b.gws {
+		var err error
+		if s[i], err = usage.CPUSeconds(g.cmd.Process.Pid); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// cores is the gateways' CPU since cpu0 was read at start, in cores.
+func (b *bench) cores(cpu0 [2]float64, start time.Time) ([2]float64, error) {
+	cpu1, err := b.cpu()
+	d := time.Since(start).Seconds()
+	return [2]float64{(cpu1[0] - cpu0[0]) / d, (cpu1[1] - cpu0[1]) / d}, err
 }
 
 // share is flooder w's part of rate over n flooders: the remainder goes to
