@@ -32,7 +32,7 @@ import (
 //	sources:                          # who a client address is, for policies (after Workloads)
 //	  - {cidr: 10.0.0.0/8, namespace: default, labels: {app: web}}
 //	resources: [exports.yaml]         # applied at start, before the admin API opens
-//	udp: {idle-timeout: 30s, queue-bytes: 262144, max-flows: 8192, import-rate: 20000}   # the defaults
+//	udp: {idle-timeout: 30s, queue-bytes: 262144, max-flows: 8192, import-rate: 200000}   # the defaults
 //	peers: {b: {data-plane: packet}}  # per peer cluster; data-plane stream (default) or packet
 //	packet: {lan: eth1, snat: 10.2.0.254}   # this node's packet mode (packetmode.go)
 //	max-streams: 0                    # connections carried at once (0: from RLIMIT_NOFILE)

@@ -57,7 +57,7 @@ is raised as the connections need (the hard limit only as root).`,
 	f.IntVar(&cfg.Stalled, "stalled", 0, "clients that write until blocked and never read")
 	f.IntVar(&cfg.UDPFlood, "udp-flood", 0, "client sockets flooding a UDP import for --hold after the active phase, a UDP echo measured beside (0: no UDP flood)")
 	f.IntVar(&cfg.UDPFloodRate, "udp-flood-rate", 0, "datagrams/s of all --udp-flood sockets together (0: as fast as they can)")
-	f.IntVar(&cfg.UDPImportRate, "udp-import-rate", 0, "the gateways' udp.import-rate, datagrams/s read from one import address (0: their default, 20000)")
+	f.IntVar(&cfg.UDPImportRate, "udp-import-rate", 0, "the gateways' udp.import-rate, datagrams/s read from one import address (0: their default, 200000)")
 	f.DurationVar(&cfg.UDPIdle, "udp-idle", 0, "the gateways' UDP flow idle timeout (0: their default, 30s)")
 	f.IntVar(&cfg.RateWorkers, "rate-workers", 8, "workers of the new-connection rate test")
 	f.DurationVar(&cfg.RateTime, "rate-time", 0, "length of each rate test, direct and through the gateways (0: 2s)")
