@@ -176,7 +176,8 @@ func (m *muteConn) Write(p []byte) (int, error) {
 // TestIdleSessionSilence: a session without streams pings only after a
 // quarter of the idle limit (idleSilenceFactor keepalive timeouts) of
 // silence; a stream opened on it after more than a timeout of silence is
-// not taken for a dead peer's; and a peer that falls silent still ends it,
+// not taken for a dead peer's, nor is the busy session that then carries
+// nothing for a few timeouts; and a peer that falls silent still ends it,
 // after the idle limit rather than one timeout.
 func TestIdleSessionSilence(t *testing.T) {
 	const timeout = 100 * time.Millisecond
@@ -208,6 +209,15 @@ func TestIdleSessionSilence(t *testing.T) {
 	acc, err := acceptor.AcceptStream(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A quiet stream: the sessions, just busy, must ping by the busy
+	// rule now rather than sleep out the idle wait and find a timeout of
+	// silence when they wake.
+	time.Sleep(4 * timeout)
+	for _, s := range []*session{dialer, acceptor} {
+		if err := s.Err(); err != nil {
+			t.Fatalf("%s session with a quiet stream ended: %v", s.peer, err)
+		}
 	}
 	if _, err := st.Write([]byte("x")); err != nil {
 		t.Fatal(err)

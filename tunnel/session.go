@@ -818,7 +818,13 @@ func (s *session) keepalive() {
 		// packets between other sessions' data (pingRule). A busy one is
 		// judged from when it last became busy, so a stream opened on a
 		// long-idle session does not find it already past the limit.
+		wasIdle := pr.idle
 		pr.idle = s.openStreams() == 0
+		if wasIdle && !pr.idle {
+			// The idle wait may run for seconds: decide now whether,
+			// and when, the busy session pings.
+			nextPing = now
+		}
 		limit, heardAt := timeout, time.Duration(s.lastRecv.Load())
 		if pr.idle {
 			limit *= idleSilenceFactor
