@@ -912,9 +912,10 @@ func (s *session) setKeepaliveInterval(d time.Duration) {
 //     least two intervals) without any frame: a dialer that stalled or
 //     died, whose kernel then has something to acknowledge (kernelHears).
 //   - A dialed session in a Pool leaves probing to the pool, which pings
-//     one session of a gateway per interval, and none when any of them
-//     heard something unasked (Pool.probe): a gateway needs one sign of
-//     life per interval, not one per session.
+//     one session of a gateway once the gateway has been quiet for most
+//     of the silence window, and none while any of them hears something
+//     unasked (Pool.probe): a gateway needs one sign of life per window,
+//     not one per session.
 //   - Either side of a session that carries streams pings at least every
 //     rttPingPeriod, so the round-trip time that sizes flow-control
 //     windows (tuneRTT) and feeds OnRTT stays current on busy sessions
