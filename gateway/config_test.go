@@ -57,7 +57,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"udp idle tiny", goodConfig + "udp: {idle-timeout: 1ms}\n", "udp.idle-timeout 1ms: must be at least 100ms"},
 		{"udp queue below a datagram", goodConfig + "udp: {queue-bytes: 1000}\n", "udp.queue-bytes 1000: must be 0 (default 262144) or 65537 to 67108864"},
 		{"udp queue huge", goodConfig + "udp: {queue-bytes: 1000000000}\n", "udp.queue-bytes 1000000000"},
-		{"udp import rate low", goodConfig + "udp: {import-rate: 99}\n", "udp.import-rate 99: must be 0 (default 20000) or 100 to 10000000 datagrams per second"},
+		{"udp import rate low", goodConfig + "udp: {import-rate: 99}\n", "udp.import-rate 99: must be 0 (default 200000) or 100 to 10000000 datagrams per second"},
 		{"udp import rate negative", goodConfig + "udp: {import-rate: -1}\n", "udp.import-rate -1"},
 		{"udp flows", goodConfig + "udp: {max-flows: -1}\n", "udp.max-flows -1: must be 0 (default 8192) to 1048576"},
 		{"max streams", goodConfig + "max-streams: -1\n", "max-streams -1: must be 0 (default: from RLIMIT_NOFILE) or more"},
