@@ -164,9 +164,9 @@ func startWait(t *testing.T, netns, ready string, argv ...string) *proc {
 // an export, and strait load udp against a UDP echo at 1 000 and 50 000
 // datagrams per second. The steps share the lab and run in order.
 func TestUDP(t *testing.T) {
-	// Echo50k sends 50 000 datagrams/s to one import address: past the
-	// default udp.import-rate, which TestUDPImportRate tests.
-	e := setupUDP(t, ", import-rate: 100000")
+	// Echo50k sends 50 000 datagrams/s to one import address, under the
+	// default udp.import-rate (TestUDPImportRate tests the bound).
+	e := setupUDP(t, "")
 	for _, s := range []struct {
 		name string
 		f    func(*testing.T, *udpEnv)
