@@ -36,8 +36,8 @@ k8s-nodes-test: setup k8s-tools
 fuzz:
 	scripts/fuzz.sh $(FUZZTIME)
 
-# Recompiles package packet's BPF programs (installing clang-14 and libbpf
-# headers if missing); commit the regenerated packet/packet_bpf*.{o,go}.
+# Recompiles the BPF programs of packet and tunnel/wancc (installing clang-14 and libbpf
+# headers if missing); commit the regenerated *_bpf*.{o,go}.
 bpf:
 	scripts/bpf.sh
 

@@ -53,9 +53,11 @@ type Config struct {
 	// use the same.
 	Transport string `yaml:"transport"`
 	// Congestion is the TCP congestion control of WAN sockets: "" means
-	// cubic until a session carries bulk data over a path that loses it,
-	// then bbr (where the kernel has both; see tunnel.Config.Congestion for
-	// why), "bbr" bbr from the start, "system" the kernel default.
+	// strait's own, which takes a loss without a queue for random loss
+	// (cubic where the kernel cannot load it; docs/congestion.md), until a
+	// session carries bulk data over a path that loses it, then bbr (where
+	// the kernel has it; see tunnel.Config.Congestion for why); "cubic" or
+	// "bbr" that algorithm from the start, "system" the kernel default.
 	Congestion string `yaml:"congestion"`
 	// Preconnect is how many idle connections the gateway keeps open to
 	// each export's target, so a new stream does not wait for a TCP

@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/strait-net/strait/tunnel"
 )
 
 const (
@@ -162,11 +164,12 @@ var (
 	descGwStreams = prometheus.NewDesc("strait_peer_gateway_streams_total", "Streams opened on each peer gateway.", []string{"peer", "gateway"}, nil)
 	descDowns     = prometheus.NewDesc("strait_peer_gateway_downs_total", "Times each peer gateway was taken out as dead.", []string{"peer", "gateway"}, nil)
 	descCarried   = prometheus.NewDesc("strait_connections_carried", "TCP connections the gateway carries now, client and target ones together: what max-streams bounds.", nil, nil)
+	descCCLosses  = prometheus.NewDesc("strait_wan_congestion_losses_total", "Losses strait's congestion control answered on the WAN sessions of this process, one per recovery episode, by what it took them for: random (no queue behind the loss: the window lost an eighth) or queue (30 %). Absent where the WAN sockets run another algorithm (docs/congestion.md).", []string{"kind"}, nil)
 	descImports   = prometheus.NewDesc("strait_imports", "Import addresses served, by how the gateway receives their connections (steer or listeners).", []string{"intercept"}, nil)
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descHandshake, descRTT, descLive, descProbe, descUp, descShare, descGwStreams, descDowns, descImports, descCarried} {
+	for _, d := range []*prometheus.Desc{descHandshake, descRTT, descLive, descProbe, descUp, descShare, descGwStreams, descDowns, descImports, descCarried, descCCLosses} {
 		ch <- d
 	}
 }
@@ -203,6 +206,10 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descImports, prometheus.GaugeValue, float64(steered), InterceptSteer)
 	ch <- prometheus.MustNewConstMetric(descImports, prometheus.GaugeValue, float64(n-steered), InterceptListeners)
 	ch <- prometheus.MustNewConstMetric(descCarried, prometheus.GaugeValue, float64(g.limit.active.Load()))
+	if l, ok := tunnel.OwnCongestionLosses(); ok {
+		ch <- prometheus.MustNewConstMetric(descCCLosses, prometheus.CounterValue, float64(l.Random), "random")
+		ch <- prometheus.MustNewConstMetric(descCCLosses, prometheus.CounterValue, float64(l.Queue), "queue")
+	}
 }
 
 // rttObserver returns the function the peer's transport calls with each

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# bpf.sh compiles package packet's C programs (packet/bpf/*.c) into BPF
+# bpf.sh compiles the C programs of the packages that load BPF (packet:
+# packet/bpf/packet.c; tunnel/wancc: tunnel/wancc/bpf/wancc.c) into BPF
 # objects and their Go bindings with bpf2go (the version go.mod pins). The
 # outputs are committed, so building strait needs no clang; run this (or
-# `make bpf`) after editing the C, and TestGeneratedUpToDate fails until you
-# do. The compiler is pinned to Debian's clang-14: another version emits
-# different instructions. Run as root the first time: it installs clang.
+# `make bpf`) after editing the C, and each package's TestGeneratedUpToDate
+# fails until you do. The compiler is pinned to Debian's clang-14: another
+# version emits different instructions. Run as root the first time: it
+# installs clang.
 #
-# Usage: scripts/bpf.sh [OUTPUT_DIR]   (default: packet/, in place)
+# Usage: scripts/bpf.sh [PACKAGE OUTPUT_DIR]   (default: every package, in place)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=$(realpath -m "${1:-packet}")
 
 want=()
 command -v clang-14 >/dev/null 2>&1 || want+=(clang-14)
@@ -33,8 +34,20 @@ fi
 # <asm/types.h> lives in the multiarch include directory, which clang does
 # not search for -target bpf.
 multiarch=$(gcc -print-multiarch 2>/dev/null || echo "$(uname -m)-linux-gnu")
-mkdir -p "$out"
-src=$(pwd)/packet/bpf/packet.c
-(cd packet && GOPACKAGE=packet go tool bpf2go -no-global-types -cc clang-14 -strip llvm-strip-14 \
-	-target bpfel,bpfeb -output-dir "$out" \
-	packet "$src" -- -O2 -g -Wall -Werror -I"/usr/include/$multiarch")
+# generate DIR OUTPUT_DIR: DIR/bpf/NAME.c, NAME the package's name, into
+# NAME_bpfel.{o,go} and NAME_bpfeb.{o,go}.
+generate() {
+	local dir=$1 out name
+	out=$(realpath -m "$2")
+	name=$(basename "$dir")
+	mkdir -p "$out"
+	(cd "$dir" && GOPACKAGE=$name go tool bpf2go -no-global-types -cc clang-14 -strip llvm-strip-14 \
+		-target bpfel,bpfeb -output-dir "$out" \
+		"$name" "$(pwd)/bpf/$name.c" -- -O2 -g -Wall -Werror -I"/usr/include/$multiarch")
+}
+if (($# == 2)); then
+	generate "$1" "$2"
+else
+	generate packet packet
+	generate tunnel/wancc tunnel/wancc
+fi

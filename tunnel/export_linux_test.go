@@ -10,3 +10,7 @@ func HookCongestion(t interface{ Cleanup(func()) }, record func(name string)) {
 	}
 	t.Cleanup(func() { setCC = orig })
 }
+
+// DefaultCongestion is the congestion control a WAN socket starts with in
+// the default mode: strait's own, or cubic where the kernel cannot take it.
+func DefaultCongestion() string { return startCongestion(&Config{}) }

@@ -646,8 +646,9 @@ func lossyBulk(retrans0 uint32, st sockState, lowWater int) bool {
 	return int32(st.retrans-retrans0) > 0 && uint64(st.notsent) >= backlog && st.cwnd < st.peerWindow
 }
 
-// The congestion controls of Config.Congestion's default: the one a session
-// starts with and the one it switches to for bulk.
+// The congestion controls of Config.Congestion's default besides strait's
+// own (ownCongestion): the one a session starts with where the kernel cannot
+// take strait's, and the one it switches to for bulk.
 const (
 	burstCongestion = "cubic"
 	bulkCongestion  = "bbr"

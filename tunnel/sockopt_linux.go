@@ -4,12 +4,15 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/strait-net/strait/tunnel/wancc"
 )
 
 // setCC sets the congestion control of socket fd. Every choice of ours goes
@@ -27,11 +30,41 @@ var availableCC = sync.OnceValue(func() []string {
 	return strings.Fields(string(b))
 })
 
+// ownCongestion is strait's congestion control for WAN sessions (package
+// wancc), registered once per process, when the first WAN socket wants it,
+// under a name of the process's own (strait_<pid>): the kernel drops it
+// when the process exits, and gateways sharing a kernel (the lab's) each
+// hold their own. The error says why the kernel cannot take it.
+var ownCongestion = sync.OnceValues(func() (*wancc.Algorithm, error) {
+	return wancc.Register("strait_" + strconv.Itoa(os.Getpid()))
+})
+
+// OwnCongestionLosses reports the losses strait's congestion control has
+// answered in this process, by what it took them for; ok is false when it
+// is not registered (Config.Congestion explains when).
+func OwnCongestionLosses() (l wancc.Losses, ok bool) {
+	a, err := ownCongestion()
+	if err != nil {
+		return l, false
+	}
+	l, err = a.Losses()
+	return l, err == nil
+}
+
+var ownCongestionMissing sync.Once
+
 // startCongestion is the congestion control a WAN socket starts with, ""
 // for the namespace's default.
 func startCongestion(cfg *Config) string {
 	switch cfg.Congestion {
 	case "":
+		a, err := ownCongestion()
+		if err == nil {
+			return a.Name()
+		}
+		ownCongestionMissing.Do(func() {
+			cfg.logger().Warn("WAN sessions start on cubic: strait's congestion control cannot be loaded here (docs/congestion.md)", "err", err)
+		})
 		return burstCongestion
 	case "system":
 		return ""
@@ -98,7 +131,7 @@ func tuneTCP(conn net.Conn, cfg *Config) (algo, upgrade string) {
 	// Bbr takes over at the first lossy bulk transfer, if the kernel has
 	// it. Its availability is read from /proc, never tried on the socket:
 	// setting it even for an instant would make the kernel pace the socket.
-	if cfg.Congestion == "" && algo == burstCongestion && slices.Contains(availableCC(), bulkCongestion) {
+	if cfg.Congestion == "" && algo == startCongestion(cfg) && slices.Contains(availableCC(), bulkCongestion) {
 		upgrade = bulkCongestion
 	}
 	return algo, upgrade

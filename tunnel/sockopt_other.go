@@ -6,6 +6,8 @@ import (
 	"net"
 	"syscall"
 	"time"
+
+	"github.com/strait-net/strait/tunnel/wancc"
 )
 
 func tuneTCP(conn net.Conn, cfg *Config) (algo, upgrade string) {
@@ -22,6 +24,9 @@ func tuneTCP(conn net.Conn, cfg *Config) (algo, upgrade string) {
 }
 
 func setCongestion(net.Conn, string) string { return "" }
+
+// OwnCongestionLosses: strait's congestion control is Linux's only.
+func OwnCongestionLosses() (wancc.Losses, bool) { return wancc.Losses{}, false }
 
 func presetCongestion(*Config) func(network, address string, c syscall.RawConn) error { return nil }
 

@@ -1,0 +1,11 @@
+package wancc
+
+import (
+	"testing"
+
+	"github.com/strait-net/strait/internal/testenv"
+)
+
+// TestGeneratedUpToDate: the committed objects are what bpf/wancc.c
+// compiles to (make bpf rebuilds them).
+func TestGeneratedUpToDate(t *testing.T) { testenv.BPFGeneratedUpToDate(t, "tunnel/wancc") }
