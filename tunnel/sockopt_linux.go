@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -35,19 +36,33 @@ var availableCC = sync.OnceValue(func() []string {
 // under a name of the process's own (strait_<pid>): the kernel drops it
 // when the process exits, and gateways sharing a kernel (the lab's) each
 // hold their own. The error says why the kernel cannot take it.
-var ownCongestion = sync.OnceValues(func() (*wancc.Algorithm, error) {
-	return wancc.Register("strait_" + strconv.Itoa(os.Getpid()))
-})
+func ownCongestion() (*wancc.Algorithm, error) {
+	ownOnce.Do(func() {
+		a, err := wancc.Register("strait_" + strconv.Itoa(os.Getpid()))
+		if err != nil {
+			ownErr = err
+			return
+		}
+		own.Store(a)
+	})
+	return own.Load(), ownErr
+}
+
+var (
+	ownOnce sync.Once
+	own     atomic.Pointer[wancc.Algorithm]
+	ownErr  error
+)
 
 // OwnCongestionLosses reports the losses strait's congestion control has
-// answered in this process, by what it took them for; ok is false when it
-// is not registered (Config.Congestion explains when).
+// answered in this process, by what it took them for; ok is false while no
+// WAN socket of this process uses it (Config.Congestion).
 func OwnCongestionLosses() (l wancc.Losses, ok bool) {
-	a, err := ownCongestion()
-	if err != nil {
+	a := own.Load()
+	if a == nil {
 		return l, false
 	}
-	l, err = a.Losses()
+	l, err := a.Losses()
 	return l, err == nil
 }
 
