@@ -1,8 +1,8 @@
 // Package testenv holds what tests that cross a real network need: root
 // checks, a freshly built strait binary, and network namespaces that are
 // removed when the test ends. Entering a namespace and looking at its BPF
-// programs (bpf_linux.go) is Linux's; elsewhere the package builds without
-// them, so that `go build ./...` does, and the tests that use them do not.
+// programs (bpf_linux.go) is Linux's; elsewhere those helpers return an
+// error (bpf_other.go), so that `go build ./...` and `go vet ./...` work.
 package testenv
 
 import (
