@@ -292,6 +292,8 @@ type packetPlane struct {
 	// mtuSaid is the underlay MTU choice last logged, and mtuErr the
 	// route lookups' last error (each logged once per change).
 	mtuSaid, mtuErr string
+	// flowCount is the flow map's last count, for /metrics.
+	flowCount flowMapCount
 }
 
 // packetPeer is what one peer said about the packet mode.
@@ -1412,7 +1414,7 @@ var (
 	descPktAnswers = prometheus.NewDesc("strait_packet_probe_answers_total", "Answers of the peer gateway's programs to this gateway's liveness probes.", []string{"peer", "gateway"}, nil)
 	descPktDowns   = prometheus.NewDesc("strait_packet_probe_downs_total", "Times the liveness probes found the peer gateway's programs silent.", []string{"peer", "gateway"}, nil)
 	descPktLate    = prometheus.NewDesc("strait_packet_probe_late_rounds_total", "Probe rounds that ran late (this process stalled for more than two intervals) and so judged nothing.", nil, nil)
-	descPktFlows   = prometheus.NewDesc("strait_packet_flow_map_entries", "Import flows the packet mode's flow map holds; at strait_packet_flow_map_size it evicts the least recently used for each new flow (docs/packet.md, A full flow map).", nil, nil)
+	descPktFlows   = prometheus.NewDesc("strait_packet_flow_map_entries", "Import flows the packet mode's flow map holds, as counted up to 10 s before the scrape; at strait_packet_flow_map_size it evicts the least recently used for each new flow (docs/packet.md, A full flow map).", nil, nil)
 	descPktFlowMax = prometheus.NewDesc("strait_packet_flow_map_size", "Import flows the packet mode's flow map can hold (packet.flow-entries).", nil, nil)
 	descPktMTU     = prometheus.NewDesc("strait_packet_underlay_mtu", "The underlay MTU the packet mode's programs are sized for: packet.underlay-mtu, else the smallest MTU of the routes to the peer gateways (docs/packet.md, MTU).", nil, nil)
 )
@@ -1434,12 +1436,13 @@ func (c packetCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	// The flow map's walk costs a system call per entry (65 536 with the
 	// default size): not under the plane's lock, which health changes
-	// wait for. The datapath is closed only when the gateway stops.
+	// wait for, and at most once per flowMapRefresh. The datapath is
+	// closed only when the gateway stops.
 	p.mu.Lock()
 	dp := p.dp
 	p.mu.Unlock()
 	if dp != nil {
-		if n, size, err := dp.FlowMapUse(); err != nil {
+		if n, size, err := p.flowCount.read(dp); err != nil {
 			p.log.Warn("packet flow map", "err", err)
 		} else {
 			ch <- prometheus.MustNewConstMetric(descPktFlows, prometheus.GaugeValue, float64(n))

@@ -1,10 +1,6 @@
 package gateway
 
-import (
-	"syscall"
-	"time"
-	"unsafe"
-)
+import "time"
 
 // udpBudget bounds the datagrams one import address is read at
 // (UDPConfig.ImportRate), in windows of about 10 ms: a window's quota
@@ -53,26 +49,4 @@ func (b *udpBudget) renew(now time.Time) (wait time.Duration) {
 	}
 	b.left, b.end = b.quota-1, now.Add(b.window)
 	return wait
-}
-
-// soMeminfo and skMeminfoDrops are SO_MEMINFO (linux/sock_diag.h) and the
-// index of sk_drops in its answer: the datagrams the kernel dropped at
-// this socket, for a full receive buffer above all.
-const (
-	soMeminfo      = 55
-	skMeminfoDrops = 8
-	skMeminfoVars  = 9
-)
-
-// socketDrops reads the kernel's drop counter of the socket fd; ok is false
-// where the kernel does not tell (before Linux 4.1 or not Linux).
-func socketDrops(fd uintptr) (drops uint32, ok bool) {
-	var info [skMeminfoVars]uint32
-	size := uint32(unsafe.Sizeof(info))
-	_, _, errno := syscall.Syscall6(syscall.SYS_GETSOCKOPT, fd, syscall.SOL_SOCKET, soMeminfo,
-		uintptr(unsafe.Pointer(&info[0])), uintptr(unsafe.Pointer(&size)), 0)
-	if errno != 0 || size < uint32(unsafe.Sizeof(info)) {
-		return 0, false
-	}
-	return info[skMeminfoDrops], true
 }

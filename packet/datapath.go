@@ -251,6 +251,9 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if err := checkOS(); err != nil {
+		return nil, err
+	}
 	if err := checkBPFFS(cfg.PinRoot); err != nil {
 		return nil, err
 	}
@@ -275,10 +278,10 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 	// of map updates on the loaded lab host against microseconds of
 	// stores (docs/packet.md, "Health"). Pins of a version without the
 	// mapping are adopted as they are, and written with map updates.
-	spec.Maps["maglev"].Flags |= unix.BPF_F_MMAPABLE
+	spec.Maps["maglev"].Flags |= mapMmapable
 	if old, err := ebpf.LoadPinnedMap(filepath.Join(dir, "maglev"), &ebpf.LoadPinOptions{ReadOnly: true}); err == nil {
-		if info, err := old.Info(); err == nil && info.Flags&unix.BPF_F_MMAPABLE == 0 {
-			spec.Maps["maglev"].Flags &^= unix.BPF_F_MMAPABLE
+		if info, err := old.Info(); err == nil && info.Flags&mapMmapable == 0 {
+			spec.Maps["maglev"].Flags &^= mapMmapable
 		}
 		old.Close()
 	}
@@ -303,7 +306,7 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		coll.Close()
 		return nil, err
 	}
-	if spec.Maps["maglev"].Flags&unix.BPF_F_MMAPABLE != 0 {
+	if spec.Maps["maglev"].Flags&mapMmapable != 0 {
 		size := (int(spec.Maps["maglev"].MaxEntries)*maglevStride + os.Getpagesize() - 1) &^ (os.Getpagesize() - 1)
 		if d.maglev, err = unix.Mmap(coll.Maps["maglev"].FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
 			coll.Close()
@@ -311,25 +314,6 @@ func Load(cfg Config, log *slog.Logger) (*Datapath, error) {
 		}
 	}
 	return d, nil
-}
-
-func checkBPFFS(dir string) error {
-	// The pin root may not exist yet: check the nearest existing parent.
-	p := dir
-	for {
-		var st unix.Statfs_t
-		err := unix.Statfs(p, &st)
-		if err == nil {
-			if st.Type != unix.BPF_FS_MAGIC {
-				return fmt.Errorf("pinRoot %s is not on a bpffs mount (mount -t bpf bpf DIR; `ip netns exec` hides /sys/fs/bpf)", dir)
-			}
-			return nil
-		}
-		if !errors.Is(err, unix.ENOENT) || p == "/" {
-			return fmt.Errorf("pinRoot %s: %w", dir, err)
-		}
-		p = filepath.Dir(p)
-	}
 }
 
 // Attach creates the VXLAN device if it is missing, writes the settings
@@ -558,6 +542,9 @@ func (d *Datapath) Teardown(ctx context.Context) error {
 // removed.
 func Teardown(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := checkOS(); err != nil {
 		return err
 	}
 	cfg.defaults()

@@ -134,7 +134,7 @@ func NewProber(cfg ProberConfig) (*Prober, error) {
 	p := &Prober{cfg: cfg, nonce: rand.Uint64(), start: time.Now(), changed: make(chan struct{}, 1),
 		wake: make(chan struct{}, 1), targets: map[netip.Addr]*probeTarget{}, fd: -1}
 	for range 4 {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		fd, err := udpSocket(true)
 		if err != nil {
 			return nil, fmt.Errorf("probe socket: %w", err)
 		}
@@ -402,7 +402,7 @@ func (p *Prober) send(a netip.Addr, t *probeTarget, now time.Time, ns int64) {
 // sourceToward is the local address routing picks toward a (a connected
 // UDP socket's, which sends nothing), invalid when there is no route.
 func sourceToward(a netip.Addr, port uint16) netip.Addr {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	fd, err := udpSocket(false)
 	if err != nil {
 		return netip.Addr{}
 	}

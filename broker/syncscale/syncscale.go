@@ -32,6 +32,7 @@ import (
 	"github.com/strait-net/strait/fabric"
 	"github.com/strait-net/strait/gateway"
 	"github.com/strait-net/strait/internal/freeport"
+	"github.com/strait-net/strait/internal/parentdeath"
 	"github.com/strait-net/strait/internal/usage"
 	"github.com/strait-net/strait/load"
 )
@@ -216,7 +217,7 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		}
 		cmd := exec.Command(args[0], args[1:]...)
 		cmd.Stdout, cmd.Stderr = f, f
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		parentdeath.Kill(cmd)
 		if err := cmd.Start(); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("start %s: %w", name, err)

@@ -40,6 +40,7 @@ import (
 	"github.com/strait-net/strait/fabric"
 	"github.com/strait-net/strait/gateway"
 	"github.com/strait-net/strait/internal/freeport"
+	"github.com/strait-net/strait/internal/parentdeath"
 	"github.com/strait-net/strait/internal/usage"
 	"github.com/strait-net/strait/load"
 )
@@ -255,7 +256,7 @@ func startGateway(binary, dir, pki, cluster, mode, metrics string) (*proc, *gate
 	}
 	cmd := exec.Command(binary, "gateway", "--config", conf)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	parentdeath.Kill(cmd)
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return nil, nil, err

@@ -42,6 +42,7 @@ import (
 	"github.com/strait-net/strait/fabric"
 	"github.com/strait-net/strait/gateway"
 	"github.com/strait-net/strait/internal/freeport"
+	"github.com/strait-net/strait/internal/parentdeath"
 	"github.com/strait-net/strait/internal/usage"
 )
 
@@ -1079,7 +1080,7 @@ func startEcho(binary, dir, addr string) (*exec.Cmd, error) {
 	defer logf.Close()
 	cmd := exec.Command(binary, append(slices.Clone(EchoArg), addr)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	parentdeath.Kill(cmd)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -1142,7 +1143,7 @@ func startGateway(cfg Config, dir, cluster string) (*proc, error) {
 	}
 	cmd := exec.Command(cfg.Binary, "gateway", "--config", conf)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	parentdeath.Kill(cmd)
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return nil, err

@@ -87,7 +87,7 @@ func TestAddrSkipsHeldPorts(t *testing.T) {
 		if given[p] || !bindable(p) {
 			continue
 		}
-		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+		fd, err := tcpSocket()
 		if err != nil {
 			t.Fatal(err)
 		}

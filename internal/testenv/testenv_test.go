@@ -29,7 +29,7 @@ func TestFreeAddrHeld(t *testing.T) {
 	refused("before any listener")
 
 	ap := netip.MustParseAddrPort(addr)
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fd, err := tcpSocket()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,13 +45,6 @@ type KernelLoss struct {
 	stamper
 }
 
-// LossCounts is what the program counted on one device.
-type LossCounts struct {
-	Seen    uint64 // IP packets that reached the program (others pass undrawn)
-	Dropped uint64 // of which dropped
-	Unsplit uint64 // segmentation offload packets drawn as one (see KernelLoss)
-}
-
 // The map's one value: the correlation state (8 bytes), then the three
 // counters of LossCounts (8 bytes each).
 const lossValueSize = 32

@@ -17,8 +17,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // ClientConfig configures one measurement by the client that runs in the
@@ -351,8 +349,6 @@ func clientBulkDown(ctx context.Context, cfg ClientConfig) (*BulkReport, error) 
 	return r, nil
 }
 
-const tcpiOptTimestamps = 1 // TCPI_OPT_TIMESTAMPS
-
 // setSendBuffer gives a bulk sender the largest send buffer the namespace
 // allows. Autotuning stops at tcp_wmem's maximum (4 MiB here), which BBR's
 // start-up, in flight at 2.89 times the bandwidth-delay product, outgrows
@@ -368,36 +364,6 @@ func setSendBuffer(c *net.TCPConn) {
 		}
 	}
 	_ = c.SetWriteBuffer(max)
-}
-
-// fillTCPInfo records the segment size, header size and congestion
-// control of c.
-func fillTCPInfo(c *net.TCPConn, r *BulkReport) {
-	sc, err := c.SyscallConn()
-	if err != nil {
-		return
-	}
-	_ = sc.Control(func(fd uintptr) {
-		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-		if err != nil {
-			return
-		}
-		r.MSS = int(info.Snd_mss)
-		if r.Direction == "b-to-a" {
-			r.MSS = int(info.Rcv_mss)
-		}
-		r.HeaderBytes = 20 + 20
-		if c.LocalAddr().(*net.TCPAddr).IP.To4() == nil {
-			r.HeaderBytes = 40 + 20
-		}
-		if info.Options&tcpiOptTimestamps != 0 {
-			r.HeaderBytes += 12
-		}
-		r.Retransmits = info.Total_retrans
-		if cc, err := unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION); err == nil {
-			r.CC = cc
-		}
-	})
 }
 
 // fillPattern fills b with bytes derived from n, fast and incompressible.

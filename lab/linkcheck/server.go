@@ -16,8 +16,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // ServerConfig configures the measuring server that runs in the far
@@ -341,21 +339,4 @@ func source(c *net.TCPConn, d time.Duration) error {
 		}
 	}
 	return c.CloseWrite()
-}
-
-func setCongestion(c *net.TCPConn, cc string) error {
-	sc, err := c.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	if err := sc.Control(func(fd uintptr) {
-		serr = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, cc)
-	}); err != nil {
-		return err
-	}
-	if serr != nil {
-		return fmt.Errorf("congestion control %q: %w", cc, serr)
-	}
-	return nil
 }
