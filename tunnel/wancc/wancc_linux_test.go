@@ -17,8 +17,6 @@ import (
 	"github.com/strait-net/strait/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
-
 func available(t *testing.T) []string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
