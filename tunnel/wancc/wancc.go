@@ -9,7 +9,8 @@
 // The kernel knows the algorithm by the name given to Register for as long
 // as the Algorithm is open; sockets that use it keep it until they close.
 // Loading needs BPF struct_ops with links (Linux 6.4 or later, with BTF)
-// and CAP_BPF and CAP_NET_ADMIN; Register's error says what was missing.
+// and CAP_BPF, CAP_PERFMON (the program reads the kernel's TCP state) and
+// CAP_NET_ADMIN; Register's error says what was missing.
 package wancc
 
 //go:generate ../../scripts/bpf.sh
@@ -62,7 +63,7 @@ func Register(name string) (*Algorithm, error) {
 		if errors.As(err, &verr) {
 			return nil, fmt.Errorf("wancc: the kernel refused the program: %+v", verr)
 		}
-		return nil, fmt.Errorf("wancc: load (needs BPF struct_ops, BTF and CAP_BPF): %w", err)
+		return nil, fmt.Errorf("wancc: load (needs BPF struct_ops, BTF, CAP_BPF and CAP_PERFMON): %w", err)
 	}
 	a.link, err = link.AttachStructOps(link.StructOpsOptions{Map: a.objs.Wancc})
 	if err != nil {
