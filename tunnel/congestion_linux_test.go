@@ -1,17 +1,23 @@
 package tunnel_test
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
 	"golang.org/x/sys/unix"
 
+	"github.com/strait-net/strait/internal/testenv"
 	"github.com/strait-net/strait/tunnel"
 	"github.com/strait-net/strait/tunnel/tunneltest"
 )
@@ -146,4 +152,34 @@ func bulkOverLoopback(t *testing.T) (cc, sc string, retrans uint32) {
 		t.Fatalf("TCP_INFO: %v %v", cerr, err)
 	}
 	return client.Stats().Congestion, server.Stats().Congestion, info.Total_retrans
+}
+
+// TestCongestionFallsBackToCubic runs itself again in a process that may
+// not load strait's congestion control (CAP_PERFMON and CAP_SYS_ADMIN
+// dropped from its bounding set, as a pod without them would be): the WAN
+// sockets start on cubic, and the transport says once why.
+func TestCongestionFallsBackToCubic(t *testing.T) {
+	if os.Getenv("STRAIT_TEST_NO_PERFMON") == "1" {
+		var logs bytes.Buffer
+		client, server := tunneltest.Pair(t, newTLS(t, nil, func(c *tunnel.Config) {
+			c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		}))
+		if cc, sc := client.Stats().Congestion, server.Stats().Congestion; cc != "cubic" || sc != "cubic" {
+			t.Errorf("without CAP_PERFMON: dialer %q, listener %q, want cubic", cc, sc)
+		}
+		if n := strings.Count(logs.String(), "WAN sessions start on cubic"); n != 1 || !strings.Contains(logs.String(), "CAP_PERFMON") {
+			t.Errorf("the warning came %d times, want once naming CAP_PERFMON:\n%s", n, logs.String())
+		}
+		return
+	}
+	testenv.RequireRoot(t)
+	if features.HaveMapType(ebpf.StructOpsMap) != nil {
+		t.Skip("the kernel has no BPF struct_ops: every process falls back")
+	}
+	cmd := exec.Command("setpriv", "--bounding-set", "-perfmon,-sys_admin", os.Args[0], "-test.run", "^TestCongestionFallsBackToCubic$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "STRAIT_TEST_NO_PERFMON=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestCongestionFallsBackToCubic") {
+		t.Fatalf("setpriv %v: %v\n%s", cmd.Args[1:], err, out)
+	}
 }
