@@ -5,9 +5,9 @@
 // is taken for random loss — a lossy radio or WAN link — and costs the
 // window an eighth; a loss behind a queue (the smoothed RTT above the
 // minimum by more than the path's own jitter allowance) is congestion and
-// costs it cubic's 30 %. Afterwards the window climbs back towards where it
-// was by half the distance per round trip, then grows by one segment per
-// round trip as Reno does.
+// costs it cubic's 30 %. Afterwards the window climbs back towards the
+// largest it had since the last congestion by half the distance per round
+// trip, then grows by one segment per round trip as Reno does.
 //
 // Written against the kernel's own structures with CO-RE (the layouts
 // below name only the fields read or written; the loader relocates them
@@ -75,7 +75,7 @@ struct {
 
 // Per connection, in the kernel's icsk_ca_priv (104 bytes).
 struct state {
-	__u32 w_max;     // the window before the last reduction
+	__u32 w_max;     // the largest window since the last congestion
 	__u32 loss_cwnd; // the same, kept for undo after a spurious loss
 };
 
@@ -117,13 +117,18 @@ __u32 BPF_PROG(wancc_ssthresh, struct sock *sk)
 
 	if (allow < MIN_ALLOWANCE_US)
 		allow = MIN_ALLOWANCE_US;
-	s->w_max = cwnd;
 	s->loss_cwnd = cwnd;
 	if (min != ~0U && srtt < min + allow) {
+		// Random loss says nothing about the path's capacity: the window
+		// it climbs back to stays where it was, so a run of such losses
+		// does not ratchet it down.
 		count(0);
+		if (cwnd > s->w_max)
+			s->w_max = cwnd;
 		w = cwnd - cwnd / 8;
 	} else {
 		count(1);
+		s->w_max = cwnd;
 		w = cwnd * 7 / 10;
 	}
 	return w > 2 ? w : 2;
