@@ -7,7 +7,7 @@
 // minimum by more than the path's own jitter allowance) is congestion and
 // costs it cubic's 30 %. Afterwards the window climbs back towards the
 // largest it had since the last congestion by half the distance per round
-// trip, then grows by one segment per round trip as Reno does.
+// trip, then probes past it, faster the longer it meets no congestion.
 //
 // Written against the kernel's own structures with CO-RE (the layouts
 // below name only the fields read or written; the loader relocates them
@@ -157,7 +157,7 @@ void BPF_PROG(wancc_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 {
 	struct tcp_sock *tp = tcp_of(sk);
 	struct state *s = state_of(sk);
-	__u32 cwnd, per;
+	__u32 cwnd, per, step;
 
 	if (!cwnd_limited(tp))
 		return;
@@ -167,17 +167,25 @@ void BPF_PROG(wancc_cong_avoid, struct sock *sk, __u32 ack, __u32 acked)
 			return;
 	}
 	cwnd = tp->snd_cwnd;
-	// tcp_cong_avoid_ai adds a segment per `per` segments acknowledged:
-	// per = cwnd is one segment per round trip; below w_max, per =
-	// cwnd / step adds `step` segments per round trip.
-	per = cwnd;
-	if (cwnd < s->w_max) {
-		__u32 step = (s->w_max - cwnd) / 2;
-		if (step > 1)
-			per = cwnd / step;
-		if (per < 1)
-			per = 1;
-	}
+	// Below w_max the window climbs back by half the distance per round
+	// trip. Past it, it probes by as much as it is already past per round
+	// trip (1, 1, 2, 4, ... segments), at most half the window: a session
+	// whose window a loss fixed while it carried small requests reaches
+	// the 72 segments of a 100 KB response in about eight round trips
+	// where Reno's one segment per round trip took sixty.
+	if (cwnd < s->w_max)
+		step = (s->w_max - cwnd) / 2;
+	else
+		step = cwnd - s->w_max;
+	if (step > cwnd / 2)
+		step = cwnd / 2;
+	if (step < 1)
+		step = 1;
+	// tcp_cong_avoid_ai adds a segment per `per` segments acknowledged,
+	// so per = cwnd / step adds `step` segments per round trip.
+	per = cwnd / step;
+	if (per < 1)
+		per = 1;
 	tcp_cong_avoid_ai(tp, per, acked);
 }
 
