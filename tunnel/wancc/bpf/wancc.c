@@ -142,7 +142,7 @@ __u32 BPF_PROG(wancc_undo_cwnd, struct sock *sk)
 	return tp->snd_cwnd > s->loss_cwnd ? tp->snd_cwnd : s->loss_cwnd;
 }
 
-// cwndLimited is the kernel's tcp_is_cwnd_limited: the window grows only
+// cwnd_limited is the kernel's tcp_is_cwnd_limited: the window grows only
 // while it limits what is sent (in slow start, up to twice what was in
 // flight), so an application that sends in bursts does not inflate it.
 static __always_inline int cwnd_limited(struct tcp_sock *tp)
