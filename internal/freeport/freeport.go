@@ -70,7 +70,7 @@ func addrIn(lo, hi int) (string, bool) {
 // one testenv.FreeAddr holds a port with while its server is down, and
 // another test process would be given that port.
 func unbound(port int) bool {
-	fd, err := tcpSocket()
+	fd, err := TCPSocket()
 	if err != nil {
 		return false
 	}

@@ -87,7 +87,7 @@ func TestAddrSkipsHeldPorts(t *testing.T) {
 		if given[p] || !bindable(p) {
 			continue
 		}
-		fd, err := tcpSocket()
+		fd, err := TCPSocket()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,10 +4,10 @@ package freeport
 
 import "syscall"
 
-// tcpSocket opens an IPv4 TCP socket closed on exec, as package net does
+// TCPSocket opens an IPv4 TCP socket closed on exec, as package net does
 // where socket(2) takes no SOCK_CLOEXEC: under ForkLock, so that no
 // process started meanwhile inherits it.
-func tcpSocket() (int, error) {
+func TCPSocket() (int, error) {
 	syscall.ForkLock.RLock()
 	defer syscall.ForkLock.RUnlock()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)

@@ -186,7 +186,7 @@ func holdPort(addr string) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	fd, err := tcpSocket()
+	fd, err := freeport.TCPSocket()
 	if err != nil {
 		return -1, err
 	}

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"syscall"
 	"testing"
+
+	"github.com/strait-net/strait/internal/freeport"
 )
 
 // TestFreeAddrHeld: the port FreeAddr gives refuses connections, cannot be
@@ -29,7 +31,7 @@ func TestFreeAddrHeld(t *testing.T) {
 	refused("before any listener")
 
 	ap := netip.MustParseAddrPort(addr)
-	fd, err := tcpSocket()
+	fd, err := freeport.TCPSocket()
 	if err != nil {
 		t.Fatal(err)
 	}
