@@ -140,25 +140,11 @@ func TestRunVethLinkDelaysOneWay(t *testing.T) {
 // tcpTransfer sends n bytes over TCP from netns from to a listener on
 // addr in netns to, and reports what went wrong.
 func tcpTransfer(to, addr, from string, n int64) error {
-	var ln net.Listener
-	if err := inNetns(to, func() (err error) {
-		ln, err = net.Listen("tcp", addr)
-		return err
-	}); err != nil {
+	ln, got, err := testenv.Sink(to, addr)
+	if err != nil {
 		return err
 	}
 	defer ln.Close()
-	got := make(chan int64, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			got <- -1
-			return
-		}
-		defer c.Close()
-		m, _ := io.Copy(io.Discard, c)
-		got <- m
-	}()
 	var c net.Conn
 	if err := inNetns(from, func() (err error) {
 		c, err = net.DialTimeout("tcp", addr, 5*time.Second)

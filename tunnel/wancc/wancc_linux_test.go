@@ -1,7 +1,6 @@
 package wancc
 
 import (
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -109,25 +108,11 @@ func path(t *testing.T) (a, r, b string) {
 // the sender's TCP_INFO at the end.
 func send(t *testing.T, a, b, algo string, n int) *unix.TCPInfo {
 	t.Helper()
-	var ln net.Listener
-	if err := testenv.InNetns(b, func() (err error) {
-		ln, err = net.Listen("tcp", "10.77.2.1:0")
-		return err
-	}); err != nil {
+	ln, got, err := testenv.Sink(b, "10.77.2.1:0")
+	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	got := make(chan int64, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			got <- -1
-			return
-		}
-		defer c.Close()
-		k, _ := io.Copy(io.Discard, c)
-		got <- k
-	}()
 	var c net.Conn
 	if err := testenv.InNetns(a, func() (err error) {
 		c, err = net.Dial("tcp", ln.Addr().String())
