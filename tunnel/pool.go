@@ -33,7 +33,8 @@ type PoolConfig struct {
 	// queued unsent behind them, and every loss held half of all streams
 	// back (README, "Many small requests over a lossy WAN"); over eight
 	// they rarely fill their windows, a loss holds an eighth back, and
-	// the sessions stay on cubic, which sends each response at once. Idle
+	// the sessions keep the algorithm they started on (Config.Congestion),
+	// which sends each response at once. Idle
 	// sessions cost little: the pool probes one session per gateway
 	// (Pool.probe), and streams go to the least loaded session
 	// (placement), so light work stays on the first ones.

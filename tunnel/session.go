@@ -603,8 +603,9 @@ const (
 // requests and responses alternate): if the kernel retransmitted segments
 // since the last look and at least bulkBacklog waits in the socket unsent,
 // the network, not the application, sets the pace, and it switches. That is
-// where cubic collapses (it halves its window at every loss and, carrying
-// bursts, never grows it back; seed 000's lossy link) and bbr keeps the link
+// where loss-based algorithms fall behind (cubic cuts its window at every
+// loss and, carrying bursts, never grows it back; strait's own, which cuts
+// less, still cuts at each of many losses a second) and bbr keeps the link
 // full. A LAN loses nothing, so it stays unpaced however much it carries.
 // (Counting only bytes written without an idle gap, as an earlier version
 // did, missed bulk that the streams' flow-control windows pace: their
