@@ -176,6 +176,9 @@ func TestCongestionFallsBackToCubic(t *testing.T) {
 	if features.HaveMapType(ebpf.StructOpsMap) != nil {
 		t.Skip("the kernel has no BPF struct_ops: every process falls back")
 	}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("needs util-linux's setpriv to drop capabilities")
+	}
 	cmd := exec.Command("setpriv", "--bounding-set", "-perfmon,-sys_admin", os.Args[0], "-test.run", "^TestCongestionFallsBackToCubic$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), "STRAIT_TEST_NO_PERFMON=1")
 	out, err := cmd.CombinedOutput()
