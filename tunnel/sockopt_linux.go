@@ -122,6 +122,7 @@ func tuneTCP(conn net.Conn, cfg *Config) (algo, upgrade string) {
 	if err != nil {
 		return "", ""
 	}
+	start := startCongestion(cfg)
 	_ = raw.Control(func(fd uintptr) {
 		if cfg.SendBuffer > 0 {
 			// The kernel doubles the value for its bookkeeping, as with
@@ -137,16 +138,16 @@ func tuneTCP(conn net.Conn, cfg *Config) (algo, upgrade string) {
 		// A connection dialed or accepted without presetCongestion (a
 		// Config.DialContext of the caller's) gets its algorithm here,
 		// after the kernel initialized the default.
-		if want := startCongestion(cfg); want != "" && algo != want {
+		if start != "" && algo != start {
 			// Unavailable algorithms fail with ENOENT; the default stays.
-			_ = setCC(int(fd), want)
+			_ = setCC(int(fd), start)
 			algo, _ = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
 		}
 	})
 	// Bbr takes over at the first lossy bulk transfer, if the kernel has
 	// it. Its availability is read from /proc, never tried on the socket:
 	// setting it even for an instant would make the kernel pace the socket.
-	if cfg.Congestion == "" && algo == startCongestion(cfg) && slices.Contains(availableCC(), bulkCongestion) {
+	if cfg.Congestion == "" && algo == start && slices.Contains(availableCC(), bulkCongestion) {
 		upgrade = bulkCongestion
 	}
 	return algo, upgrade
