@@ -1,6 +1,10 @@
 package packet
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/strait-net/strait/internal/percpu"
+)
 
 // CounterNames names the per-CPU counters of bpf/packet.c, in the order of
 // its enum. The gateway exports them by suffix (docs/packet.md, "The
@@ -59,13 +63,9 @@ func (d *Datapath) Counters() (map[string]uint64, error) {
 			return nil, fmt.Errorf("%s map has %d entries, this version names %d", set.m, m.MaxEntries(), len(set.names))
 		}
 		for i, name := range set.names {
-			var perCPU []uint64
-			if err := m.Lookup(uint32(i), &perCPU); err != nil {
+			sum, err := percpu.Sum(m, uint32(i))
+			if err != nil {
 				return nil, fmt.Errorf("counter %s: %w", name, err)
-			}
-			var sum uint64
-			for _, v := range perCPU {
-				sum += v
 			}
 			out[name] = sum
 		}
@@ -82,12 +82,9 @@ func (d *Datapath) RuleDrops(n int) ([]uint64, error) {
 	}
 	out := make([]uint64, n)
 	for i := range out {
-		var perCPU []uint64
-		if err := m.Lookup(uint32(i), &perCPU); err != nil {
+		var err error
+		if out[i], err = percpu.Sum(m, uint32(i)); err != nil {
 			return nil, fmt.Errorf("rule %d: %w", i, err)
-		}
-		for _, v := range perCPU {
-			out[i] += v
 		}
 	}
 	return out, nil

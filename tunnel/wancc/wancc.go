@@ -22,6 +22,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
+
+	"github.com/strait-net/strait/internal/percpu"
 )
 
 // MaxNameLen is the longest name the kernel takes for a congestion control
@@ -119,12 +121,9 @@ func (a *Algorithm) Name() string { return a.name }
 func (a *Algorithm) Losses() (Losses, error) {
 	var l Losses
 	for i, dst := range []*uint64{&l.Random, &l.Queue} {
-		var perCPU []uint64
-		if err := a.objs.Losses.Lookup(uint32(i), &perCPU); err != nil {
+		var err error
+		if *dst, err = percpu.Sum(a.objs.Losses, uint32(i)); err != nil {
 			return Losses{}, fmt.Errorf("wancc: losses: %w", err)
-		}
-		for _, n := range perCPU {
-			*dst += n
 		}
 	}
 	return l, nil
