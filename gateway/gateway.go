@@ -168,17 +168,12 @@ func (g *Gateway) Run(ctx context.Context) error {
 	// restarted gateway's first streams would otherwise be refused as
 	// unknown exports. Peers that dialed meanwhile wait in the backlog.
 	g.spawn(func() { errc <- ignoreClosed(g.acceptSessions(ctx)) })
-	if _, err := g.serveAdmin(ctx); err != nil {
-		cancel()
-		g.shutdown()
-		return err
-	}
 	if g.cfg.DNS != "" {
 		srv, err := dns.New(dns.Config{Listen: g.cfg.DNS, Imports: g.names, Logger: g.log})
 		if err != nil {
 			cancel()
 			g.shutdown()
-			return fmt.Errorf("dns: %w", err)
+			return err // names dns: and the address
 		}
 		g.spawn(func() { errc <- ignoreClosed(srv.Run(ctx)) })
 	}
@@ -188,6 +183,13 @@ func (g *Gateway) Run(ctx context.Context) error {
 			g.shutdown()
 			return err
 		}
+	}
+	// The admin socket last but for health: a caller that waits for it to
+	// answer (the lab, gatewaytest) may then query DNS and scrape metrics.
+	if _, err := g.serveAdmin(ctx); err != nil {
+		cancel()
+		g.shutdown()
+		return err
 	}
 	if g.cfg.Health != "" {
 		// Last, so that a prober sees the gateway live only once it
