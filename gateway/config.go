@@ -17,6 +17,7 @@ import (
 
 	"github.com/strait-net/strait/catalog"
 	"github.com/strait-net/strait/tunnel"
+	"github.com/strait-net/strait/tunnel/wancc"
 )
 
 // Config is a gateway's configuration file.
@@ -59,6 +60,14 @@ type Config struct {
 	// the kernel has it; see tunnel.Config.Congestion for why); "cubic" or
 	// "bbr" that algorithm from the start, "system" the kernel default.
 	Congestion string `yaml:"congestion"`
+	// LANCongestion is the TCP congestion control of the gateway's LAN
+	// sockets: clients' connections to an import, connections to an
+	// export's targets. "" means strait's own without the WAN's least
+	// jitter allowance, so that a lossy edge LAN's random loss costs an
+	// eighth while a switch's shallow queue still counts as congestion
+	// (the kernel default where it cannot load; docs/congestion.md);
+	// "system" the kernel default, or a kernel algorithm by name.
+	LANCongestion string `yaml:"lan-congestion"`
 	// Preconnect is how many idle connections the gateway keeps open to
 	// each export's target, so a new stream does not wait for a TCP
 	// handshake with the service. 0 means 2; -1 turns it off, for a
@@ -249,6 +258,14 @@ func (c *Config) Validate() error {
 	case "", TransportTLS, TransportQUIC:
 	default:
 		return fmt.Errorf("transport %q: must be %s or %s", c.Transport, TransportTLS, TransportQUIC)
+	}
+	for field, name := range map[string]string{"congestion": c.Congestion, "lan-congestion": c.LANCongestion} {
+		if name == "" || name == "system" {
+			continue
+		}
+		if err := wancc.CheckName(name); err != nil {
+			return fmt.Errorf("%s: %w (cubic, bbr, any the kernel has, or system)", field, err)
+		}
 	}
 	switch c.Intercept {
 	case "", InterceptAuto, InterceptSteer, InterceptListeners:

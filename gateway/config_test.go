@@ -39,6 +39,8 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"metrics garbage", goodConfig + "metrics: \"[::1\"\n", `metrics "[::1": want host:port`},
 		{"bad cidr", goodConfig + "sources: [{cidr: 10.0.0.0/33}]\n", `sources[0].cidr "10.0.0.0/33": not a CIDR prefix`},
 		{"bad transport", goodConfig + "transport: sctp\n", `transport "sctp": must be tls or quic`},
+		{"bad congestion", goodConfig + "congestion: cu bic\n", `congestion: congestion control name "cu bic": want letters, digits`},
+		{"bad lan congestion", goodConfig + "lan-congestion: a_name_too_long_16\n", `lan-congestion: congestion control name "a_name_too_long_16": want 1 to 15 bytes`},
 		{"bad intercept", goodConfig + "intercept: tproxy\n", `intercept "tproxy": must be auto, steer or listeners`},
 		{"admin path too long", goodConfig + "admin: /run/" + strings.Repeat("x", 100) + ".sock\n", "bytes, but a Unix socket path holds at most 107; choose a shorter path"},
 		{"address not cidr", goodConfig + "sources: [{cidr: 10.0.0.0/8}, {cidr: 10.1.2.3}]\n", `sources[1].cidr "10.1.2.3": not a CIDR prefix`},

@@ -31,6 +31,7 @@ import (
 	"github.com/strait-net/strait/policy"
 	"github.com/strait-net/strait/tunnel"
 	"github.com/strait-net/strait/tunnel/quic"
+	"github.com/strait-net/strait/tunnel/wancc"
 )
 
 // Gateway is one running gateway. Create it with New, then Run it.
@@ -42,6 +43,10 @@ type Gateway struct {
 	metrics *metrics
 	names   *dns.Static
 	limit   streamLimit // connections carried at once (limit.go)
+	// lanCC is the congestion control of LAN sockets ("" the kernel's),
+	// lanOwn strait's own when that is it (lancc_linux.go).
+	lanCC  string
+	lanOwn *wancc.Algorithm
 
 	routes atomic.Pointer[routes]
 	// byAddr is who each Workload address is (workloads.go), read on
@@ -113,6 +118,7 @@ func New(cfg Config) (*Gateway, error) {
 		peers: map[string]*peer{}, listeners: map[string]*importListener{}, targets: map[string]*preconnector{},
 		reach: make(chan struct{}, 1),
 	}
+	g.lanCC, g.lanOwn = g.lanCongestion()
 	g.packet = newPacketPlane(g)
 	g.metrics.reg.MustRegister(stateCollector{g}, packetCollector{g.packet})
 	g.limit.max = int64(cfg.maxStreams())
@@ -646,7 +652,7 @@ func (g *Gateway) setWarmTargets(rt *routes) {
 	if n := g.cfg.preconnect(); n > 0 {
 		for addr := range wantTargets {
 			if _, ok := g.targets[addr]; !ok {
-				t := newPreconnector(addr, n, g.log)
+				t := newPreconnector(addr, n, g.lanCC, g.log)
 				g.targets[addr] = t
 				g.spawn(func() { t.run(g.ctx) })
 			}

@@ -120,7 +120,7 @@ func (g *Gateway) dialTarget(addr string) (*net.TCPConn, error) {
 	}
 	if t == nil {
 		g.metrics.coldDials.Add(1)
-		return dialTCP(ctx, addr)
+		return dialTCP(ctx, addr, g.lanCC)
 	}
 	c, warm, err := t.get(ctx)
 	if warm {

@@ -155,17 +155,18 @@ func (m *metrics) streamClosed(point int, out, in int64) {
 type stateCollector struct{ g *Gateway }
 
 var (
-	descHandshake = prometheus.NewDesc("strait_handshake_failures_total", "TLS handshakes rejected by certificate verification, by reason.", []string{"reason"}, nil)
-	descRTT       = prometheus.NewDesc("strait_peer_rtt_seconds", "Smoothed round-trip time to each peer cluster's gateways, from keepalives.", []string{"peer"}, nil)
-	descLive      = prometheus.NewDesc("strait_peer_sessions_live", "Live sessions to each peer cluster.", []string{"peer"}, nil)
-	descProbe     = prometheus.NewDesc("strait_peer_probe_interval_seconds", "How often the sessions' pool probes each peer cluster's gateways: probe-interval, or slower while the packet mode's prober judges them.", []string{"peer"}, nil)
-	descUp        = prometheus.NewDesc("strait_peer_gateway_up", "1 while the table sends flows to the peer gateway, 0 while it is taken out as dead.", []string{"peer", "gateway"}, nil)
-	descShare     = prometheus.NewDesc("strait_peer_gateway_share", "The peer gateway's share of the table's buckets, its inherited ones included.", []string{"peer", "gateway"}, nil)
-	descGwStreams = prometheus.NewDesc("strait_peer_gateway_streams_total", "Streams opened on each peer gateway.", []string{"peer", "gateway"}, nil)
-	descDowns     = prometheus.NewDesc("strait_peer_gateway_downs_total", "Times each peer gateway was taken out as dead.", []string{"peer", "gateway"}, nil)
-	descCarried   = prometheus.NewDesc("strait_connections_carried", "TCP connections the gateway carries now, client and target ones together: what max-streams bounds.", nil, nil)
-	descCCLosses  = prometheus.NewDesc("strait_wan_congestion_losses_total", "Losses strait's congestion control answered on the WAN sessions of this process, one per recovery episode, by what it took them for: random (no queue behind the loss: the window lost an eighth) or queue (30 %). Absent where the WAN sockets run another algorithm (docs/congestion.md).", []string{"kind"}, nil)
-	descImports   = prometheus.NewDesc("strait_imports", "Import addresses served, by how the gateway receives their connections (steer or listeners).", []string{"intercept"}, nil)
+	descHandshake   = prometheus.NewDesc("strait_handshake_failures_total", "TLS handshakes rejected by certificate verification, by reason.", []string{"reason"}, nil)
+	descRTT         = prometheus.NewDesc("strait_peer_rtt_seconds", "Smoothed round-trip time to each peer cluster's gateways, from keepalives.", []string{"peer"}, nil)
+	descLive        = prometheus.NewDesc("strait_peer_sessions_live", "Live sessions to each peer cluster.", []string{"peer"}, nil)
+	descProbe       = prometheus.NewDesc("strait_peer_probe_interval_seconds", "How often the sessions' pool probes each peer cluster's gateways: probe-interval, or slower while the packet mode's prober judges them.", []string{"peer"}, nil)
+	descUp          = prometheus.NewDesc("strait_peer_gateway_up", "1 while the table sends flows to the peer gateway, 0 while it is taken out as dead.", []string{"peer", "gateway"}, nil)
+	descShare       = prometheus.NewDesc("strait_peer_gateway_share", "The peer gateway's share of the table's buckets, its inherited ones included.", []string{"peer", "gateway"}, nil)
+	descGwStreams   = prometheus.NewDesc("strait_peer_gateway_streams_total", "Streams opened on each peer gateway.", []string{"peer", "gateway"}, nil)
+	descDowns       = prometheus.NewDesc("strait_peer_gateway_downs_total", "Times each peer gateway was taken out as dead.", []string{"peer", "gateway"}, nil)
+	descCarried     = prometheus.NewDesc("strait_connections_carried", "TCP connections the gateway carries now, client and target ones together: what max-streams bounds.", nil, nil)
+	descLANCCLosses = prometheus.NewDesc("strait_lan_congestion_losses_total", "Losses strait's congestion control answered on the LAN sockets of this process (clients' connections to imports, connections to export targets), by what it took them for, as strait_wan_congestion_losses_total. Absent where the LAN sockets run another algorithm (docs/congestion.md).", []string{"kind"}, nil)
+	descCCLosses    = prometheus.NewDesc("strait_wan_congestion_losses_total", "Losses strait's congestion control answered on the WAN sessions of this process, one per recovery episode, by what it took them for: random (no queue behind the loss: the window lost an eighth) or queue (30 %). Absent where the WAN sockets run another algorithm (docs/congestion.md).", []string{"kind"}, nil)
+	descImports     = prometheus.NewDesc("strait_imports", "Import addresses served, by how the gateway receives their connections (steer or listeners).", []string{"intercept"}, nil)
 )
 
 func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -209,6 +210,12 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if l, ok := tunnel.OwnCongestionLosses(); ok {
 		ch <- prometheus.MustNewConstMetric(descCCLosses, prometheus.CounterValue, float64(l.Random), "random")
 		ch <- prometheus.MustNewConstMetric(descCCLosses, prometheus.CounterValue, float64(l.Queue), "queue")
+	}
+	if g.lanOwn != nil {
+		if l, err := g.lanOwn.Losses(); err == nil {
+			ch <- prometheus.MustNewConstMetric(descLANCCLosses, prometheus.CounterValue, float64(l.Random), "random")
+			ch <- prometheus.MustNewConstMetric(descLANCCLosses, prometheus.CounterValue, float64(l.Queue), "queue")
+		}
 	}
 }
 

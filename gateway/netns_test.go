@@ -556,6 +556,7 @@ func TestTwoClusters(t *testing.T) {
 		{"ImportSurvivesFDExhaustion", testFDExhaustion},
 		{"StalledHost", testStalledHost},
 		{"UnpacedForLossyRequests", testUnpacedForLossyRequests},
+		{"LANSocketsOnStraitCongestion", testLANCongestion},
 		{"BBROnlyForLossyBulk", testBBROnlyForLossyBulk},
 		{"WANPartition", testPartition},
 		{"LiveChangesAndRestart", testLiveChanges},
@@ -1250,6 +1251,82 @@ func testUnpacedForLossyRequests(t *testing.T, e *env) {
 			t.Errorf("strait_wan_congestion_losses_total{kind=\"random\"} is 0 on both gateways after lossy requests")
 		}
 	}
+}
+
+// testLANCongestion sends keep-alive 100 KB echoes while the client's and
+// the server's nodes drop 3 % of what the gateways send them: the gateways'
+// LAN sockets (b's accepted client connection, a's connection to the
+// target) run strait's LAN congestion control, which answers those drops
+// (docs/congestion.md).
+func testLANCongestion(t *testing.T, e *env) {
+	if features.HaveMapType(ebpf.StructOpsMap) != nil {
+		t.Skip("the kernel has no BPF struct_ops: LAN sockets keep the kernel's congestion control")
+	}
+	_, targetPort, _ := net.SplitHostPort(e.target)
+	const table = "strait_test_lanloss"
+	for ns, match := range map[string]string{e.client: "tcp sport " + strconv.Itoa(portEcho), e.server: "tcp dport " + targetPort} {
+		rules := fmt.Sprintf("table inet %s {\n chain in {\n type filter hook input priority 0;\n %s meta length > 1000 numgen random mod 100 < 3 counter drop\n }\n}\n", table, match)
+		cmd := exec.Command("ip", "netns", "exec", ns, "nft", "-f", "-")
+		cmd.Stdin = strings.NewReader(rules)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: nft: %v: %s", ns, err, out)
+		}
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "exec", ns, "nft", "delete", "table", "inet", table).Run() })
+	}
+	const requests, size = 30, 100000
+	body := writeTemp(t, "req-*", strings.Repeat("l", size))
+	args := []string{"--fail", "--data-binary", "@" + body}
+	for range requests {
+		args = append(args, e.url(portEcho))
+	}
+	// Both kinds count: these LAN links add no delay, so the allowance
+	// is half a minimum of some 30 µs, which the bursts' own queue on the
+	// veth exceeds. TestShallowQueue and TestRandomLoss in tunnel/wancc
+	// show the classification.
+	losses := func(g *gw) float64 {
+		return g.metric(t, `strait_lan_congestion_losses_total{kind="random"}`) + g.metric(t, `strait_lan_congestion_losses_total{kind="queue"}`)
+	}
+	before := map[*gw]float64{e.a: losses(e.a), e.b: losses(e.b)}
+	done := make(chan struct{})
+	var lanSockets [2]string // b's to the client, a's to the target, while the echoes run
+	go func() {
+		defer close(done)
+		for lanSockets[0] == "" || lanSockets[1] == "" {
+			if s := ssOut(e.b.netns, "sport = :"+strconv.Itoa(portEcho)); s != "" {
+				lanSockets[0] = s
+			}
+			if s := ssOut(e.a.netns, "dport = :"+targetPort); s != "" {
+				lanSockets[1] = s
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	if out, code := e.curl(t, args...); code != 0 || len(out) != requests*size {
+		t.Fatalf("%d keep-alive echoes of %d bytes: curl exit %d, %d bytes back", requests, size, code, len(out))
+	}
+	<-done
+	for i, s := range lanSockets {
+		if !strings.Contains(s, "straitl_") {
+			t.Errorf("LAN socket %d, want strait's LAN congestion control (straitl_<pid>):\n%s", i, s)
+		}
+	}
+	for _, g := range []*gw{e.a, e.b} {
+		n := losses(g) - before[g]
+		t.Logf("%s: LAN losses answered: %v", g.cluster, n)
+		if n == 0 {
+			t.Errorf("%s: strait_lan_congestion_losses_total did not grow over lossy echoes", g.cluster)
+		}
+	}
+}
+
+// ssOut is ss's list of established TCP sockets in namespace ns that
+// match filter, with their TCP state, "" when none does.
+func ssOut(ns, filter string) string {
+	out, err := exec.Command("ip", "netns", "exec", ns, "ss", "-tinH", "state", "established", "( "+filter+" )").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // testBBROnlyForLossyBulk checks the WAN sockets' congestion control:

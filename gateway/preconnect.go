@@ -51,12 +51,20 @@ type warmConn struct {
 	born time.Time
 }
 
-func newPreconnector(addr string, want int, log *slog.Logger) *preconnector {
-	return &preconnector{addr: addr, want: want, log: log, kick: make(chan struct{}, 1), dial: dialTCP}
+// newPreconnector keeps want connections to addr on congestion control cc
+// ("" the kernel's).
+func newPreconnector(addr string, want int, cc string, log *slog.Logger) *preconnector {
+	dial := func(ctx context.Context, addr string) (*net.TCPConn, error) { return dialTCP(ctx, addr, cc) }
+	return &preconnector{addr: addr, want: want, log: log, kick: make(chan struct{}, 1), dial: dial}
 }
 
-func dialTCP(ctx context.Context, addr string) (*net.TCPConn, error) {
-	d := net.Dialer{Timeout: dialTimeout}
+// dialTCP connects to addr on congestion control cc ("" the kernel's, as
+// where the kernel lacks cc), set before the handshake.
+func dialTCP(ctx context.Context, addr, cc string) (*net.TCPConn, error) {
+	d := net.Dialer{Timeout: dialTimeout, Control: func(_, _ string, c syscall.RawConn) error {
+		_ = setCongestion(c, cc)
+		return nil
+	}}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err

@@ -51,11 +51,11 @@ const hangBound = 30 * time.Second
 // the client hung (preconnector's comment).
 func TestPreconnectStreamTakesWarmDialInFlight(t *testing.T) {
 	addr, order := acceptOrder(t)
-	p := newPreconnector(addr, 1, slog.New(slog.DiscardHandler))
+	p := newPreconnector(addr, 1, "", slog.New(slog.DiscardHandler))
 	connected, release := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int32
 	p.dial = func(ctx context.Context, addr string) (*net.TCPConn, error) {
-		c, err := dialTCP(ctx, addr)
+		c, err := dialTCP(ctx, addr, "")
 		if calls.Add(1) == 1 {
 			close(connected) // the first warm connection is established...
 			<-release        // ...and its dial has not returned yet
@@ -154,7 +154,7 @@ func TestPreconnectSkipsDeadWarm(t *testing.T) {
 			conns = append(conns, c)
 		}
 	}()
-	p := newPreconnector(ln.Addr().String(), 2, slog.New(slog.DiscardHandler))
+	p := newPreconnector(ln.Addr().String(), 2, "", slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go p.run(ctx)

@@ -38,7 +38,7 @@ var availableCC = sync.OnceValue(func() []string {
 // hold their own. The error says why the kernel cannot take it.
 func ownCongestion() (*wancc.Algorithm, error) {
 	ownOnce.Do(func() {
-		a, err := wancc.Register("strait_" + strconv.Itoa(os.Getpid()))
+		a, err := wancc.Register("strait_"+strconv.Itoa(os.Getpid()), wancc.Options{MinAllowance: wancc.WANAllowance})
 		if err != nil {
 			ownErr = err
 			return

@@ -18,6 +18,7 @@ package wancc
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
@@ -45,12 +46,29 @@ type Losses struct {
 	Queue  uint64 // the smoothed RTT above the minimum by more than the jitter allowance: 30 %
 }
 
+// Options tune an Algorithm at registration.
+type Options struct {
+	// MinAllowance is the least jitter allowance: a loss counts as random
+	// while the smoothed RTT is less than max(minimum/2, MinAllowance)
+	// above the minimum. WANAllowance suits WAN paths; a LAN, whose
+	// switches queue for microseconds, wants 0.
+	MinAllowance time.Duration
+}
+
+// WANAllowance is Options.MinAllowance for WAN paths: the timer and
+// scheduling noise on the way scatters RTT samples by a millisecond or two
+// without any queue.
+const WANAllowance = 2 * time.Millisecond
+
 // Register loads the algorithm and registers it under name, which sockets
 // then select with TCP_CONGESTION. It fails if the kernel already has an
 // algorithm of that name.
-func Register(name string) (*Algorithm, error) {
-	if err := checkName(name); err != nil {
-		return nil, err
+func Register(name string, opts Options) (*Algorithm, error) {
+	if err := CheckName(name); err != nil {
+		return nil, fmt.Errorf("wancc: %w", err)
+	}
+	if opts.MinAllowance < 0 || opts.MinAllowance > time.Second {
+		return nil, fmt.Errorf("wancc: MinAllowance %v: want 0 to 1s", opts.MinAllowance)
 	}
 	spec, err := loadWancc()
 	if err != nil {
@@ -58,6 +76,9 @@ func Register(name string) (*Algorithm, error) {
 	}
 	if err := setName(spec.Maps[wanccMapWancc], name); err != nil {
 		return nil, err
+	}
+	if err := spec.Variables[wanccVarMinAllowanceUs].Set(uint32(opts.MinAllowance.Microseconds())); err != nil {
+		return nil, fmt.Errorf("wancc: set the allowance: %w", err)
 	}
 	a := &Algorithm{name: name}
 	if err := spec.LoadAndAssign(&a.objs, nil); err != nil {
@@ -75,16 +96,16 @@ func Register(name string) (*Algorithm, error) {
 	return a, nil
 }
 
-// checkName applies the kernel's rule for BPF object names
+// CheckName applies the kernel's rule for BPF object names
 // (bpf_obj_name_cpy), which the struct_ops registration enforces with a bare
-// EINVAL.
-func checkName(name string) error {
+// EINVAL; every congestion control the kernel ships fits it too.
+func CheckName(name string) error {
 	if name == "" || len(name) > MaxNameLen {
-		return fmt.Errorf("wancc: name %q: want 1 to %d bytes", name, MaxNameLen)
+		return fmt.Errorf("congestion control name %q: want 1 to %d bytes", name, MaxNameLen)
 	}
 	for _, c := range name {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.') {
-			return fmt.Errorf("wancc: name %q: want letters, digits, '_' and '.' only", name)
+			return fmt.Errorf("congestion control name %q: want letters, digits, '_' and '.' only", name)
 		}
 	}
 	return nil

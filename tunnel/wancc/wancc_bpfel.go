@@ -22,6 +22,7 @@ const (
 	wanccProgWanccInit      = "wancc_init"
 	wanccProgWanccSsthresh  = "wancc_ssthresh"
 	wanccProgWanccUndoCwnd  = "wancc_undo_cwnd"
+	wanccVarMinAllowanceUs  = "min_allowance_us"
 )
 
 // loadWancc returns the embedded CollectionSpec for wancc.
@@ -84,6 +85,7 @@ type wanccMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type wanccVariableSpecs struct {
+	MinAllowanceUs *ebpf.VariableSpec `ebpf:"min_allowance_us"`
 }
 
 // wanccObjects contains all objects after they have been loaded into the kernel.
@@ -121,6 +123,7 @@ func (m *wanccMaps) Close() error {
 //
 // It can be passed to loadWanccObjects or ebpf.CollectionSpec.LoadAndAssign.
 type wanccVariables struct {
+	MinAllowanceUs *ebpf.Variable `ebpf:"min_allowance_us"`
 }
 
 // wanccPrograms contains all programs after they have been loaded into the kernel.

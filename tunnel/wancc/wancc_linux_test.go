@@ -27,11 +27,16 @@ func available(t *testing.T) []string {
 
 func register(t *testing.T) *Algorithm {
 	t.Helper()
+	return registerWith(t, Options{MinAllowance: WANAllowance})
+}
+
+func registerWith(t *testing.T, opts Options) *Algorithm {
+	t.Helper()
 	testenv.RequireRoot(t)
 	if err := features.HaveMapType(ebpf.StructOpsMap); err != nil {
 		t.Skipf("the kernel has no BPF struct_ops: %v", err)
 	}
-	a, err := Register(testenv.UniqueName("wancc_t"))
+	a, err := Register(testenv.UniqueName("wancc_t"), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +51,7 @@ func TestRegister(t *testing.T) {
 	if !slices.Contains(available(t), a.Name()) {
 		t.Fatalf("%s not in tcp_available_congestion_control: %v", a.Name(), available(t))
 	}
-	if b, err := Register(a.Name()); err == nil {
+	if b, err := Register(a.Name(), Options{}); err == nil {
 		b.Close()
 		t.Fatalf("a second %s registered", a.Name())
 	}
@@ -68,7 +73,7 @@ func TestRegisterRefusesBadNames(t *testing.T) {
 		"strait-1":         "letters, digits",
 		"strait 1":         "letters, digits",
 	} {
-		if a, err := Register(name); err == nil {
+		if a, err := Register(name, Options{}); err == nil {
 			a.Close()
 			t.Errorf("Register(%q) succeeded", name)
 		} else if !strings.Contains(err.Error(), want) {
@@ -185,6 +190,34 @@ func TestQueueLoss(t *testing.T) {
 	t.Logf("losses %+v; sender retransmitted %d segments, rtt %d µs, cwnd %d ssthresh %d", l, info.Total_retrans, info.Rtt, info.Snd_cwnd, info.Snd_ssthresh)
 	if l.Queue == 0 {
 		t.Fatalf("losses %+v: want losses behind the queue", l)
+	}
+}
+
+// TestShallowQueue: behind a 200 Mbit/s bottleneck whose queue holds only
+// 1 ms, as a switch's would, the losses are congestion for an algorithm
+// without a least allowance (a LAN socket's, 50 µs from its peer), and
+// random for the WAN one, whose allowance is that queue twice over.
+func TestShallowQueue(t *testing.T) {
+	lan := registerWith(t, Options{})
+	wan := register(t)
+	a, r, b := path(t)
+	testenv.Run(t, "tc", "-n", r, "qdisc", "add", "dev", "vb", "root", "tbf", "rate", "200mbit", "burst", "16kb", "latency", "1ms")
+	for _, alg := range []*Algorithm{lan, wan} {
+		info := send(t, a, b, alg.Name(), 16<<20)
+		l, err := alg.Losses()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: losses %+v; sender retransmitted %d segments, rtt %d µs, cwnd %d", alg.Name(), l, info.Total_retrans, info.Rtt, info.Snd_cwnd)
+		if info.Total_retrans == 0 {
+			t.Fatal("nothing was lost: the queue never overflowed")
+		}
+		if alg == lan && l.Queue == 0 {
+			t.Errorf("LAN allowance: losses %+v, want losses behind the queue", l)
+		}
+		if alg == wan && l.Random == 0 {
+			t.Errorf("WAN allowance: losses %+v, want random ones", l)
+		}
 	}
 }
 

@@ -69,9 +69,12 @@ struct {
 
 // The jitter allowance: a path's RTT samples scatter above its minimum
 // without any queue (the lab's cloud30 WAN: 30 ms ± 6 ms), so only a
-// smoothed RTT more than half the minimum (at least 2 ms) above it counts
-// as a queue.
-#define MIN_ALLOWANCE_US 2000
+// smoothed RTT more than half the minimum, and at least min_allowance_us,
+// above it counts as a queue. Set at load (wancc.Options.MinAllowance): WAN
+// sockets take 2 ms for timer and scheduling noise on the way; LAN sockets
+// none, so that a shallow switch buffer's few microseconds of queue still
+// count as congestion next to a 50 µs minimum.
+volatile const __u32 min_allowance_us = 2000;
 
 // Per connection, in the kernel's icsk_ca_priv (104 bytes).
 struct state {
@@ -115,8 +118,8 @@ __u32 BPF_PROG(wancc_ssthresh, struct sock *sk)
 	__u32 allow = min / 2;
 	__u32 w;
 
-	if (allow < MIN_ALLOWANCE_US)
-		allow = MIN_ALLOWANCE_US;
+	if (allow < min_allowance_us)
+		allow = min_allowance_us;
 	s->loss_cwnd = cwnd;
 	if (min != ~0U && srtt < min + allow) {
 		// Random loss says nothing about the path's capacity: the window
