@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -591,6 +592,12 @@ func (st *Store) update(change func(*Set) int) (int, error) {
 	n := change(&next)
 	if n == 0 {
 		return 0, nil
+	}
+	// A Go map keeps the table it grew to: a set emptied by a mass delete
+	// (20 000 imports) would hold its 20 000-entry table until the next
+	// delete, as applies change it in place (putInPlace).
+	if before := len(st.set.items); before >= 1024 && len(next.items)*4 < before {
+		next.items = maps.Collect(maps.All(next.items))
 	}
 	if err := st.persist(&next, old); err != nil {
 		return 0, err
