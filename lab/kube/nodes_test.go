@@ -400,6 +400,57 @@ func TestRunOnClusters(t *testing.T) {
 		}
 	})
 
+	// The installed tool measures whatever interconnect the user has,
+	// by the name template of the clusters file: here strait itself, as a
+	// user would give Submariner's clusterset.local names. The lab creates
+	// the MCS ServiceExports (export: true) but, unlike the strait tool,
+	// no AccessPolicy: that is the user's, so the test allows everything
+	// first, as a user of another interconnect would have done.
+	t.Run("InstalledTool", func(t *testing.T) {
+		allow := "apiVersion: strait.dev/v1alpha1\nkind: AccessPolicy\nmetadata: {name: test-allow-all}\nspec: {priority: 100, action: allow}\n"
+		for _, c := range []string{"a", "b"} {
+			if out, err := p.Kubectl(c, allow, "apply", "-f", "-"); err != nil {
+				t.Fatalf("cluster %s: apply AccessPolicy: %v: %s", c, err, out)
+			}
+			t.Cleanup(func() { _, _ = p.Kubectl(c, "", "delete", "accesspolicy", "test-allow-all", "--ignore-not-found") })
+		}
+		installed := write("clusters-installed.yaml", fmt.Sprintf("clusters:\n  a: {kubeconfig: %s}\n  b: {kubeconfig: %s}\ninstalled: \"{service}.{namespace}.svc.clusterset.local.\"\nexport: true\n", p.Kubeconfig["a"], p.Kubeconfig["b"]))
+		dir := filepath.Join(tmp, "installed")
+		cmd, log := labRun(t, p, bin, tmp, exp, "--clusters", installed, "--tools", "installed", "--out", dir)
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("run with the installed tool: %v\n%s", err, log)
+		}
+		csvs, _ := filepath.Glob(filepath.Join(dir, "kube-test-*", "raw", "lcl-installed-echo-1KB-r1.csv"))
+		if len(csvs) != 1 {
+			t.Fatalf("the installed tool's keep-alive CSV: %v\nrun said:\n%s", csvs, log)
+		}
+		f, err := os.Open(csvs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		samples, err := load.ReadCSV(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok := 0
+		for _, s := range samples {
+			if s.OK() {
+				ok++
+			}
+		}
+		if len(samples) < 20 || ok != len(samples) {
+			t.Errorf("installed echo: %d samples, %d ok; want 20 or more, all ok\n%s", len(samples), ok, log)
+		}
+		md, err := os.ReadFile(filepath.Join(filepath.Dir(filepath.Dir(csvs[0])), "metadata.json"))
+		if err != nil || !strings.Contains(string(md), "installed: {service}.{namespace}.svc.clusterset.local.") {
+			t.Errorf("metadata.json does not name the installed tool's template (%v)", err)
+		}
+		if left := p.leftovers(t); left != "" {
+			t.Fatalf("left after the run: %s", left)
+		}
+	})
+
 	t.Run("Emulated", func(t *testing.T) {
 		if runDir == "" {
 			t.Skip("no finished unimpaired run to compare with")
