@@ -250,6 +250,30 @@ load: {requests: 20, warmup: 2}
 throughput: {streams: [1], duration: 500ms}
 `
 
+// requireAllOK fails t unless the per-request CSV at path holds at least
+// least requests, every one answered.
+func requireAllOK(t *testing.T, path string, least int) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	samples, err := load.ReadCSV(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := 0
+	for _, s := range samples {
+		if s.OK() {
+			ok++
+		}
+	}
+	if len(samples) < least || ok != len(samples) {
+		t.Errorf("%s: %d requests, %d answered; want %d or more, all answered", filepath.Base(path), len(samples), ok, least)
+	}
+}
+
 // TestRunOnClusters runs an experiment on two real clusters the way a
 // user does: interrupted with Ctrl-C once its namespace exists (nothing may
 // be left), resumed to completion (every cell's CSV back in the run
@@ -311,24 +335,7 @@ func TestRunOnClusters(t *testing.T) {
 		runDir = dirs[0]
 		for _, tool := range []string{"direct", "strait"} {
 			for _, w := range []string{"echo", "echo-newconn"} {
-				f, err := os.Open(filepath.Join(dirs[0], "raw", "lcl-"+tool+"-"+w+"-1KB-r1.csv"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				samples, err := load.ReadCSV(f)
-				f.Close()
-				if err != nil {
-					t.Fatal(err)
-				}
-				ok := 0
-				for _, s := range samples {
-					if s.OK() {
-						ok++
-					}
-				}
-				if len(samples) < 20 || ok != len(samples) {
-					t.Errorf("%s %s: %d samples, %d ok; want 20 or more, all ok", tool, w, len(samples), ok)
-				}
+				requireAllOK(t, filepath.Join(dirs[0], "raw", "lcl-"+tool+"-"+w+"-1KB-r1.csv"), 20)
 			}
 		}
 		// The bulk stream through each tool: strait load stream's JSON
@@ -424,24 +431,7 @@ func TestRunOnClusters(t *testing.T) {
 		if len(csvs) != 1 {
 			t.Fatalf("the installed tool's keep-alive CSV: %v\nrun said:\n%s", csvs, log)
 		}
-		f, err := os.Open(csvs[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		samples, err := load.ReadCSV(f)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ok := 0
-		for _, s := range samples {
-			if s.OK() {
-				ok++
-			}
-		}
-		if len(samples) < 20 || ok != len(samples) {
-			t.Errorf("installed echo: %d samples, %d ok; want 20 or more, all ok\n%s", len(samples), ok, log)
-		}
+		requireAllOK(t, csvs[0], 20)
 		md, err := os.ReadFile(filepath.Join(filepath.Dir(filepath.Dir(csvs[0])), "metadata.json"))
 		if err != nil || !strings.Contains(string(md), "installed: {service}.{namespace}.svc.clusterset.local.") {
 			t.Errorf("metadata.json does not name the installed tool's template (%v)", err)
