@@ -1,5 +1,6 @@
 // Package wancc registers strait's TCP congestion control for the sockets
-// of its WAN sessions: a BPF program (bpf/wancc.c, attached as the kernel's
+// of its WAN sessions, and of a gateway's LAN side with a smaller jitter
+// allowance (Options): a BPF program (bpf/wancc.c, attached as the kernel's
 // struct tcp_congestion_ops) that tells random loss from congestion. A loss
 // while the connection's smoothed RTT is near its minimum costs the window
 // an eighth, a loss behind a queue cubic's 30 %, and the window climbs back

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/features"
@@ -66,7 +67,7 @@ func TestRegister(t *testing.T) {
 	}
 }
 
-func TestRegisterRefusesBadNames(t *testing.T) {
+func TestRegisterRefusesBadInput(t *testing.T) {
 	for name, want := range map[string]string{
 		"":                 "want 1 to 15 bytes",
 		"sixteen_bytes_xx": "want 1 to 15 bytes",
@@ -78,6 +79,14 @@ func TestRegisterRefusesBadNames(t *testing.T) {
 			t.Errorf("Register(%q) succeeded", name)
 		} else if !strings.Contains(err.Error(), want) {
 			t.Errorf("Register(%q): %v, want %q", name, err, want)
+		}
+	}
+	for _, d := range []time.Duration{-time.Microsecond, 2 * time.Second} {
+		if a, err := Register("strait_t", Options{MinAllowance: d}); err == nil {
+			a.Close()
+			t.Errorf("Register with MinAllowance %v succeeded", d)
+		} else if !strings.Contains(err.Error(), "want 0 to 1s") {
+			t.Errorf("Register with MinAllowance %v: %v, want \"want 0 to 1s\"", d, err)
 		}
 	}
 }
