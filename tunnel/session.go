@@ -801,13 +801,11 @@ func (s *session) keepalive() {
 	t := time.NewTimer(interval)
 	defer t.Stop()
 	for {
-		kicked := false
 		select {
 		case <-s.closed:
 			return
 		case <-t.C:
 		case <-s.kaKick:
-			kicked = true
 		}
 		now := time.Duration(s.now())
 		if iv := s.keepaliveInterval(); iv != interval {
@@ -834,13 +832,15 @@ func (s *session) keepalive() {
 			heardAt = max(heardAt, time.Duration(s.busySince.Load()))
 		}
 		silent := now - heardAt
-		// A timer that fires half a timeout late means this process did
-		// not run (a starved host): the silence may be our own reader's,
-		// which has not read what the kernel holds. Judge again once it
-		// has had an interval to catch up — but not for ever, so a dead
-		// peer on a starved host is still found. A wakeup for a new
-		// interval is not a timer and proves nothing of the kind.
-		stalled := !kicked && now-due >= timeout/2 && silent < stuckSilenceFactor*timeout
+		// A wakeup half a timeout past the timer's deadline means this
+		// process did not run (a starved host): the silence may be our
+		// own reader's, which has not read what the kernel holds. Judge
+		// again once it has had an interval to catch up — but not for
+		// ever, so a dead peer on a starved host is still found. This
+		// holds for a kick too: after a stall the overdue timer and a
+		// kick (the pool's new interval) are ready together and select
+		// takes either; a kick before the deadline is never late.
+		stalled := now-due >= timeout/2 && silent < stuckSilenceFactor*timeout
 		// Frames can be stuck behind a lost segment that TCP is still
 		// retransmitting (a saturated, lossy path backs off for seconds)
 		// while the peer's kernel keeps acknowledging: the peer is alive,
