@@ -47,6 +47,7 @@ func (g *Gateway) listenImport(addr string, route *importRoute) (*importListener
 	if err != nil {
 		return nil, err
 	}
+	g.setListenerCongestion(ln.(*net.TCPListener))
 	l := &importListener{ln: ln.(*net.TCPListener), port: uint16(ln.Addr().(*net.TCPAddr).Port)}
 	l.route.Store(route)
 	g.spawn(func() {
@@ -92,9 +93,6 @@ func flowKey(c *net.TCPConn) uint64 {
 // limit (admitClient), which it gives back when it ends.
 func (g *Gateway) serveClient(c *net.TCPConn, route *importRoute, port uint16) {
 	defer g.limit.release()
-	if raw, err := c.SyscallConn(); err == nil {
-		_ = setCongestion(raw, g.lanCC) // as dialTCP: the kernel's where it lacks lanCC
-	}
 	g.metrics.clientConns.Add(1)
 	src := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr()
 	ns, labels := g.source(src)

@@ -1,8 +1,7 @@
 package gateway
 
 import (
-	"os"
-	"strconv"
+	"net"
 	"sync"
 	"syscall"
 
@@ -12,11 +11,13 @@ import (
 )
 
 // lanAlgorithm is strait's congestion control for LAN sockets, registered
-// once per process under a name of its own (straitl_<pid>, as the WAN's
-// is strait_<pid>): no least jitter allowance (wancc.Options).
-var lanAlgorithm = sync.OnceValues(func() (*wancc.Algorithm, error) {
-	return wancc.Register("straitl_"+strconv.Itoa(os.Getpid()), wancc.Options{})
-})
+// once per process under a name of its own (straitl_<pid>, as the WAN's is
+// strait_<pid>): no least jitter allowance (wancc.Options).
+var lanAlgorithm = wancc.NewPerProcess("straitl_", wancc.Options{})
+
+// lanAlgorithmMissing logs once per process that the kernel cannot take
+// lanAlgorithm, as the WAN side does.
+var lanAlgorithmMissing sync.Once
 
 // lanCongestion resolves Config.LANCongestion to the algorithm the
 // gateway's LAN sockets get ("" leaves them on the kernel default) and,
@@ -24,9 +25,11 @@ var lanAlgorithm = sync.OnceValues(func() (*wancc.Algorithm, error) {
 func (g *Gateway) lanCongestion() (string, *wancc.Algorithm) {
 	switch g.cfg.LANCongestion {
 	case "":
-		a, err := lanAlgorithm()
+		a, err := lanAlgorithm.Get()
 		if err != nil {
-			g.log.Warn("LAN sockets stay on the kernel's congestion control: strait's cannot be loaded here (docs/congestion.md)", "err", err)
+			lanAlgorithmMissing.Do(func() {
+				g.log.Warn("LAN sockets stay on the kernel's congestion control: strait's cannot be loaded here (docs/congestion.md)", "err", err)
+			})
 			return "", nil
 		}
 		return a.Name(), a
@@ -49,4 +52,12 @@ func setCongestion(c syscall.RawConn, name string) error {
 		return cerr
 	}
 	return err
+}
+
+// setListenerCongestion gives a listener for clients the LAN congestion
+// control, which the kernel passes on to every connection it accepts.
+func (g *Gateway) setListenerCongestion(ln *net.TCPListener) {
+	if raw, err := ln.SyscallConn(); err == nil {
+		_ = setCongestion(raw, g.lanCC) // as dialTCP: the kernel's where it lacks lanCC
+	}
 }

@@ -3,6 +3,7 @@
 package gateway
 
 import (
+	"net"
 	"syscall"
 
 	"github.com/strait-net/strait/tunnel/wancc"
@@ -13,3 +14,5 @@ import (
 func (g *Gateway) lanCongestion() (string, *wancc.Algorithm) { return "", nil }
 
 func setCongestion(syscall.RawConn, string) error { return nil }
+
+func (g *Gateway) setListenerCongestion(*net.TCPListener) {}

@@ -61,6 +61,7 @@ func (g *Gateway) startSteering() error {
 	if err == nil {
 		var ln *net.TCPListener
 		if ln, err = steer.ListenTCP("127.0.0.1:0"); err == nil {
+			g.setListenerCongestion(ln)
 			if err = s.SetSocket(steer.TCP, ln); err != nil {
 				ln.Close()
 			} else {

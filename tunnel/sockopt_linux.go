@@ -4,10 +4,8 @@ import (
 	"net"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -32,33 +30,14 @@ var availableCC = sync.OnceValue(func() []string {
 })
 
 // ownCongestion is strait's congestion control for WAN sessions (package
-// wancc), registered once per process, when the first WAN socket wants it,
-// under a name of the process's own (strait_<pid>): the kernel drops it
-// when the process exits, and gateways sharing a kernel (the lab's) each
-// hold their own. The error says why the kernel cannot take it.
-func ownCongestion() (*wancc.Algorithm, error) {
-	ownOnce.Do(func() {
-		a, err := wancc.Register("strait_"+strconv.Itoa(os.Getpid()), wancc.Options{MinAllowance: wancc.WANAllowance})
-		if err != nil {
-			ownErr = err
-			return
-		}
-		own.Store(a)
-	})
-	return own.Load(), ownErr
-}
-
-var (
-	ownOnce sync.Once
-	own     atomic.Pointer[wancc.Algorithm]
-	ownErr  error
-)
+// wancc), registered once per process, when the first WAN socket wants it.
+var ownCongestion = wancc.NewPerProcess("strait_", wancc.Options{MinAllowance: wancc.WANAllowance})
 
 // OwnCongestionLosses reports the losses strait's congestion control has
 // answered in this process, by what it took them for; ok is false while no
 // WAN socket of this process uses it (Config.Congestion).
 func OwnCongestionLosses() (l wancc.Losses, ok bool) {
-	a := own.Load()
+	a := ownCongestion.Registered()
 	if a == nil {
 		return l, false
 	}
@@ -73,7 +52,7 @@ var ownCongestionMissing sync.Once
 func startCongestion(cfg *Config) string {
 	switch cfg.Congestion {
 	case "":
-		a, err := ownCongestion()
+		a, err := ownCongestion.Get()
 		if err == nil {
 			return a.Name()
 		}

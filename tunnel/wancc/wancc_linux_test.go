@@ -67,6 +67,30 @@ func TestRegister(t *testing.T) {
 	}
 }
 
+// TestPerProcess: nothing is registered before Get; Get registers once,
+// under the prefix and the process ID, and returns the same algorithm after.
+func TestPerProcess(t *testing.T) {
+	registerWith(t, Options{}) // the kernel can take one here, or skip
+	p := NewPerProcess(testenv.UniqueName("p")[:5]+"_", Options{})
+	if a := p.Registered(); a != nil {
+		t.Fatalf("Registered before Get: %s", a.Name())
+	}
+	a, err := p.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	if !strings.HasSuffix(a.Name(), "_"+strconv.Itoa(os.Getpid())) || !slices.Contains(available(t), a.Name()) {
+		t.Fatalf("registered %q; available: %v", a.Name(), available(t))
+	}
+	if b, err := p.Get(); b != a || err != nil {
+		t.Fatalf("second Get: %v, %v; want the first algorithm", b, err)
+	}
+	if p.Registered() != a {
+		t.Fatal("Registered is not what Get returned")
+	}
+}
+
 func TestRegisterRefusesBadInput(t *testing.T) {
 	for name, want := range map[string]string{
 		"":                 "want 1 to 15 bytes",
