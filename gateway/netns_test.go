@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -1181,12 +1182,14 @@ func (e *env) waitClientGone(t *testing.T, why string) {
 
 // testStalledHost stops both gateway processes for longer than the
 // keepalive timeout (1 s), as a starved host does, then lets them run
-// again. Each wakes to a silence that was its own — and its kernel heard
-// nothing either, the peer was stopped too — so no session may end: an
-// upload that was open carries on.
+// again, the importing one first and the exporting one a few keepalive
+// intervals later (a starved host does not give both the CPU at once).
+// Each wakes to a silence that was its own — and its kernel heard nothing
+// either, the peer was stopped too — so no session may end: an upload that
+// was open carries on.
 func testStalledHost(t *testing.T, e *env) {
 	send := e.openUpload(t)
-	procs := []*proc{e.a.proc, e.b.proc}
+	procs := []*proc{e.b.proc, e.a.proc}
 	signal := func(sig syscall.Signal) {
 		for _, p := range procs {
 			_ = p.cmd.Process.Signal(sig)
@@ -1195,7 +1198,10 @@ func testStalledHost(t *testing.T, e *env) {
 	t.Cleanup(func() { signal(syscall.SIGCONT) })
 	signal(syscall.SIGSTOP)
 	time.Sleep(2500 * time.Millisecond)
-	signal(syscall.SIGCONT)
+	for _, p := range procs {
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		time.Sleep(300 * time.Millisecond)
+	}
 	out, err := send()
 	if err != nil || !strings.HasSuffix(out, "more\n") {
 		t.Fatalf("upload across a 2.5 s stall of both gateways: %v: %q", err, out[max(0, len(out)-200):])
@@ -1301,8 +1307,28 @@ func testLANCongestion(t *testing.T, e *env) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()
-	if out, code := e.curl(t, args...); code != 0 || len(out) != requests*size {
-		t.Fatalf("%d keep-alive echoes of %d bytes: curl exit %d, %d bytes back", requests, size, code, len(out))
+	// The rule sees segments as the veth carries them, GSO batches of up
+	// to 64 KB, so 30 echoes may draw no drop at all: echo again until
+	// both namespaces dropped a few.
+	dropped := func(ns string) int {
+		out := testenv.Run(t, "ip", "netns", "exec", ns, "nft", "list", "table", "inet", table)
+		m := regexp.MustCompile(`counter packets (\d+)`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("%s: no counter in the drop rule:\n%s", ns, out)
+		}
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	for round := 1; ; round++ {
+		if out, code := e.curl(t, args...); code != 0 || len(out) != requests*size {
+			t.Fatalf("%d keep-alive echoes of %d bytes: curl exit %d, %d bytes back", requests, size, code, len(out))
+		}
+		if dropped(e.client) >= 3 && dropped(e.server) >= 3 {
+			break
+		}
+		if round == 10 {
+			t.Fatalf("after %d rounds of echoes the rules dropped %d packets toward the client and %d toward the server", round, dropped(e.client), dropped(e.server))
+		}
 	}
 	<-done
 	for i, s := range lanSockets {

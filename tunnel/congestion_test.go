@@ -1,6 +1,9 @@
 package tunnel
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // TestLossyBulkRule checks the cubic→bbr switch rule at its edges. The
 // request/response rows are what a keep-alive echo leaves in a socket whose
@@ -38,9 +41,29 @@ func TestLossyBulkRule(t *testing.T) {
 		{"nothing unsent", 0, sockState{5, 0, 2 * mss, open}, lowWater, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := lossyBulk(tc.retrans0, tc.st, tc.lowWater); got != tc.want {
+			if got := lossyBulk(tc.retrans0, 0, tc.st, tc.lowWater); got != tc.want {
 				t.Errorf("lossyBulk(%d, %+v, %d) = %v, want %v", tc.retrans0, tc.st, tc.lowWater, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestLossyBulkRuleStaleEvidence: retransmissions counted since a look more
+// than bulkEvidenceAge ago do not switch a session (they may be an earlier,
+// lossy stretch's), however bulky the transfer now.
+func TestLossyBulkRuleStaleEvidence(t *testing.T) {
+	st := sockState{retrans: 9, notsent: 100000, cwnd: 20 * 1448, peerWindow: 4 << 20}
+	for _, tc := range []struct {
+		sinceLook time.Duration
+		want      bool
+	}{
+		{0, true},
+		{bulkEvidenceAge, true},
+		{bulkEvidenceAge + time.Millisecond, false},
+		{time.Hour, false},
+	} {
+		if got := lossyBulk(3, tc.sinceLook, st, 1<<20); got != tc.want {
+			t.Errorf("lossyBulk with the last look %v ago = %v, want %v", tc.sinceLook, got, tc.want)
+		}
 	}
 }

@@ -32,6 +32,7 @@ type session struct {
 	bulkRun     int                  // DATA bytes written since the last bulk look (writer role)
 	ccUpgrade   string               // congestion control to switch to at the first lossy bulk transfer (writer role)
 	bulkRetrans uint32               // the socket's retransmissions at the last bulk check (writer role)
+	bulkLookAt  time.Time            // when that check was (writer role)
 	idleSince   time.Time            // when the writer last ran dry; zero while it writes (writer role)
 	client      bool
 	peer        string
@@ -626,6 +627,13 @@ const bulkBytes = 512 << 10
 // unsent.
 const bulkBacklog = 64 << 10
 
+// bulkEvidenceAge bounds how old the last look may be for the
+// retransmissions since then to count: over a longer gap they may be
+// another stretch's (small requests over a path that was lossy then), and
+// the look only takes the count anew. A lossy bulk transfer looks every
+// bulkBytes or every burst, well within it, and switches at its second look.
+const bulkEvidenceAge = time.Second
+
 // sockState is what a look at the socket finds.
 type sockState struct {
 	retrans    uint32 // segments retransmitted so far, less reported duplicates
@@ -635,11 +643,15 @@ type sockState struct {
 }
 
 // lossyBulk is the switch rule: more retransmissions than at the last look
-// (retrans0; the count falls as duplicates are reported, and wraps), at
-// least bulkBacklog unsent, and the congestion window, not the peer's
-// receive window, holding it back: a receiver that reads slowly (or drops
-// what overflows its buffer) is no case for bbr, which only paces.
-func lossyBulk(retrans0 uint32, st sockState, lowWater int) bool {
+// (retrans0; the count falls as duplicates are reported, and wraps), that
+// look no longer than bulkEvidenceAge ago (sinceLook), at least
+// bulkBacklog unsent, and the congestion window, not the peer's receive
+// window, holding it back: a receiver that reads slowly (or drops what
+// overflows its buffer) is no case for bbr, which only paces.
+func lossyBulk(retrans0 uint32, sinceLook time.Duration, st sockState, lowWater int) bool {
+	if sinceLook > bulkEvidenceAge {
+		return false
+	}
 	backlog := uint64(bulkBacklog)
 	if lowWater > 0 {
 		backlog = min(backlog, max(uint64(lowWater)/2, 1))
@@ -662,10 +674,11 @@ func (s *session) bulkLook() {
 		return
 	}
 	if st, ok := lossState(s.batch.Conn); ok {
-		if lossyBulk(s.bulkRetrans, st, s.cfg.NotSentLowWater) {
+		now := time.Now()
+		if lossyBulk(s.bulkRetrans, now.Sub(s.bulkLookAt), st, s.cfg.NotSentLowWater) {
 			s.upgradeCongestion()
 		}
-		s.bulkRetrans = st.retrans
+		s.bulkRetrans, s.bulkLookAt = st.retrans, now
 	}
 }
 
@@ -796,6 +809,10 @@ func (s *session) keepalive() {
 	interval, timeout := s.keepaliveInterval(), s.cfg.KeepaliveTimeout
 	nextPing := time.Duration(s.now()) + interval
 	due := nextPing
+	// judgeFrom is when the peer's silence starts to count at the
+	// earliest: when this loop last saw the session turn busy, or found
+	// that this process had not run (below).
+	var judgeFrom time.Duration
 	// newSession sent the first ping.
 	pr := pingRule{interval: interval, timeout: timeout, lastPing: time.Duration(s.now())}
 	t := time.NewTimer(interval)
@@ -817,13 +834,19 @@ func (s *session) keepalive() {
 		// times longer: nothing waits on it, and its pings would only put
 		// packets between other sessions' data (pingRule). A busy one is
 		// judged from when it last became busy, so a stream opened on a
-		// long-idle session does not find it already past the limit.
+		// long-idle session does not find it already past the limit:
+		// from when the stream's opener recorded it, or from when this
+		// loop first saw it if that is later (a stream opened just before
+		// this process stopped leaves a kick that wakes the loop after
+		// the stop, with the idle wait's timer not yet due, so the stall
+		// rule below cannot see the stop).
 		wasIdle := pr.idle
 		pr.idle = s.openStreams() == 0
 		if wasIdle && !pr.idle {
 			// The idle wait may run for seconds: decide now whether,
 			// and when, the busy session pings.
 			nextPing = now
+			judgeFrom = now
 		}
 		limit, heardAt := timeout, time.Duration(s.lastRecv.Load())
 		if pr.idle {
@@ -833,19 +856,25 @@ func (s *session) keepalive() {
 		}
 		silent := now - heardAt
 		// A wakeup half a timeout past the timer's deadline means this
-		// process did not run (a starved host): the silence may be our
-		// own reader's, which has not read what the kernel holds. Judge
-		// again once it has had an interval to catch up — but not for
-		// ever, so a dead peer on a starved host is still found. This
-		// holds for a kick too: after a stall the overdue timer and a
-		// kick (the pool's new interval) are ready together and select
-		// takes either; a kick before the deadline is never late.
-		stalled := now-due >= timeout/2 && silent < stuckSilenceFactor*timeout
+		// process did not run (SIGSTOP, a starved host): the silence so
+		// far may be our own reader's, which has not read what the
+		// kernel holds, and a peer stopped with us has had no chance to
+		// speak. The peer gets a whole limit from now, and the ping
+		// below asks it to use it — but not for ever: past
+		// stuckSilenceFactor timeouts of silence a dead peer on a
+		// starved host is still found. This holds for a kick too: after
+		// a stall the overdue timer and a kick (the pool's new interval)
+		// are ready together and select takes either; a kick before the
+		// deadline is never late.
+		if now-due >= timeout/2 && silent < stuckSilenceFactor*timeout {
+			judgeFrom = now
+		}
+		judged := now - max(heardAt, judgeFrom)
 		// Frames can be stuck behind a lost segment that TCP is still
 		// retransmitting (a saturated, lossy path backs off for seconds)
 		// while the peer's kernel keeps acknowledging: the peer is alive,
 		// up to a limit that also ends a session to a hung process.
-		if !stalled && silent >= limit && (silent >= stuckSilenceFactor*timeout || !s.kernelHears(limit)) {
+		if silent >= stuckSilenceFactor*timeout || judged >= limit && !s.kernelHears(limit) {
 			s.closeWithError(fmt.Errorf("%w: nothing received for %v", ErrPeerUnresponsive, silent.Round(time.Millisecond)))
 			return
 		}
@@ -860,10 +889,7 @@ func (s *session) keepalive() {
 			nextPing = now + pr.untilDecision(now, silent)
 		}
 		s.st.keepaliveWakes.Add(1)
-		wait := max(min(nextPing-now, limit-silent), time.Millisecond)
-		if stalled {
-			wait = interval
-		}
+		wait := max(min(nextPing-now, limit-judged), time.Millisecond)
 		due = now + wait
 		t.Reset(wait) // since Go 1.23 no stale tick survives a Reset
 	}
