@@ -41,8 +41,10 @@ func (e *Experiment) unitCost(sc scenario.Scenario) time.Duration {
 			trips = 2
 		}
 		per := trips*rtt + think + time.Millisecond
-		n := time.Duration((l.Requests + l.Warmup + l.Threads - 1) / max(l.Threads, 1))
-		perTool += time.Duration(len(w.sizes)) * max(n*per, least)
+		for _, size := range w.sizes {
+			n := time.Duration((w.requestsFor(size, l) + l.Warmup + l.Threads - 1) / max(l.Threads, 1))
+			perTool += max(n*per, least)
+		}
 	}
 	if rt := e.Rate; rt != nil {
 		perTool += time.Duration(len(rt.cells(sc.Name, ""))) * (rt.warmup + rt.duration + rtt)

@@ -8,6 +8,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -102,8 +103,13 @@ type Workload struct {
 	// new connection per request; the second is reported as
 	// "<name>-newconn".
 	KeepAlive *bool `yaml:"keepalive" json:"keepalive,omitempty"`
+	// Requests sets the request count of some payloads (e.g. {1MB: 30}),
+	// which otherwise take load.requests: large payloads over a lossy
+	// path take seconds each, small ones need many for a tight interval.
+	Requests map[string]int `yaml:"requests" json:"requests,omitempty"`
 
-	sizes []int
+	sizes    []int
+	requests map[int]int // Requests by payload size
 }
 
 // label is the workload's name in cells, tables and file names.
@@ -112,6 +118,14 @@ func (w Workload) label() string {
 		return w.Name + "-newconn"
 	}
 	return w.Name
+}
+
+// requestsFor is how many requests each cell of payload size sends.
+func (w Workload) requestsFor(size int, l Load) int {
+	if n, ok := w.requests[size]; ok {
+		return n
+	}
+	return l.Requests
 }
 
 // keepAlive is whether the workload's requests reuse their connection.
@@ -459,6 +473,20 @@ func (w *Workload) resolve(field string) error {
 			return fmt.Errorf("%s.payloads[%d]: %s takes no request body (payload 0)", field, j, w.Name)
 		}
 		w.sizes = append(w.sizes, n)
+	}
+	w.requests = map[int]int{}
+	for _, p := range slices.Sorted(maps.Keys(w.Requests)) {
+		n, err := ParseSize(p)
+		if err != nil {
+			return fmt.Errorf("%s.requests: %w", field, err)
+		}
+		if !slices.Contains(w.sizes, n) {
+			return fmt.Errorf("%s.requests: %s is not one of the payloads %v", field, p, w.Payloads)
+		}
+		if w.Requests[p] <= 0 {
+			return fmt.Errorf("%s.requests: %s: %d requests, want at least 1", field, p, w.Requests[p])
+		}
+		w.requests[n] = w.Requests[p]
 	}
 	return nil
 }

@@ -67,6 +67,11 @@ topology:
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nworkloads: [{name: echo}, {name: echo, payloads: [1KB]}]\n", "workloads[1]: echo is also workloads[0]"},
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nworkloads: [{name: echo}, {name: echo, keepalive: false}]\n", ""},
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\niperf3: {}\n", ""},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nworkloads: [{name: echo, payloads: [1KB, 1MB], requests: {1MB: 30}}]\n", ""},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nworkloads: [{name: echo, payloads: [1KB], requests: {1MB: 30}}]\n", "workloads[0].requests: 1MB is not one of the payloads [1KB]"},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nworkloads: [{name: echo, payloads: [1KB], requests: {1KB: 0}}]\n", "workloads[0].requests: 1KB: 0 requests, want at least 1"},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nworkloads: [{name: echo, payloads: [1KB], requests: {lots: 3}}]\n", "workloads[0].requests: "},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nrate: {workloads: [{name: echo, payloads: [1KB], requests: {1KB: 3}}]}\n", "rate.workloads[0].requests: a rate cell sends for rate.duration"},
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\niperf3: {protocols: [sctp]}\n", "iperf3.protocols[0] \"sctp\": must be tcp or udp"},
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\niperf3: {protocols: [tcp, tcp]}\n", "given twice"},
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\niperf3: {interval: 10ms}\n", "iperf3.interval \"10ms\": want a duration between 100ms and 1m"},
@@ -128,6 +133,7 @@ func FuzzParseExperiment(f *testing.F) {
 	// Declared delays over two gateways: the rate's round trip follows
 	// every branch of the routes.
 	f.Add([]byte("name: q\ntopology: {name: x, clusters: [{name: a, nodes: [{name: g1, gateway: true}, {name: g2, gateway: true}, {name: c}], lan: {forward: {delay: 2ms}}}, {name: b, nodes: [{name: g}, {name: s}]}], wan: [{between: [a/g1, b], emulation: {delay: 5ms}}, {between: [a/g2, b], emulation: {delay: 1h}}]}\nscenarios: [as-declared]\nserver: b/s\nclient: a/c\nrate: {rps: 1e6}\n"))
+	f.Add([]byte("name: q\nworkloads: [{name: echo, payloads: [1KB, 1MB], requests: {1MB: 30, 1024: -1, x: 99999999999999999999}}]\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		// Must never panic, and never read a file for a fuzzed path.
 		_, _ = Parse(b, "/nonexistent")
@@ -295,6 +301,45 @@ workloads: [{name: echo}]
 		_, err := Parse([]byte(three+"server: "+tc.server+"\nclient: "+tc.client+"\n"), t.TempDir())
 		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
 			t.Errorf("server %s, client %s: got %v, want %q", tc.server, tc.client, err, tc.err)
+		}
+	}
+}
+
+// TestWorkloadRequests: a workload's requests map sets the count of its
+// payloads' cells and the others keep load.requests; --payloads keeps the
+// counts of the payloads still listed, and --requests sets every cell's.
+func TestWorkloadRequests(t *testing.T) {
+	e, err := LoadExperiment("../../examples/experiments/keepalive-matrix.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Load.Requests = 200
+	e.Workloads[0].Requests = map[string]int{"100KB": 300, "1000000": 30}
+	if err := e.Override(Overrides{Payloads: []string{"60", "100KB", "1MB"}}); err != nil {
+		t.Fatal(err)
+	}
+	r := &runner{e: e}
+	count := func(payload int) string {
+		args := r.seqArgs(Cell{Payload: payload}, e.Workloads[0], "x", "-")
+		return args[slices.Index(args, "--requests")+1]
+	}
+	for payload, want := range map[int]string{60: "200", 100000: "300", 1000000: "30"} {
+		if got := count(payload); got != want {
+			t.Errorf("payload %d: --requests %s, want %s", payload, got, want)
+		}
+	}
+	if err := e.Override(Overrides{Payloads: []string{"60", "1MB"}}); err != nil {
+		t.Fatalf("--payloads without 100KB: %v", err)
+	}
+	if got := count(1000000); got != "30" {
+		t.Errorf("1MB after --payloads: --requests %s, want 30", got)
+	}
+	if err := e.Override(Overrides{Requests: 10}); err != nil {
+		t.Fatal(err)
+	}
+	for _, payload := range []int{60, 1000000} {
+		if got := count(payload); got != "10" {
+			t.Errorf("payload %d after --requests 10: --requests %s", payload, got)
 		}
 	}
 }

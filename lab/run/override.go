@@ -67,6 +67,7 @@ func (e *Experiment) Override(o Overrides) error {
 			for i := range *l {
 				if w := &(*l)[i]; w.Name == "echo" || w.Name == "recv" {
 					w.Payloads = o.Payloads
+					w.Requests = keepRequests(w.Requests, o.Payloads)
 				}
 			}
 		}
@@ -78,6 +79,11 @@ func (e *Experiment) Override(o Overrides) error {
 	}
 	if o.Requests != 0 {
 		e.Load.Requests = o.Requests
+		for _, l := range lists {
+			for i := range *l {
+				(*l)[i].Requests = nil // every cell sends what the flag says
+			}
+		}
 		notes = append(notes, fmt.Sprintf("requests=%d", o.Requests))
 	}
 	if o.Duration != "" {
@@ -100,4 +106,23 @@ func (e *Experiment) Override(o Overrides) error {
 	}
 	e.source = append(e.source, []byte("\n# overrides: "+strings.Join(notes, " ")+"\n")...)
 	return nil
+}
+
+// keepRequests is the per-payload request counts of those payloads still
+// listed (matched by size: 1KB and 1024 are one payload).
+func keepRequests(requests map[string]int, payloads []string) map[string]int {
+	kept := map[string]int{}
+	for p, n := range requests {
+		size, err := ParseSize(p)
+		if err != nil {
+			kept[p] = n // resolve reports it
+			continue
+		}
+		for _, q := range payloads {
+			if qs, err := ParseSize(q); err == nil && qs == size {
+				kept[p] = n
+			}
+		}
+	}
+	return kept
 }

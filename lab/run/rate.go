@@ -235,6 +235,9 @@ func (r *Rate) validate() error {
 		if err := r.Workloads[i].resolve(fmt.Sprintf("rate.workloads[%d]", i)); err != nil {
 			return err
 		}
+		if len(r.Workloads[i].Requests) > 0 {
+			return fmt.Errorf("rate.workloads[%d].requests: a rate cell sends for rate.duration; requests counts apply to workloads", i)
+		}
 	}
 	return nil
 }

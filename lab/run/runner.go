@@ -992,7 +992,7 @@ func (r *runner) seqArgs(cell Cell, w Workload, target, csv string) []string {
 	l := r.e.Load
 	args := []string{"seq",
 		"--url", "http://" + target + "/",
-		"--requests", strconv.Itoa(l.Requests),
+		"--requests", strconv.Itoa(w.requestsFor(cell.Payload, l)),
 		"--threads", strconv.Itoa(l.Threads),
 		"--keepalive=" + strconv.FormatBool(w.keepAlive(l)),
 		"--payload", strconv.Itoa(cell.Payload),
