@@ -859,8 +859,8 @@ func (s *session) keepalive() {
 		// process did not run (SIGSTOP, a starved host): the silence so
 		// far may be our own reader's, which has not read what the
 		// kernel holds, and a peer stopped with us has had no chance to
-		// speak. The peer gets a whole limit from now, and the ping
-		// below asks it to use it — but not for ever: past
+		// speak. The peer gets a whole limit from now (it pings after a
+		// quarter of one at the latest, pingRule) — but not for ever: past
 		// stuckSilenceFactor timeouts of silence a dead peer on a
 		// starved host is still found. This holds for a kick too: after
 		// a stall the overdue timer and a kick (the pool's new interval)

@@ -59,7 +59,10 @@ func Run(ctx context.Context, e *Experiment, name string, opts Options) (string,
 	if opts.Out == nil {
 		opts.Out = io.Discard
 	}
-	dir := filepath.Join(opts.OutDir, fmt.Sprintf("%s-%s", filepath.Base(strings.TrimSuffix(name, ".yaml")), time.Now().UTC().Format("20060102-150405")))
+	dir, err := runDir(opts.OutDir, name, time.Now())
+	if err != nil {
+		return "", err
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
@@ -760,4 +763,11 @@ func readProbeCSV(path string) ([]load.ProbeSample, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return samples, nil
+}
+
+// runDir is the run's directory under outDir, made absolute: the gateways'
+// configurations name files in it, and a gateway resolves a relative path
+// against its configuration's directory, not the lab's working directory.
+func runDir(outDir, name string, now time.Time) (string, error) {
+	return filepath.Abs(filepath.Join(outDir, fmt.Sprintf("%s-%s", filepath.Base(strings.TrimSuffix(name, ".yaml")), now.UTC().Format("20060102-150405"))))
 }

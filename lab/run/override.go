@@ -109,7 +109,7 @@ func (e *Experiment) Override(o Overrides) error {
 }
 
 // keepRequests is the per-payload request counts of those payloads still
-// listed (matched by size: 1KB and 1024 are one payload).
+// listed (matched by size: 1KB and 1000 are one payload).
 func keepRequests(requests map[string]int, payloads []string) map[string]int {
 	kept := map[string]int{}
 	for p, n := range requests {
