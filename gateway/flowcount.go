@@ -13,15 +13,16 @@ import (
 const flowMapRefresh = 10 * time.Second
 
 // flowMapUser is what flowMapCount counts: packet.Datapath's FlowMapUse,
-// which walks the map's keys, a system call per entry.
+// which reads the map 4096 entries per system call (one per entry where
+// the kernel has no batch reads).
 type flowMapUser interface {
 	FlowMapUse() (entries, size int, err error)
 }
 
 // flowMapCount keeps the last count of the flow map for the scrapes that
-// follow it. A walk per scrape would cost up to packet.flow-entries
-// (16 777 216 at most) system calls each time; the count changes as flows
-// come and go, not as the scrapes come, so a recent one says as much.
+// follow it. A count per scrape would read up to packet.flow-entries
+// (16 777 216 at most) entries each time; the count changes as flows come
+// and go, not as the scrapes come, so a recent one says as much.
 type flowMapCount struct {
 	now func() time.Time // time.Now; a test's clock
 

@@ -740,13 +740,45 @@ func (d *Datapath) Flows() (map[Flow]netip.Addr, error) {
 // least recently used entry for each new flow, which the programs count
 // as a placement like any other (import_flows): with the map full,
 // placements go on rising while the entries stay at the size
-// (docs/packet.md, "A full flow map"). It walks the keys: one system call
-// per entry. A key evicted under the walk makes the kernel start it over,
-// so the count is capped at the size.
+// (docs/packet.md, "A full flow map"). It reads the map in batches of
+// flowBatch entries, a system call each; a kernel that cannot (before
+// Linux 5.6, or a bucket larger than a batch) has its keys walked, a
+// system call per entry. Either way an entry evicted under the read may
+// make the kernel start over, so the count is capped at the size.
 func (d *Datapath) FlowMapUse() (entries, size int, err error) {
 	m := d.coll.Maps["flows"]
 	size = int(m.MaxEntries())
-	var k, next Flow
+	if n, err := batchCountFlowMap(m, size); err == nil {
+		return n, size, nil
+	}
+	return walkFlowMap(m, size)
+}
+
+// batchCountFlowMap counts m's entries flowBatch per system call. It fails
+// on a kernel without batch reads and on a hash bucket larger than a batch.
+func batchCountFlowMap(m *ebpf.Map, size int) (entries int, err error) {
+	keys := make([][flowLen]byte, min(flowBatch, size))
+	vals := make([][flowValueLen]byte, len(keys))
+	var cursor ebpf.MapBatchCursor
+	for entries < size {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		entries += n
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break
+		}
+		if err != nil {
+			return 0, fmt.Errorf("flows: %w", err)
+		}
+	}
+	return min(entries, size), nil
+}
+
+// flowBatch is how many flow map entries one system call reads.
+const flowBatch = 4096
+
+// walkFlowMap counts m's entries key by key.
+func walkFlowMap(m *ebpf.Map, size int) (entries, _ int, err error) {
+	var k, next [flowLen]byte
 	var prev any // nil: the first key
 	for entries < size {
 		if err := m.NextKey(prev, &next); err != nil {

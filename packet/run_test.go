@@ -2,6 +2,7 @@ package packet
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -265,6 +266,39 @@ func TestPeerEpoch(t *testing.T) {
 	}
 }
 
+// TestFlowMapUseBatches: a flow map holding more entries than one batch
+// read returns is counted whole, as walking its keys counts it.
+func TestFlowMapUseBatches(t *testing.T) {
+	f := newImportFixtureConfig(t, 3, Config{FlowEntries: 3 * flowBatch})
+	prog := f.d.Program("lan_ingress")
+	r := rand.New(rand.NewPCG(5, 6))
+	for range flowBatch + flowBatch/2 {
+		if ret := run(t, prog, frame(UDP, randomClient(r), f.vip, false, 10)); ret != tcActRedirect {
+			t.Fatalf("verdict %d, want redirect", ret)
+		}
+	}
+	flows, err := f.d.Flows()
+	must(t, err)
+	if len(flows) <= flowBatch {
+		t.Fatalf("the map holds %d flows, want more than a batch (%d)", len(flows), flowBatch)
+	}
+	n, size, err := f.d.FlowMapUse()
+	if err != nil || n != len(flows) || size != 3*flowBatch {
+		t.Errorf("FlowMapUse = %d of %d (%v), want %d of %d", n, size, err, len(flows), 3*flowBatch)
+	}
+	m := f.d.coll.Maps["flows"]
+	if w, _, err := walkFlowMap(m, size); err != nil || w != len(flows) {
+		t.Errorf("walkFlowMap = %d (%v), want %d", w, err, len(flows))
+	}
+	b, err := batchCountFlowMap(m, size)
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		t.Skipf("no batch reads here: %v", err)
+	}
+	if err != nil || b != len(flows) {
+		t.Errorf("batchCountFlowMap = %d (%v), want %d", b, err, len(flows))
+	}
+}
+
 // TestFlowMapFull: with more live flows than the flow map holds, the
 // oldest are evicted and every packet is still forwarded — to the gateway
 // the table names, so an evicted flow that comes back lands where it was.
@@ -290,6 +324,9 @@ func TestFlowMapFull(t *testing.T) {
 	}
 	if n, size, err := f.d.FlowMapUse(); err != nil || n != len(flows) || size != 64 {
 		t.Errorf("FlowMapUse = %d of %d (%v), want %d of 64", n, size, err, len(flows))
+	}
+	if n, _, err := walkFlowMap(f.d.coll.Maps["flows"], 64); err != nil || n != len(flows) {
+		t.Errorf("walkFlowMap = %d (%v), want %d", n, err, len(flows))
 	}
 	for fl, gw := range flows {
 		want, _ := f.table.Lookup(ring.KeyOf(uint8(UDP), fl.Src, fl.Dst))

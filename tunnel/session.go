@@ -917,6 +917,12 @@ func (s *session) setKeepaliveInterval(d time.Duration) {
 	if s.kaInterval.Swap(int64(d)) == int64(d) {
 		return
 	}
+	s.kickKeepalive()
+}
+
+// kickKeepalive wakes the keepalive loop to decide again now; a kick
+// already pending serves.
+func (s *session) kickKeepalive() {
 	select {
 	case s.kaKick <- struct{}{}:
 	default:
@@ -1164,10 +1170,7 @@ func (s *session) noteStreamAdded() {
 		return
 	}
 	s.busySince.Store(s.now())
-	select {
-	case s.kaKick <- struct{}{}:
-	default:
-	}
+	s.kickKeepalive()
 }
 
 // openStreams is how many streams the session carries now, opened by
