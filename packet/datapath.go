@@ -748,10 +748,11 @@ func (d *Datapath) Flows() (map[Flow]netip.Addr, error) {
 func (d *Datapath) FlowMapUse() (entries, size int, err error) {
 	m := d.coll.Maps["flows"]
 	size = int(m.MaxEntries())
-	if n, err := batchCountFlowMap(m, size); err == nil {
-		return n, size, nil
+	entries, err = batchCountFlowMap(m, size)
+	if err != nil {
+		entries, err = walkFlowMap(m, size)
 	}
-	return walkFlowMap(m, size)
+	return entries, size, err
 }
 
 // batchCountFlowMap counts m's entries flowBatch per system call. It fails
@@ -776,8 +777,8 @@ func batchCountFlowMap(m *ebpf.Map, size int) (entries int, err error) {
 // flowBatch is how many flow map entries one system call reads.
 const flowBatch = 4096
 
-// walkFlowMap counts m's entries key by key.
-func walkFlowMap(m *ebpf.Map, size int) (entries, _ int, err error) {
+// walkFlowMap counts m's entries key by key, at most size.
+func walkFlowMap(m *ebpf.Map, size int) (entries int, err error) {
 	var k, next [flowLen]byte
 	var prev any // nil: the first key
 	for entries < size {
@@ -785,13 +786,13 @@ func walkFlowMap(m *ebpf.Map, size int) (entries, _ int, err error) {
 			if errors.Is(err, ebpf.ErrKeyNotExist) {
 				break
 			}
-			return entries, size, fmt.Errorf("flows: %w", err)
+			return entries, fmt.Errorf("flows: %w", err)
 		}
 		entries++
 		k = next
 		prev = &k
 	}
-	return entries, size, nil
+	return entries, nil
 }
 
 // Flow returns the gateway a flow is pinned to, if it is.

@@ -287,7 +287,7 @@ func TestFlowMapUseBatches(t *testing.T) {
 		t.Errorf("FlowMapUse = %d of %d (%v), want %d of %d", n, size, err, len(flows), 3*flowBatch)
 	}
 	m := f.d.coll.Maps["flows"]
-	if w, _, err := walkFlowMap(m, size); err != nil || w != len(flows) {
+	if w, err := walkFlowMap(m, size); err != nil || w != len(flows) {
 		t.Errorf("walkFlowMap = %d (%v), want %d", w, err, len(flows))
 	}
 	b, err := batchCountFlowMap(m, size)
@@ -325,7 +325,7 @@ func TestFlowMapFull(t *testing.T) {
 	if n, size, err := f.d.FlowMapUse(); err != nil || n != len(flows) || size != 64 {
 		t.Errorf("FlowMapUse = %d of %d (%v), want %d of 64", n, size, err, len(flows))
 	}
-	if n, _, err := walkFlowMap(f.d.coll.Maps["flows"], 64); err != nil || n != len(flows) {
+	if n, err := walkFlowMap(f.d.coll.Maps["flows"], 64); err != nil || n != len(flows) {
 		t.Errorf("walkFlowMap = %d (%v), want %d", n, err, len(flows))
 	}
 	for fl, gw := range flows {

@@ -250,8 +250,8 @@ load: {requests: 20, warmup: 2}
 throughput: {streams: [1], duration: 500ms}
 `
 
-// requireAllOK fails t unless the per-request CSV at path holds at least
-// least requests, every one answered.
+// requireAllOK fails t unless the per-request CSV at path holds `least`
+// requests or more, every one answered.
 func requireAllOK(t *testing.T, path string, least int) {
 	t.Helper()
 	f, err := os.Open(path)

@@ -79,10 +79,8 @@ func (e *Experiment) Override(o Overrides) error {
 	}
 	if o.Requests != 0 {
 		e.Load.Requests = o.Requests
-		for _, l := range lists {
-			for i := range *l {
-				(*l)[i].Requests = nil // every cell sends what the flag says
-			}
+		for i := range e.Workloads { // rate workloads have none (Rate.validate)
+			e.Workloads[i].Requests = nil // every cell sends what the flag says
 		}
 		notes = append(notes, fmt.Sprintf("requests=%d", o.Requests))
 	}
