@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/strait-net/strait/gateway"
 	"github.com/strait-net/strait/internal/testenv"
 	"github.com/strait-net/strait/packet"
@@ -97,7 +98,8 @@ func TestPacketModeUnderlayMTUConfigured(t *testing.T) {
 
 // TestPacketModePeerMSS: one MSS per peer gateway, sized for the route to
 // it. With b2's link at 9000 bytes and b1's at 1500, a's peers map clamps
-// SYNs through b2 to 8910 and through b1 to 1410, while the programs' own
+// SYNs through b2 to 8910 and through b1 to 1410 (and b2's and b1's clamp
+// theirs toward a alike), while the programs' own
 // MSS (and strait_packet_underlay_mtu) stay sized for the narrowest route:
 // a 9000-byte path is no longer held to a 1500-byte one's segments.
 func TestPacketModePeerMSS(t *testing.T) {
@@ -106,22 +108,30 @@ func TestPacketModePeerMSS(t *testing.T) {
 	for _, l := range [][2]string{{e.ga, "wan2"}, {e.gb2, "wan"}} {
 		testenv.Run(t, "ip", "-n", l[0], "link", "set", l[1], "mtu", "9000")
 	}
-	peers := e.pinnedMap(t, e.ga, "peers")
-	mss := func(addr string) uint16 {
+	// Each side clamps: a the import's SYN, b and b2 the SYN arriving
+	// from a and the target's SYN-ACK going back, so the end-to-end check
+	// below needs all three to have read their routes again (at their
+	// next sync, within a second).
+	peers := map[string]*ebpf.Map{e.ga: e.pinnedMap(t, e.ga, "peers"), e.gb: e.pinnedMap(t, e.gb, "peers"), e.gb2: e.pinnedMap(t, e.gb2, "peers")}
+	mssOf := func(node, addr string) uint16 {
 		var v [8]byte
-		if err := peers.Lookup(netip.MustParseAddr(addr).As4(), &v); err != nil {
+		if err := peers[node].Lookup(netip.MustParseAddr(addr).As4(), &v); err != nil {
 			return 0
 		}
 		return uint16(byteorder.NativeEndian.Uint32(v[4:]) >> 16)
 	}
-	want := map[string]uint16{e.b.addr: 1410, e.b2.addr: 8910}
+	type entry struct{ node, peer string }
+	want := map[entry]uint16{{e.ga, e.b.addr}: 1410, {e.ga, e.b2.addr}: 8910, {e.gb, e.a.addr}: 1410, {e.gb2, e.a.addr}: 8910}
 	for deadline := time.Now().Add(patience); ; time.Sleep(50 * time.Millisecond) {
-		got := map[string]uint16{e.b.addr: mss(e.b.addr), e.b2.addr: mss(e.b2.addr)}
+		got := map[entry]uint16{}
+		for k := range want {
+			got[k] = mssOf(k.node, k.peer)
+		}
 		if maps.Equal(got, want) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("a's peers map clamps SYNs to %v, want %v", got, want)
+			t.Fatalf("the peers maps clamp SYNs to %v, want %v", got, want)
 		}
 	}
 	e.a.waitMetric(t, "strait_packet_underlay_mtu", func(v float64) bool { return v == 1500 }, "the programs' MSS sized for the narrowest route")
