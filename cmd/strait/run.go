@@ -38,7 +38,7 @@ func init() {
 			if multigw.IsBuiltin(args[0]) || multigw.IsFile(args[0]) {
 				// Its labs are generated and it has no cells, so these
 				// flags would be ignored without a word.
-				for _, flag := range []string{"resume", "parallel", "scenarios", "tools", "workloads", "payloads", "repetitions", "requests", "duration", "compose-path"} {
+				for _, flag := range []string{"resume", "parallel", "scenarios", "tools", "workloads", "payloads", "repetitions", "requests", "duration", "compose-path", "cpu-latency"} {
 					if cmd.Flags().Changed(flag) {
 						return fmt.Errorf("--%s: does not apply to %s, a multi-gateway experiment (only --out and --emulator do)", flag, args[0])
 					}
@@ -82,6 +82,7 @@ func init() {
 	runCmd.Flags().IntVar(&over.Repetitions, "repetitions", 0, "repetitions instead of the experiment's")
 	runCmd.Flags().IntVar(&over.Requests, "requests", 0, "requests per cell and repetition instead of the experiment's")
 	runCmd.Flags().StringVar(&over.Duration, "duration", "", "length of the experiment's soak instead of its own (e.g. 60m)")
+	runCmd.Flags().StringVar(&over.CPULatency, "cpu-latency", "", "hold the host's CPU latency QoS at this wake-up latency while measuring, e.g. 0: idle CPUs poll instead of halting; host: leave it (README, \"CPU idle states\")")
 	runCmd.Flags().BoolVar(&over.ComposePath, "compose-path", false, "impair each scenario's path as runs on clusters do: its LAN, WAN and LAN composed into one impairment per direction on the WAN link, clean LANs (docs/lab-clusters.md)")
 
 	scenarios := &cobra.Command{

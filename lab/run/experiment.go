@@ -20,6 +20,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/strait-net/strait/lab/cpulatency"
 	"github.com/strait-net/strait/lab/emulation"
 	"github.com/strait-net/strait/lab/scenario"
 	"github.com/strait-net/strait/lab/tool"
@@ -62,6 +63,12 @@ type Experiment struct {
 	// its own) run at once. Latency-bound runs gain almost linearly; keep 1
 	// where CPU time is what is measured.
 	Parallel int `yaml:"parallel"`
+	// CPULatency, when set (e.g. "0"), holds the host's CPU latency QoS
+	// at that wake-up latency while the units run (lab/cpulatency): 0
+	// keeps idle CPUs polling instead of halting, so that the tools with
+	// more process hops do not pay the host's idle exits at each
+	// (README, "CPU idle states"). Unset: the host as it is.
+	CPULatency string `yaml:"cpu-latency"`
 	// JTL also writes requests.jtl in JMeter's CSV result format.
 	JTL bool `yaml:"jtl"`
 	// Throughput, when set, also measures bulk TCP throughput through every
@@ -81,10 +88,11 @@ type Experiment struct {
 	Soak *Soak `yaml:"soak"`
 
 	// Resolved by Parse.
-	dir       string // where a relative topology path is resolved
-	source    []byte
-	topo      *topology.Topology
-	scenarios []scenario.Scenario
+	dir        string // where a relative topology path is resolved
+	source     []byte
+	topo       *topology.Topology
+	scenarios  []scenario.Scenario
+	cpuLatency *time.Duration // CPULatency parsed
 	// roundTrips is each scenario's round trip between client and server
 	// before jitter, loss or tools (pathRoundTrip).
 	roundTrips map[string]time.Duration
@@ -345,6 +353,17 @@ func (e *Experiment) resolve(dir string) error {
 	}
 	if e.Parallel < 0 || e.Parallel > 64 {
 		return fmt.Errorf("parallel %d: must be between 0 (one at a time) and 64", e.Parallel)
+	}
+	e.cpuLatency = nil
+	if e.CPULatency != "" {
+		d, err := emulation.ParseDuration(e.CPULatency)
+		if err == nil {
+			err = cpulatency.Check(d)
+		}
+		if err != nil {
+			return fmt.Errorf("cpu-latency: %w", err)
+		}
+		e.cpuLatency = &d
 	}
 	if e.Repetitions < 0 || e.Repetitions > 1000 {
 		return fmt.Errorf("repetitions %d: must be between 1 and 1000", e.Repetitions)

@@ -88,6 +88,11 @@ topology:
 		{"name: e\n" + topo + "define-scenarios: [{name: x1}, {name: x1}]\nscenarios: [x1]\n", "define-scenarios[1]: \"x1\" is defined twice"},
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\niperf3: {}\nreference: {source: s}\n", "reference: source and testbed are required"},
 		{"name: e\n" + topo + "compose-path: true\nscenarios: [edg10]\nserver: a/server\nclient: b/client\nworkloads: [{name: echo}]\n", ""},
+		{"name: e\n" + topo + "cpu-latency: 0\nscenarios: [edg10]\nserver: a/server\nclient: b/client\nworkloads: [{name: echo}]\n", ""},
+		{"name: e\n" + topo + "cpu-latency: 20us\nscenarios: [edg10]\nserver: a/server\nclient: b/client\nworkloads: [{name: echo}]\n", ""},
+		{"name: e\n" + topo + "cpu-latency: -5us\nscenarios: [edg10]\nserver: a/server\nclient: b/client\nworkloads: [{name: echo}]\n", "cpu-latency: -5µs: a wake-up latency must not be negative"},
+		{"name: e\n" + topo + "cpu-latency: 1h\nscenarios: [edg10]\nserver: a/server\nclient: b/client\nworkloads: [{name: echo}]\n", "cpu-latency: 1h0m0s: at most 33m20s"},
+		{"name: e\n" + topo + "cpu-latency: low\nscenarios: [edg10]\nserver: a/server\nclient: b/client\nworkloads: [{name: echo}]\n", `cpu-latency: "low" is not a duration`},
 		{"name: e\n" + topo + "compose-path: true\nscenarios: [edg10]\nserver: a/server\nclient: b/gw\nworkloads: [{name: echo}]\n", "compose-path: b/gw is a gateway node"},
 		{"name: e\n" + topo + "compose-path: true\nscenarios: [as-declared]\nserver: a/server\nclient: b/client\nworkloads: [{name: echo}]\n", "compose-path: scenario as-declared: nothing to compose"},
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\niperf3: {}\nreference: {source: s, testbed: t, figures: [{measure: m, subject: x, value: .nan, unit: u}]}\n", "reference.figures[0].value"},
@@ -133,6 +138,7 @@ func FuzzParseExperiment(f *testing.F) {
 	// Declared delays over two gateways: the rate's round trip follows
 	// every branch of the routes.
 	f.Add([]byte("name: q\ntopology: {name: x, clusters: [{name: a, nodes: [{name: g1, gateway: true}, {name: g2, gateway: true}, {name: c}], lan: {forward: {delay: 2ms}}}, {name: b, nodes: [{name: g}, {name: s}]}], wan: [{between: [a/g1, b], emulation: {delay: 5ms}}, {between: [a/g2, b], emulation: {delay: 1h}}]}\nscenarios: [as-declared]\nserver: b/s\nclient: a/c\nrate: {rps: 1e6}\n"))
+	f.Add([]byte("name: q\ncpu-latency: 99999999999999999999us\nworkloads: [{name: echo}]\n"))
 	f.Add([]byte("name: q\nworkloads: [{name: echo, payloads: [1KB, 1MB], requests: {1MB: 30, 1024: -1, x: 99999999999999999999}}]\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		// Must never panic, and never read a file for a fuzzed path.

@@ -110,7 +110,7 @@ func (j *jtlWriter) flush() error {
 }
 
 func hostInfo() map[string]string {
-	info := map[string]string{"go": runtime.Version(), "cpus": strconv.Itoa(runtime.NumCPU())}
+	info := map[string]string{"go": runtime.Version(), "cpus": strconv.Itoa(runtime.NumCPU()), "cpuidle": cpuIdleDriver()}
 	if out, err := exec.Command("uname", "-srm").Output(); err == nil {
 		info["kernel"] = strings.TrimSpace(string(out))
 	}

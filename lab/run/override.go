@@ -21,6 +21,9 @@ type Overrides struct {
 	Duration string
 	// ComposePath sets the experiment's compose-path.
 	ComposePath bool
+	// CPULatency sets the experiment's cpu-latency (e.g. "0"); "host"
+	// unsets it, measuring the host as it is.
+	CPULatency string
 }
 
 // Override applies o and validates the result again. The experiment's
@@ -94,6 +97,13 @@ func (e *Experiment) Override(o Overrides) error {
 	if o.ComposePath {
 		e.ComposePath = true
 		notes = append(notes, "compose-path")
+	}
+	if o.CPULatency != "" {
+		e.CPULatency = o.CPULatency
+		if o.CPULatency == "host" {
+			e.CPULatency = ""
+		}
+		notes = append(notes, "cpu-latency="+o.CPULatency)
 	}
 	if len(notes) == 0 {
 		return nil

@@ -16,6 +16,7 @@ import (
 
 	"github.com/strait-net/strait/internal/testenv"
 	"github.com/strait-net/strait/lab"
+	"github.com/strait-net/strait/lab/cpulatency"
 	"github.com/strait-net/strait/lab/run"
 	"github.com/strait-net/strait/load"
 	"github.com/strait-net/strait/report"
@@ -397,11 +398,53 @@ func TestKeepAliveMatrixReduced(t *testing.T) {
 	cmd := exec.Command(bin, "lab", "run", "../../examples/experiments/keepalive-matrix.yaml", "--scenarios", "cloud10,edg10",
 		"--payloads", "1KB,10KB", "--requests", "20", "--out", out)
 	cmd.Env = append(os.Environ(), lab.StateDirEnv+"="+state)
+	// The file holds the host's CPU latency QoS at 0 while it measures:
+	// the kernel's own limit, read while the run lasts, must be 0, and be
+	// what it was before once the run is over.
+	before, qosErr := cpulatency.Current()
+	if qosErr != nil {
+		t.Logf("measuring the host as it is: %v", qosErr)
+		cmd.Args = append(cmd.Args, "--cpu-latency", "host")
+	}
+	lowest := make(chan time.Duration, 1)
+	done := make(chan struct{})
+	go func() {
+		low := cpulatency.Max
+		for {
+			if cur, err := cpulatency.Current(); err == nil {
+				low = min(low, cur)
+			}
+			select {
+			case <-done:
+				lowest <- low
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
 	stdout, err := cmd.CombinedOutput()
+	close(done)
 	if err != nil {
 		t.Fatalf("strait lab run keepalive-matrix (reduced): %v\n%s", err, stdout)
 	}
-	cells := readCells(t, runDirIn(t, out))
+	if qosErr == nil {
+		if low := <-lowest; low != 0 {
+			t.Errorf("the host's CPU latency limit was never below %v while the run measured, want 0 (cpu-latency: 0)", low)
+		}
+		if after, err := cpulatency.Current(); err != nil || after != before {
+			t.Errorf("after the run the host's CPU latency limit is %v (%v), want %v as before", after, err, before)
+		}
+		if !bytes.Contains(stdout, []byte("CPU latency QoS held at 0 µs")) {
+			t.Errorf("the run did not say it holds the CPU latency:\n%s", stdout)
+		}
+	}
+	dir := runDirIn(t, out)
+	var md run.Metadata
+	readJSON(t, filepath.Join(dir, "metadata.json"), &md)
+	if got := md.Host["cpu latency QoS"]; qosErr == nil && got != "held at 0 µs by the run" {
+		t.Errorf("metadata host[cpu latency QoS] = %q, want held at 0 µs", got)
+	}
+	cells := readCells(t, dir)
 	if len(cells) != 8 {
 		t.Fatalf("%d cells, want 8 (2 scenarios × 2 payloads × 2 tools)", len(cells))
 	}

@@ -154,6 +154,9 @@ func Run(ctx context.Context, e *Experiment, opts Options) (*Result, error) {
 	}
 	if opts.Backend != nil {
 		// Before the run directory exists: a refused run leaves nothing.
+		if e.cpuLatency != nil {
+			return nil, errors.New("cpu-latency: it holds this host's CPUs, and units on clusters run on their nodes (tune those: README, \"CPU idle states\")")
+		}
 		if err := checkBackend(e); err != nil {
 			return nil, err
 		}
@@ -208,7 +211,15 @@ func Run(ctx context.Context, e *Experiment, opts Options) (*Result, error) {
 			fmt.Fprintln(opts.Out, n)
 		}
 	}
+	hold, held, err := holdCPULatency(e, opts.Out)
+	if err != nil {
+		return nil, err
+	}
+	r.cpuLatency = held
 	runErr := r.runUnits(ctx, todo, parallel)
+	if err := hold.Release(); err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("cpu-latency: release: %w", err))
+	}
 	res, err := r.aggregate()
 	if err != nil {
 		return res, errors.Join(runErr, err)
@@ -254,6 +265,8 @@ type runner struct {
 	dir   string
 	tag   string
 	units []unit
+
+	cpuLatency string // the CPU latency QoS in force during the units
 
 	mu      sync.Mutex // guards the fields below and the output
 	backend string
@@ -876,6 +889,8 @@ func (r *runner) writeResults(res *Result, started time.Time) error {
 	}
 	if r.opts.Backend != nil {
 		md.Clusters = r.opts.Backend.Metadata()
+	} else {
+		md.Host["cpu latency QoS"] = r.cpuLatency
 	}
 	r.mu.Unlock()
 	if err := writeJSON(filepath.Join(r.dir, "metadata.json"), md); err != nil {
