@@ -38,8 +38,9 @@ workloads: [{name: echo, payloads: [1KB]}]
 load: {requests: 3}
 `
 
-// TestBackendRefusals: what a Backend cannot run is refused before the run
-// directory exists, and the installed tool needs a Backend.
+// TestBackendRefusals: what a Backend cannot run (rate, holding this
+// host's CPU latency) is refused before the run directory exists, and the
+// installed tool needs a Backend.
 func TestBackendRefusals(t *testing.T) {
 	e, err := Parse([]byte(backendExperiment), "builtin")
 	if err != nil {
@@ -60,6 +61,14 @@ func TestBackendRefusals(t *testing.T) {
 	rb := &refusingBackend{}
 	if _, err := Run(context.Background(), rt, Options{OutDir: out, Backend: rb}); err == nil || !strings.Contains(err.Error(), "the experiment also has rate") || rb.checked {
 		t.Fatalf("rate on a backend: got %v (preflight asked: %v)", err, rb.checked)
+	}
+	ct, err := Parse([]byte(backendExperiment+"cpu-latency: 0\n"), "builtin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb := &refusingBackend{}
+	if _, err := Run(context.Background(), ct, Options{OutDir: out, Backend: cb}); err == nil || !strings.Contains(err.Error(), "cpu-latency: it holds this host's CPUs") || cb.checked {
+		t.Fatalf("cpu-latency on a backend: got %v (preflight asked: %v)", err, cb.checked)
 	}
 	if entries, _ := os.ReadDir(out); len(entries) != 0 {
 		t.Errorf("refused runs left %s", filepath.Join(out, entries[0].Name()))

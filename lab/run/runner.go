@@ -171,6 +171,13 @@ func Run(ctx context.Context, e *Experiment, opts Options) (*Result, error) {
 		fmt.Fprintf(opts.Out, "parallel %d: emulated units on clusters share the links between them, so they run one at a time\n", parallel)
 		parallel = 1
 	}
+	// Held before the run directory exists: a host that refuses leaves
+	// nothing behind.
+	hold, held, err := holdCPULatency(e, opts.Out)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = hold.Release() }() // on the early returns below; released after the units otherwise
 	dir, err := runDir(e, opts)
 	if err != nil {
 		return nil, err
@@ -184,7 +191,7 @@ func Run(ctx context.Context, e *Experiment, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("run directory %s: %w", dir, err)
 	}
-	r := &runner{e: e, opts: opts, dir: dir, tag: strings.TrimSpace(string(tag)), tools: map[string]string{}, seeds: map[string]uint64{}}
+	r := &runner{e: e, opts: opts, dir: dir, tag: strings.TrimSpace(string(tag)), cpuLatency: held, tools: map[string]string{}, seeds: map[string]uint64{}}
 	var todo []unit
 	for _, sc := range e.scenarios {
 		for rep := 1; rep <= e.Repetitions; rep++ {
@@ -211,11 +218,6 @@ func Run(ctx context.Context, e *Experiment, opts Options) (*Result, error) {
 			fmt.Fprintln(opts.Out, n)
 		}
 	}
-	hold, held, err := holdCPULatency(e, opts.Out)
-	if err != nil {
-		return nil, err
-	}
-	r.cpuLatency = held
 	runErr := r.runUnits(ctx, todo, parallel)
 	if err := hold.Release(); err != nil {
 		runErr = errors.Join(runErr, fmt.Errorf("cpu-latency: release: %w", err))
