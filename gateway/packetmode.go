@@ -399,7 +399,21 @@ func (p *packetPlane) attach(ctx context.Context) error {
 	}
 	p.g.spawn(func() { p.run(ctx) })
 	p.g.spawn(func() { p.watchHealth(ctx) })
+	if p.g.cfg.Packet.UnderlayMTU == 0 {
+		p.g.spawn(func() { p.followMTU(ctx) })
+	}
 	return nil
+}
+
+// followMTU syncs the maps as soon as a link of this node gets another MTU,
+// so the programs' size and the peers' MSS (read from the routes at each
+// sync: sizeUnderlay, peerMSS) follow at once, where otherwise they would
+// wait for the next sync, up to packetHelloInterval later. Without the
+// kernel's notifications they still follow at that pace.
+func (p *packetPlane) followMTU(ctx context.Context) {
+	if err := packet.WatchMTU(ctx, p.changed); err != nil {
+		p.log.Warn("packet mode: link MTU changes followed at the next sync only", "err", err)
+	}
 }
 
 // attachWhenAsked attaches the programs once a Peer resource asks for the

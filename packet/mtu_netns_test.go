@@ -1,6 +1,7 @@
 package packet
 
 import (
+	"context"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -215,4 +216,48 @@ func mssOf(s string) int {
 		return -1
 	}
 	return n
+}
+
+// TestWatchMTU: a link whose MTU changes is reported (a veth in a
+// namespace of its own, its MTU switched until the watcher, subscribed in
+// that namespace, says so), and the watcher returns when its context ends.
+func TestWatchMTU(t *testing.T) {
+	testenv.RequireRoot(t)
+	ns := testenv.Netns(t, testenv.UniqueName("wmtu"))
+	testenv.Run(t, "ip", "-n", ns, "link", "add", "d0", "type", "veth", "peer", "name", "d1")
+	ctx, cancel := context.WithCancel(context.Background())
+	changes := make(chan struct{}, 1)
+	ended := make(chan error, 1)
+	go func() {
+		ended <- testenv.InNetns(ns, func() error {
+			return WatchMTU(ctx, func() {
+				select {
+				case changes <- struct{}{}:
+				default:
+				}
+			})
+		})
+	}()
+	// Until the subscription is up a change goes unseen: switch the MTU
+	// until one is reported.
+	mtu := 1500
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		mtu = 3000 - mtu + 1500 // 1500 ↔ 3000
+		testenv.Run(t, "ip", "-n", ns, "link", "set", "d0", "mtu", strconv.Itoa(mtu))
+		select {
+		case <-changes:
+		case err := <-ended:
+			t.Fatalf("the watcher ended before any change: %v", err)
+		case <-time.After(100 * time.Millisecond):
+			if time.Now().After(deadline) {
+				t.Fatal("no MTU change reported")
+			}
+			continue
+		}
+		break
+	}
+	cancel()
+	if err := <-ended; err != nil {
+		t.Errorf("WatchMTU after its context ended: %v", err)
+	}
 }
