@@ -1449,9 +1449,9 @@ func (c packetCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descPktActive, prometheus.GaugeValue, v, s.Cluster)
 	}
 	// Counting the flow map costs a system call per 4096 entries (per
-	// entry on a kernel without batch reads): not under the plane's lock, which health changes
-	// wait for, and at most once per flowMapRefresh. The datapath is
-	// closed only when the gateway stops.
+	// entry on a kernel without batch reads): not under the plane's lock,
+	// which health changes wait for, and at most once per flowMapRefresh.
+	// The datapath is closed only when the gateway stops.
 	p.mu.Lock()
 	dp := p.dp
 	p.mu.Unlock()

@@ -226,6 +226,7 @@ func TestWatchMTU(t *testing.T) {
 	ns := testenv.Netns(t, testenv.UniqueName("wmtu"))
 	testenv.Run(t, "ip", "-n", ns, "link", "add", "d0", "type", "veth", "peer", "name", "d1")
 	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // a failed test's watcher ends too
 	changes := make(chan struct{}, 1)
 	ended := make(chan error, 1)
 	go func() {
@@ -241,8 +242,8 @@ func TestWatchMTU(t *testing.T) {
 	// Until the subscription is up a change goes unseen: switch the MTU
 	// until one is reported.
 	mtu := 1500
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		mtu = 3000 - mtu + 1500 // 1500 ↔ 3000
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		mtu = 4500 - mtu // 1500 ↔ 3000
 		testenv.Run(t, "ip", "-n", ns, "link", "set", "d0", "mtu", strconv.Itoa(mtu))
 		select {
 		case <-changes:

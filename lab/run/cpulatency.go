@@ -29,9 +29,12 @@ func holdCPULatency(e *Experiment, out io.Writer) (*cpulatency.Hold, string, err
 		return nil, "", fmt.Errorf("cpu-latency %v: %w (--cpu-latency host measures the host as it is)", *e.cpuLatency, err)
 	}
 	cur, err := cpulatency.Current()
-	if err != nil || cur > *e.cpuLatency {
+	if err == nil && cur > *e.cpuLatency {
+		err = fmt.Errorf("the kernel's limit is %v after the request", cur)
+	}
+	if err != nil {
 		_ = h.Release()
-		return nil, "", fmt.Errorf("cpu-latency %v: the kernel's limit is %v after the request (%v)", *e.cpuLatency, cur, err)
+		return nil, "", fmt.Errorf("cpu-latency %v: %w", *e.cpuLatency, err)
 	}
 	said := "held at " + describeLimit(*e.cpuLatency) + " by the run"
 	if cur < *e.cpuLatency {
@@ -46,8 +49,7 @@ func holdCPULatency(e *Experiment, out io.Writer) (*cpulatency.Hold, string, err
 }
 
 func describeLimit(d time.Duration) string {
-	switch {
-	case d >= cpulatency.Max:
+	if d >= cpulatency.Max {
 		return "no limit"
 	}
 	return fmt.Sprintf("%d µs", d/time.Microsecond)
