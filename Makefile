@@ -21,7 +21,7 @@ vet:
 	@test -z "$$(gofmt -l .)" || (echo "gofmt needed:"; gofmt -l .; exit 1)
 
 test: setup vet k8s-tools
-	go test -count=1 -p 1 -timeout 30m ./...
+	scripts/gotest.sh -count=1 -p 1 -timeout 30m ./...
 	scripts/fuzz.sh $(FUZZTIME)
 
 # kube-apiserver, etcd and kubectl for the Kubernetes tests, and kubelet,

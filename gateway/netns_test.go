@@ -111,6 +111,7 @@ func startOwned(t, owner *testing.T, netns string, argv ...string) *proc {
 	p := &proc{out: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command("ip", append([]string{"netns", "exec", netns}, argv...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	p.cmd.WaitDelay = testenv.KilledOutputWait
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %v in %s: %v", argv, netns, err)
 	}
@@ -1300,20 +1301,38 @@ func testLANCongestion(t *testing.T, e *env) {
 		return g.metric(t, `strait_lan_congestion_losses_total{kind="random"}`) + g.metric(t, `strait_lan_congestion_losses_total{kind="queue"}`)
 	}
 	before := map[*gw]float64{e.a: losses(e.a), e.b: losses(e.b)}
-	done := make(chan struct{})
-	var lanSockets [2]string // b's to the client, a's to the target, while the echoes run
+	// The sockets exist only while curl runs: sample them from the side
+	// while the rounds of echoes go on, until both were seen.
+	var (
+		mu         sync.Mutex
+		lanSockets [2]string // b's to the client, a's to the target, while the echoes run
+	)
+	sampled := func() [2]string {
+		mu.Lock()
+		defer mu.Unlock()
+		return lanSockets
+	}
+	stop, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
-		defer close(done)
-		for lanSockets[0] == "" || lanSockets[1] == "" {
-			if s := ssOut(e.b.netns, "sport = :"+strconv.Itoa(portEcho)); s != "" {
-				lanSockets[0] = s
+		defer close(stopped)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
 			}
-			if s := ssOut(e.a.netns, "dport = :"+targetPort); s != "" {
-				lanSockets[1] = s
+			b, a := ssOut(e.b.netns, "sport = :"+strconv.Itoa(portEcho)), ssOut(e.a.netns, "dport = :"+targetPort)
+			mu.Lock()
+			if b != "" {
+				lanSockets[0] = b
 			}
-			time.Sleep(20 * time.Millisecond)
+			if a != "" {
+				lanSockets[1] = a
+			}
+			mu.Unlock()
 		}
 	}()
+	defer func() { close(stop); <-stopped }()
 	// The rule sees segments as the veth carries them, GSO batches of up
 	// to 64 KB, so 30 echoes may draw no drop at all: echo again until
 	// both namespaces dropped a few.
@@ -1330,15 +1349,15 @@ func testLANCongestion(t *testing.T, e *env) {
 		if out, code := e.curl(t, args...); code != 0 || len(out) != requests*size {
 			t.Fatalf("%d keep-alive echoes of %d bytes: curl exit %d, %d bytes back", requests, size, code, len(out))
 		}
-		if dropped(e.client) >= 3 && dropped(e.server) >= 3 {
+		s := sampled()
+		if dropped(e.client) >= 3 && dropped(e.server) >= 3 && s[0] != "" && s[1] != "" {
 			break
 		}
 		if round == 10 {
-			t.Fatalf("after %d rounds of echoes the rules dropped %d packets toward the client and %d toward the server", round, dropped(e.client), dropped(e.server))
+			t.Fatalf("after %d rounds of echoes the rules dropped %d packets toward the client and %d toward the server; LAN sockets seen: %q", round, dropped(e.client), dropped(e.server), s)
 		}
 	}
-	<-done
-	for i, s := range lanSockets {
+	for i, s := range sampled() {
 		if !strings.Contains(s, "straitl_") {
 			t.Errorf("LAN socket %d, want strait's LAN congestion control (straitl_<pid>):\n%s", i, s)
 		}

@@ -128,12 +128,18 @@ func Run(t testing.TB, name string, args ...string) string {
 	return string(out)
 }
 
+// KilledOutputWait bounds how long waiting for a killed process reads what
+// is left of its output: a child it started (a shell's) may hold the pipe
+// open long after, and the wait must not outlast the test's patience.
+const KilledOutputWait = 10 * time.Second
+
 // Start starts a background process that is killed when t ends.
 func Start(t testing.TB, name string, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = KilledOutputWait
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
