@@ -1,16 +1,23 @@
 package wancc
 
 import (
+	"crypto/rand"
+	"errors"
 	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 )
 
 // PerProcess is an Algorithm registered on first use under prefix followed
 // by the process ID (strait_1234): the kernel drops it when the process
 // exits, and processes sharing a kernel (the lab's gateways) each hold
-// their own.
+// their own. Congestion control names are the kernel's, not a PID
+// namespace's: gateways in pods on nodes that share one kernel (the
+// real-node clusters of scripts/k8s-nodes.sh, kind, k3d) are each PID 1.
+// When the name is taken, the algorithm is registered under prefix and
+// random letters and digits instead (strait_x7k2q9m).
 type PerProcess struct {
 	prefix string
 	opts   Options
@@ -28,7 +35,7 @@ func NewPerProcess(prefix string, opts Options) *PerProcess {
 // kernel cannot take it, on every call.
 func (p *PerProcess) Get() (*Algorithm, error) {
 	p.once.Do(func() {
-		a, err := Register(p.prefix+strconv.Itoa(os.Getpid()), p.opts)
+		a, err := registerFree(p.prefix, strconv.Itoa(os.Getpid()), p.opts)
 		if err != nil {
 			p.err = err
 			return
@@ -36,6 +43,27 @@ func (p *PerProcess) Get() (*Algorithm, error) {
 		p.alg.Store(a)
 	})
 	return p.alg.Load(), p.err
+}
+
+// registerFree registers under prefix+first, or, while the kernel has an
+// algorithm of that name, under prefix and a random suffix that fills the
+// name to MaxNameLen (at most a few tries: two of 36^7 collide about never).
+func registerFree(prefix, first string, opts Options) (*Algorithm, error) {
+	a, err := Register(prefix+first, opts)
+	for try := 0; errors.Is(err, syscall.EEXIST) && try < 4 && len(prefix) < MaxNameLen; try++ {
+		a, err = Register(prefix+randomSuffix(MaxNameLen-len(prefix)), opts)
+	}
+	return a, err
+}
+
+func randomSuffix(n int) string {
+	const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return string(b)
 }
 
 // Registered is the algorithm once Get has registered it and nil before:

@@ -91,6 +91,27 @@ func TestPerProcess(t *testing.T) {
 	}
 }
 
+// TestPerProcessNameTaken: another process's algorithm under this
+// process's name (a gateway in another PID namespace on the same kernel,
+// also PID 1) leaves Get a random name of the same prefix, not cubic.
+func TestPerProcessNameTaken(t *testing.T) {
+	registerWith(t, Options{}) // the kernel can take one here, or skip
+	prefix := testenv.UniqueName("p")[:5] + "_"
+	other, err := Register(prefix+strconv.Itoa(os.Getpid()), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	a, err := NewPerProcess(prefix, Options{}).Get()
+	if err != nil {
+		t.Fatalf("Get with its process's name taken: %v", err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	if a.Name() == other.Name() || !strings.HasPrefix(a.Name(), prefix) || len(a.Name()) != MaxNameLen || !slices.Contains(available(t), a.Name()) {
+		t.Fatalf("registered %q beside %q; available: %v", a.Name(), other.Name(), available(t))
+	}
+}
+
 func TestRegisterRefusesBadInput(t *testing.T) {
 	for name, want := range map[string]string{
 		"":                 "want 1 to 15 bytes",
