@@ -17,7 +17,7 @@ import (
 // namespace's: gateways in pods on nodes that share one kernel (the
 // real-node clusters of scripts/k8s-nodes.sh, kind, k3d) are each PID 1.
 // When the name is taken, the algorithm is registered under prefix and
-// random letters and digits instead (strait_x7k2q9m).
+// random letters and digits instead (strait_x7k2q9m1).
 type PerProcess struct {
 	prefix string
 	opts   Options
@@ -47,7 +47,7 @@ func (p *PerProcess) Get() (*Algorithm, error) {
 
 // registerFree registers under prefix+first, or, while the kernel has an
 // algorithm of that name, under prefix and a random suffix that fills the
-// name to MaxNameLen (at most a few tries: two of 36^7 collide about never).
+// name to MaxNameLen: 36^7 names or more, so a few tries are plenty.
 func registerFree(prefix, first string, opts Options) (*Algorithm, error) {
 	a, err := Register(prefix+first, opts)
 	for try := 0; errors.Is(err, syscall.EEXIST) && try < 4 && len(prefix) < MaxNameLen; try++ {
