@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -28,6 +29,11 @@ func Down(ctx context.Context, name string, opts Options) error {
 	// the namespaces' links.
 	for _, pid := range emulatorPIDs(dir) {
 		stopProcess(pid)
+	}
+	if opts.KeepEmulatorLog != "" {
+		if err := keepFile(filepath.Join(dir, emulatorLog), opts.KeepEmulatorLog); err != nil {
+			errs = append(errs, fmt.Errorf("keep the emulator's log: %w", err))
+		}
 	}
 	nss, err := namespaces(ctx)
 	if err != nil {
@@ -173,4 +179,17 @@ func processAlive(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// keepFile copies src to dst; a missing src (a lab that emulated nothing,
+// or with kernel qdiscs) is not an error.
+func keepFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o644)
 }

@@ -58,6 +58,12 @@ type Options struct {
 	// or tbf.
 	Emulator string
 	Logger   *slog.Logger
+	// KeepEmulatorLog, when set, is where Down leaves the userspace
+	// emulator's log before it removes the state directory: the counters
+	// per link and direction it writes as it stops (packets, drops for
+	// loss and for the queue limit, late writes) say what the emulation
+	// itself did to a run's traffic.
+	KeepEmulatorLog string
 }
 
 // StateDirEnv overrides DefaultStateDir, so that tests can keep their labs'
@@ -111,7 +117,7 @@ func (l *Lab) CheckEmulator() error {
 	if l.EmulatorPID == 0 || processAlive(l.EmulatorPID) {
 		return nil
 	}
-	return fmt.Errorf("the link emulator (pid %d) of lab %s has exited, so its links are no longer emulated; see %s", l.EmulatorPID, l.Plan.Name, filepath.Join(l.Dir, "emulator.log"))
+	return fmt.Errorf("the link emulator (pid %d) of lab %s has exited, so its links are no longer emulated; see %s", l.EmulatorPID, l.Plan.Name, filepath.Join(l.Dir, emulatorLog))
 }
 
 // Node returns the plan node with the given ID ("cluster/node") or namespace.

@@ -537,7 +537,10 @@ func kernelLink(ctx context.Context, l topology.PlanLink, log *slog.Logger) erro
 var noSegmentation = []string{"tso", "off", "gso", "off", "tx-udp-segmentation", "off",
 	"tx-udp_tnl-segmentation", "off", "tx-udp_tnl-csum-segmentation", "off", "tx-gso-list", "off"}
 
-const emulatorConfig = "emulator.json"
+const (
+	emulatorConfig = "emulator.json"
+	emulatorLog    = "emulator.log"
+)
 
 // startEmulator starts `strait lab emulate` as a daemon in its own session,
 // so it outlives `strait lab up`, and waits until every TUN device exists.
@@ -563,7 +566,7 @@ func startEmulator(ctx context.Context, dir string, links []emulator.Link, seed 
 	if err := os.WriteFile(cfgPath, b, 0o644); err != nil {
 		return 0, err
 	}
-	logf, err := os.Create(filepath.Join(dir, "emulator.log"))
+	logf, err := os.Create(filepath.Join(dir, emulatorLog))
 	if err != nil {
 		return 0, err
 	}
@@ -585,10 +588,10 @@ func startEmulator(ctx context.Context, dir string, links []emulator.Link, seed 
 		}
 		select {
 		case err := <-exited:
-			logb, _ := os.ReadFile(filepath.Join(dir, "emulator.log"))
+			logb, _ := os.ReadFile(filepath.Join(dir, emulatorLog))
 			return 0, fmt.Errorf("emulator exited before it was ready (%v): %s", err, strings.TrimSpace(string(logb)))
 		case <-deadline:
-			return cmd.Process.Pid, fmt.Errorf("emulator not ready after 30s; see %s", filepath.Join(dir, "emulator.log"))
+			return cmd.Process.Pid, fmt.Errorf("emulator not ready after 30s; see %s", filepath.Join(dir, emulatorLog))
 		case <-ctx.Done():
 			return cmd.Process.Pid, ctx.Err()
 		case <-tick.C:

@@ -50,9 +50,13 @@ func init() {
 // autogroup scheduling (kernel.sched_autogroup_enabled) nice only orders
 // threads within one session: so the process starts a session of its own
 // and raises that session's weight. It is best effort, and needs root.
+// The lab starts the emulator as a session leader already (startEmulator),
+// where setsid fails with EPERM: the session is its own then.
 func raisePriority() error {
-	if _, err := unix.Setsid(); err != nil {
-		return fmt.Errorf("setsid: %w", err)
+	if sid, _ := unix.Getsid(0); sid != os.Getpid() {
+		if _, err := unix.Setsid(); err != nil {
+			return fmt.Errorf("setsid: %w", err)
+		}
 	}
 	if err := os.WriteFile("/proc/self/autogroup", []byte("-10"), 0); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("autogroup: %w", err)

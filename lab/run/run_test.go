@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -118,6 +121,22 @@ func TestRunWritesEveryRequest(t *testing.T) {
 	readJSON(t, filepath.Join(dir, "metadata.json"), &md)
 	if md.Emulation == "none" || md.Emulation == "" {
 		t.Errorf("metadata emulation backend %q, want the one edg10 used", md.Emulation)
+	}
+	// The userspace emulator's counters stay with the unit's logs; a unit
+	// that emulated nothing has none.
+	if md.Emulation == "userspace" {
+		b, err := os.ReadFile(filepath.Join(dir, "logs", "edg10-r1-emulator.log"))
+		if err != nil || !regexp.MustCompile(`"link counters".*packets_in=[1-9]`).Match(b) {
+			t.Errorf("edg10's emulator log: %v; want its link counters with packets:\n%s", err, b)
+		}
+		// As root it raises its session's weight (autogroup) above the
+		// tools'.
+		if bytes.Contains(b, []byte("normal priority")) {
+			t.Errorf("the emulator did not raise its priority:\n%s", b)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "logs", "lcl-r1-emulator.log")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("lcl, which emulates nothing, left an emulator log: %v", err)
 	}
 }
 

@@ -358,7 +358,13 @@ func (r *runner) unit(ctx context.Context, u unit) (err error) {
 		return err
 	}
 	defer func() {
-		if derr := lab.Down(context.WithoutCancel(ctx), plan.Name, lopts); derr != nil {
+		// The emulator's counters (its drops for loss and for the queue
+		// limit) go with the unit's other logs.
+		down := lopts
+		if os.MkdirAll(filepath.Join(r.dir, "logs"), 0o755) == nil {
+			down.KeepEmulatorLog = filepath.Join(r.dir, "logs", u.id()+"-emulator.log")
+		}
+		if derr := lab.Down(context.WithoutCancel(ctx), plan.Name, down); derr != nil {
 			err = errors.Join(err, fmt.Errorf("lab down: %w", derr))
 		}
 	}()
