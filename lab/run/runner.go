@@ -361,8 +361,8 @@ func (r *runner) unit(ctx context.Context, u unit) (err error) {
 		// The emulator's counters (its drops for loss and for the queue
 		// limit) go with the unit's other logs.
 		down := lopts
-		if os.MkdirAll(filepath.Join(r.dir, "logs"), 0o755) == nil {
-			down.KeepEmulatorLog = filepath.Join(r.dir, "logs", u.id()+"-emulator.log")
+		if path, err := r.unitLog(u, "emulator"); err == nil {
+			down.KeepEmulatorLog = path
 		}
 		if derr := lab.Down(context.WithoutCancel(ctx), plan.Name, down); derr != nil {
 			err = errors.Join(err, fmt.Errorf("lab down: %w", derr))
@@ -447,12 +447,23 @@ func (r *runner) startDaemon(ctx context.Context, l *lab.Lab, u unit, name strin
 	return r.startProcess(ctx, l, u, name, append([]string{r.opts.Binary}, args...)...)
 }
 
+// unitLog is where unit u's log named name goes (logs/<unit>-<name>.log
+// in the run directory), its directory made.
+func (r *runner) unitLog(u unit, name string) (string, error) {
+	dir := filepath.Join(r.dir, "logs")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, u.id()+"-"+name+".log"), nil
+}
+
 // startProcess is startDaemon for any program (argv[0]).
 func (r *runner) startProcess(ctx context.Context, l *lab.Lab, u unit, name string, argv ...string) error {
-	if err := os.MkdirAll(filepath.Join(r.dir, "logs"), 0o755); err != nil {
+	path, err := r.unitLog(u, name)
+	if err != nil {
 		return err
 	}
-	logf, err := os.Create(filepath.Join(r.dir, "logs", u.id()+"-"+name+".log"))
+	logf, err := os.Create(path)
 	if err != nil {
 		return err
 	}
