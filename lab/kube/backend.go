@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -79,12 +80,15 @@ type EmuNeeds struct {
 	What string
 }
 
-// EmuRight is one verb on one resource (group "" is the core API).
+// EmuRight is one verb on one resource (group "" is the core API; a
+// subresource after a slash, as RBAC writes it: pods/log).
 type EmuRight struct{ Verb, Group, Resource string }
 
-// Applied is emulation in place; Remove takes it away.
+// Applied is emulation in place; Remove takes it away and, with logs,
+// writes there what the emulation's agents logged up to their end (the
+// userspace emulator's link counters are its last lines).
 type Applied interface {
-	Remove(ctx context.Context) error
+	Remove(ctx context.Context, logs io.Writer) error
 }
 
 // Options configure a Backend.

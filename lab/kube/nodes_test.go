@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -556,6 +557,17 @@ func TestRunOnClusters(t *testing.T) {
 			if !strings.HasPrefix(e.Params, "delay 9ms") || !slices.Contains(e.Remote["a"], remote["b"]+"/32") || !slices.Contains(e.Remote["b"], remote["a"]+"/32") {
 				t.Errorf("unit %s: emulation %+v: want delay 9ms toward each other's masquerade address", unit, e)
 			}
+		}
+		// The agents' logs, with the userspace emulator's counters of
+		// the echoes (this host has no netem), kept as the namespace lab
+		// keeps its emulator's.
+		logs, _ := filepath.Glob(filepath.Join(dirs[0], "logs", "*-emulator.log"))
+		if len(logs) != 1 {
+			t.Fatalf("emulator logs %v, want the unit's", logs)
+		}
+		if b, err := os.ReadFile(logs[0]); err != nil || !strings.Contains(string(b), "# cluster a, node ") || !strings.Contains(string(b), "# cluster b, node ") ||
+			!regexp.MustCompile(`"link counters".*packets_in=[1-9]`).Match(b) {
+			t.Errorf("%s: %v; want both clusters' agents' logs with link counters of packets:\n%s", logs[0], err, b)
 		}
 		raw, err := os.ReadFile(filepath.Join(dirs[0], "report.html"))
 		if err != nil {

@@ -90,7 +90,9 @@ func accesses(server, client bool, tools []string, export bool, emu *EmuNeeds) [
 	}
 	if emulated {
 		for _, r := range emu.Rights {
-			a = append(a, access{verb: r.Verb, group: r.Group, resource: r.Resource, namespaced: true, namespace: emu.Namespace})
+			// RBAC writes a subresource after its resource: pods/log.
+			resource, sub, _ := strings.Cut(r.Resource, "/")
+			a = append(a, access{verb: r.Verb, group: r.Group, resource: resource, subresource: sub, namespaced: true, namespace: emu.Namespace})
 		}
 	}
 	return a

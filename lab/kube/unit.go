@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -45,6 +46,7 @@ type unit struct {
 	server, client *conn
 	services       []run.BackendService
 	applied        Applied
+	emulatorLog    string // run.BackendUnitSpec.EmulatorLog
 	serverPod      *corev1.Pod
 	// detect: this unit finds the clusters' source addresses
 	// (detectSources): the server pod and the load pod run peer
@@ -56,7 +58,8 @@ type unit struct {
 // sameness), the workloads in the server's and the load generator's pod in
 // the client's, and waits until they are ready (run.Backend).
 func (b *Backend) Unit(ctx context.Context, spec run.BackendUnitSpec) (_ run.BackendUnit, err error) {
-	u := &unit{b: b, id: spec.ID, ns: unitNamespacePrefix + spec.ID, server: b.conns[b.server], client: b.conns[b.client], services: spec.Services}
+	u := &unit{b: b, id: spec.ID, ns: unitNamespacePrefix + spec.ID, server: b.conns[b.server], client: b.conns[b.client],
+		services: spec.Services, emulatorLog: spec.EmulatorLog}
 	if u.server == nil || u.client == nil {
 		return nil, errors.New("kube: Unit before Check")
 	}
@@ -602,17 +605,32 @@ func toAny(m map[string]string) map[string]any {
 	return a
 }
 
-// Close removes the unit's emulation, namespaces and policies and waits
-// until they are gone (run.BackendUnit).
+// Close removes the unit's emulation, keeping its agents' logs in
+// u.emulatorLog, then the namespaces and policies, and waits until they
+// are gone (run.BackendUnit).
 func (u *unit) Close(ctx context.Context) error {
 	var errs []error
 	if u.applied != nil {
-		if err := u.applied.Remove(ctx); err != nil {
+		if err := u.removeEmulation(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("emulation: %w", err))
 		}
 		u.applied = nil
 	}
 	return errors.Join(append(errs, u.removeAll(ctx))...)
+}
+
+// removeEmulation removes the unit's emulation and writes its agents' logs
+// to u.emulatorLog. A log that cannot be written does not keep the
+// emulation in place.
+func (u *unit) removeEmulation(ctx context.Context) error {
+	if u.emulatorLog == "" {
+		return u.applied.Remove(ctx, nil)
+	}
+	f, err := os.Create(u.emulatorLog)
+	if err != nil {
+		return errors.Join(err, u.applied.Remove(ctx, nil))
+	}
+	return errors.Join(u.applied.Remove(ctx, f), f.Close())
 }
 
 // removeAll deletes the unit's objects in both clusters and waits until

@@ -56,6 +56,11 @@ type BackendUnitSpec struct {
 	ID       string
 	Scenario scenario.Scenario
 	Services []BackendService
+	// EmulatorLog is the file the unit's link emulation's log goes to
+	// when the unit closes, as the namespace lab keeps its emulator's
+	// (logs/<unit>-emulator.log); "": nowhere. A unit that emulated
+	// nothing writes none.
+	EmulatorLog string
 }
 
 // BackendService is a server a unit runs where the workloads run, as the
@@ -125,7 +130,12 @@ func backendServices(e *Experiment) []BackendService {
 // backendUnit is unit for a Backend: the same services, tools, health
 // check and cells as in a lab, the load generator run by the backend.
 func (r *runner) backendUnit(ctx context.Context, u unit) (err error) {
-	bu, err := r.opts.Backend.Unit(ctx, BackendUnitSpec{ID: r.tag + strconv.FormatInt(int64(u.index), 36), Scenario: u.scenario, Services: backendServices(r.e)})
+	emulatorLog, err := r.unitLog(u, "emulator")
+	if err != nil {
+		return err
+	}
+	bu, err := r.opts.Backend.Unit(ctx, BackendUnitSpec{ID: r.tag + strconv.FormatInt(int64(u.index), 36), Scenario: u.scenario,
+		Services: backendServices(r.e), EmulatorLog: emulatorLog})
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"net/netip"
 	"regexp"
 	"sort"
@@ -64,9 +65,10 @@ type Right struct{ Verb, Group, Resource string }
 
 // Rights are what Apply, Remove and Down do in Namespace: read it (its
 // PodSecurity level), the DaemonSets, the listing of their pods and of
-// their FailedCreate and scale-up events (podwait). Besides these they
-// list nodes. The lab's preflight checks them before any unit
-// (docs/lab-clusters.md, "Preflight").
+// their FailedCreate and scale-up events (podwait), and the agents' logs
+// (Remove keeps them). A Resource with a slash is a subresource, as RBAC
+// writes it. Besides these they list nodes. The lab's preflight checks
+// them before any unit (docs/lab-clusters.md, "Preflight").
 var Rights = []Right{
 	{"get", "", "namespaces"},
 	{"create", "apps", "daemonsets"},
@@ -74,6 +76,7 @@ var Rights = []Right{
 	{"list", "apps", "daemonsets"},
 	{"delete", "apps", "daemonsets"},
 	{"list", "", "pods"},
+	{"get", "", "pods/log"},
 	{"list", "", "events"},
 }
 
@@ -151,7 +154,7 @@ func Apply(ctx context.Context, run string, targets []Target, p emulation.Params
 	fail := func(err error) (*Applied, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
-		return nil, errors.Join(err, a.Remove(cctx))
+		return nil, errors.Join(err, a.Remove(cctx, nil))
 	}
 	for _, s := range a.sides {
 		var remote []string
@@ -183,15 +186,87 @@ func Apply(ctx context.Context, run string, targets []Target, p emulation.Params
 
 // Remove deletes the DaemonSets and waits until their pods are gone: each
 // pod removes its node's emulation when it gets SIGTERM, before it exits.
-func (a *Applied) Remove(ctx context.Context) error {
+// With logs, each agent's whole output up to its exit is written there
+// under a line naming cluster, node and pod: the userspace emulator logs
+// its link counters (packets, drops, late deliveries) as it stops, and a
+// pod's log goes with the pod, so only a reader that follows it from
+// before the delete gets them (docs/lab-clusters-emulation.md, "Counters").
+func (a *Applied) Remove(ctx context.Context, logs io.Writer) error {
 	if a == nil {
 		return nil
 	}
 	var errs []error
 	for _, s := range a.sides {
+		var followed []*agentLog
+		if logs != nil {
+			followed = s.follow(ctx)
+		}
 		errs = append(errs, s.delete(ctx, s.ds))
+		for _, f := range followed {
+			f.writeTo(logs)
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// agentLog is one agent pod's log, read from before its DaemonSet is
+// deleted until its container exits.
+type agentLog struct {
+	cluster, node, pod string
+	out                strings.Builder
+	err                error
+	done               chan struct{}
+	stream             io.ReadCloser
+}
+
+// logPatience bounds the wait for an agent's log to end once its pod is
+// gone: the stream ends when the container exits, which the delete has
+// already waited for.
+const logPatience = 10 * time.Second
+
+// follow starts following the log of every agent pod of s.ds. A pod whose
+// log cannot be opened is reported in its place, not as Remove's error:
+// the emulation is removed all the same.
+func (s *side) follow(ctx context.Context) []*agentLog {
+	sel := labels.Set{"app.kubernetes.io/name": s.ds}.String()
+	pods, err := s.c.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		return []*agentLog{{cluster: s.t.Cluster, err: fmt.Errorf("list pods of DaemonSet %s/%s: %w", Namespace, s.ds, err)}}
+	}
+	var out []*agentLog
+	for _, p := range pods.Items {
+		l := &agentLog{cluster: s.t.Cluster, node: p.Spec.NodeName, pod: p.Name, done: make(chan struct{})}
+		out = append(out, l)
+		l.stream, l.err = s.c.CoreV1().Pods(Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: "emulate", Follow: true}).Stream(ctx)
+		if l.err != nil {
+			close(l.done)
+			continue
+		}
+		go func() {
+			defer close(l.done)
+			_, l.err = io.Copy(&l.out, l.stream)
+		}()
+	}
+	return out
+}
+
+// writeTo waits for the log's end and writes it to w.
+func (l *agentLog) writeTo(w io.Writer) {
+	if l.stream != nil {
+		select {
+		case <-l.done:
+		case <-time.After(logPatience):
+			l.stream.Close() // ends the copy
+			<-l.done
+			l.err = fmt.Errorf("log still open %v after the pod was gone", logPatience)
+		}
+		l.stream.Close()
+	}
+	fmt.Fprintf(w, "# cluster %s, node %s, pod %s/%s\n", l.cluster, l.node, Namespace, l.pod)
+	io.WriteString(w, l.out.String())
+	if l.err != nil {
+		fmt.Fprintf(w, "# log: %v\n", l.err)
+	}
 }
 
 // Down removes every link emulation DaemonSet of run ("" = of every strait

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -60,7 +61,7 @@ func TestEmulationOnNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = a.Remove(context.Background()) }) // after a failure; a no-op otherwise
+		t.Cleanup(func() { _ = a.Remove(context.Background(), nil) }) // after a failure; a no-op otherwise
 		t.Logf("Apply: %v", time.Since(start).Round(time.Millisecond))
 		// A BestEffort agent's emulator loses the CPU to the pods whose
 		// traffic it delays (linkemu.CPURequest).
@@ -98,10 +99,23 @@ func TestEmulationOnNodes(t *testing.T) {
 			t.Errorf("a pod in b connected to a's node in %v, want at least %v", connect[0], want)
 		}
 		start = time.Now()
-		if err := a.Remove(ctx); err != nil {
+		var logs strings.Builder
+		if err := a.Remove(ctx, &logs); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("Remove: %v", time.Since(start).Round(time.Millisecond))
+		// The agents' logs end with the userspace emulator's counters,
+		// which it logs as its pod stops (netem keeps none): the pings
+		// above crossed it.
+		for _, c := range []string{"a", "b"} {
+			section := regexp.MustCompile(`(?s)# cluster ` + c + `, node [^\n]+\n(.*?)(\n# cluster |$)`).FindStringSubmatch(logs.String())
+			if section != nil && !strings.Contains(section[1], `"emulator running"`) {
+				continue // netem
+			}
+			if section == nil || !regexp.MustCompile(`"link counters".*packets_in=[1-9]`).MatchString(section[1]) {
+				t.Errorf("cluster %s: the agent's log kept by Remove has no link counters with packets:\n%s", c, logs.String())
+			}
+		}
 		p.checkClean(t, baseMin, before)
 	})
 
@@ -112,13 +126,13 @@ func TestEmulationOnNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = a.Remove(context.Background()) })
+		t.Cleanup(func() { _ = a.Remove(context.Background(), nil) })
 		got := p.throughput(t)
 		t.Logf("rate 20mbit: iperf3 a→b %.1f Mbit/s (load %s)", got, loadavg())
 		if got > mbit*1.1 || got < mbit*0.5 {
 			t.Errorf("throughput %.1f Mbit/s through a 20 Mbit/s emulation, want 10–22", got)
 		}
-		if err := a.Remove(ctx); err != nil {
+		if err := a.Remove(ctx, nil); err != nil {
 			t.Fatal(err)
 		}
 		p.checkClean(t, baseMin, before)
@@ -426,13 +440,13 @@ func TestMeasureOnNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = a.Remove(context.Background()) }) // after a failure
+		t.Cleanup(func() { _ = a.Remove(context.Background(), nil) }) // after a failure
 		out := testenv.Run(t, "ip", "netns", "exec", p.Netns["a"], "ping", "-n", "-q", "-c", "200", "-i", "0.01", p.Addr["b"])
 		rtt := out[strings.LastIndex(out, "rtt"):]
 		// bbr, as check-link measures (the lab's nodes default to cubic)
 		mbit := p.throughput(t, "-C", "bbr")
 		t.Logf("%-40s ping %s iperf3 (bbr) %.1f Mbit/s (load %s)", params.String(), strings.TrimSpace(rtt), mbit, loadavg())
-		if err := a.Remove(ctx); err != nil {
+		if err := a.Remove(ctx, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
