@@ -15,6 +15,13 @@
 // gets it. The accepted connection's local address is the destination the
 // client dialed, which is how the owner tells imports apart.
 //
+// The program runs for every UDP datagram the namespace receives, the
+// encapsulated ones of the packet mode's tunnel included (docs/packet.md),
+// and for every connection's first packet. So it looks at a bitmap of the
+// steered ports first (an array lookup the verifier inlines) and pays for
+// the destination map, whose buckets span megabytes and miss the cache,
+// only for a port that some destination uses.
+//
 // The attachment is a BPF link owned by the process: it goes away with
 // the process (or Close), so a crashed gateway leaves nothing behind.
 // Loading needs CAP_BPF and CAP_NET_ADMIN (root in the tests and the lab).
@@ -88,8 +95,8 @@ func keyOf(d Dest) (destKey, uint32, error) {
 // Config configures a Steerer.
 type Config struct {
 	// MaxDests bounds the destinations held at once (0: 1 << 20). The map
-	// allocates entries as they are added, so a large bound costs nothing
-	// until used.
+	// allocates entries as they are added; its bucket array (8 bytes per
+	// possible entry) is allocated at once.
 	MaxDests int
 }
 
@@ -107,10 +114,27 @@ const defaultMaxDests = 1 << 20
 type Steerer struct {
 	dests *ebpf.Map // destKey → socket slot
 	socks *ebpf.Map // slot → socket (SOCKMAP)
+	ports *ebpf.Map // portWord → 64 bits, one per port: some destination uses it
 	prog  *ebpf.Program
 	link  link.Link
 
+	mu      sync.Mutex
+	held    map[destKey]struct{} // what Add was given and Remove did not take out
+	perPort map[uint32]int       // protocol slot<<16 | port → destinations held on it
+	words   [portWords]uint64    // the ports map as written
+
 	closeOnce sync.Once
+}
+
+// The ports bitmap: per protocol slot, 1024 words of 64 ports each.
+const (
+	wordsPerSlot = 1 << 16 / 64
+	portWords    = 2 * wordsPerSlot
+)
+
+// portBit is the word index and the bit of protocol slot's port.
+func portBit(slot uint32, port uint16) (uint32, uint64) {
+	return slot*wordsPerSlot + uint32(port)/64, 1 << (port % 64)
 }
 
 // New loads the program and attaches it to the calling process's network
@@ -124,7 +148,7 @@ func New(cfg Config) (*Steerer, error) {
 	if max == 0 {
 		max = defaultMaxDests
 	}
-	s := &Steerer{}
+	s := &Steerer{held: map[destKey]struct{}{}, perPort: map[uint32]int{}}
 	var err error
 	s.dests, err = ebpf.NewMap(&ebpf.MapSpec{Name: "strait_dests", Type: ebpf.Hash, KeySize: 8, ValueSize: 4,
 		MaxEntries: uint32(max), Flags: 1 /* BPF_F_NO_PREALLOC */})
@@ -136,8 +160,13 @@ func New(cfg Config) (*Steerer, error) {
 		s.Close()
 		return nil, fmt.Errorf("steer: create socket map: %w", err)
 	}
+	s.ports, err = ebpf.NewMap(&ebpf.MapSpec{Name: "strait_ports", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: portWords})
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("steer: create port map: %w", err)
+	}
 	s.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "strait_steer", Type: ebpf.SkLookup, AttachType: ebpf.AttachSkLookup,
-		License: "Apache-2.0", Instructions: program(s.dests.FD(), s.socks.FD())})
+		License: "Apache-2.0", Instructions: program(s.dests.FD(), s.socks.FD(), s.ports.FD())})
 	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("steer: load sk_lookup program (kernel 5.9+, CAP_BPF): %w", err)
@@ -168,6 +197,13 @@ const (
 // program is, in C:
 //
 //	if (ctx->family != AF_INET) return SK_PASS;
+//	__u32 w;
+//	if (ctx->protocol == IPPROTO_TCP) w = 0;
+//	else if (ctx->protocol == IPPROTO_UDP) w = 1024;
+//	else return SK_PASS;
+//	w += ctx->local_port / 64;
+//	__u64 *bits = bpf_map_lookup_elem(&ports, &w);
+//	if (!bits || !(*bits >> (ctx->local_port % 64) & 1)) return SK_PASS;
 //	struct key k = {ctx->local_ip4, ctx->local_port, ctx->protocol};
 //	__u32 *slot = bpf_map_lookup_elem(&dests, &k);
 //	if (!slot) return SK_PASS;
@@ -176,11 +212,33 @@ const (
 //	bpf_sk_assign(ctx, sk, 0);   // fails harmlessly if another program assigned one
 //	bpf_sk_release(sk);
 //	return SK_PASS;
-func program(dests, socks int) asm.Instructions {
+func program(dests, socks, ports int) asm.Instructions {
 	return asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
 		asm.LoadMem(asm.R2, asm.R6, ctxFamily, asm.Word),
 		asm.JNE.Imm(asm.R2, afInet, "pass"),
+		// The port's bit: R8 the protocol's first word, R9 the port.
+		asm.LoadMem(asm.R7, asm.R6, ctxProtocol, asm.Word),
+		asm.Mov.Imm(asm.R8, 0),
+		asm.JEq.Imm(asm.R7, int32(TCP), "port"),
+		asm.Mov.Imm(asm.R8, wordsPerSlot),
+		asm.JNE.Imm(asm.R7, int32(UDP), "pass"),
+		asm.LoadMem(asm.R9, asm.R6, ctxLocalPort, asm.Word).WithSymbol("port"),
+		asm.Mov.Reg(asm.R2, asm.R9),
+		asm.RSh.Imm(asm.R2, 6),
+		asm.Add.Reg(asm.R2, asm.R8),
+		asm.StoreMem(asm.RFP, -16, asm.R2, asm.Word),
+		asm.LoadMapPtr(asm.R1, ports),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -16),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "pass"),
+		asm.LoadMem(asm.R2, asm.R0, 0, asm.DWord),
+		asm.And.Imm(asm.R9, 63),
+		asm.RSh.Reg(asm.R2, asm.R9),
+		asm.And.Imm(asm.R2, 1),
+		asm.JEq.Imm(asm.R2, 0, "pass"),
+		// The destination.
 		asm.LoadMem(asm.R2, asm.R6, ctxLocalIP4, asm.Word),
 		asm.StoreMem(asm.RFP, -8, asm.R2, asm.Word),
 		asm.LoadMem(asm.R2, asm.R6, ctxLocalPort, asm.Word),
@@ -263,6 +321,27 @@ func (s *Steerer) Add(ds ...Dest) error {
 			return err
 		}
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// The ports' bits first, so that the program never skips a
+	// destination it holds. They stay set if the map refuses some of
+	// them: a bit without a destination costs a lookup, nothing else.
+	changed := map[uint32]bool{}
+	for i, k := range keys {
+		if _, ok := s.held[k]; ok {
+			continue
+		}
+		s.held[k] = struct{}{}
+		pk := vals[i]<<16 | uint32(ds[i].Port)
+		if s.perPort[pk]++; s.perPort[pk] == 1 {
+			w, bit := portBit(vals[i], ds[i].Port)
+			s.words[w] |= bit
+			changed[w] = true
+		}
+	}
+	if err := s.writeWords(changed); err != nil {
+		return err
+	}
 	if len(ds) > 1 {
 		if _, err := s.dests.BatchUpdate(keys, vals, nil); err == nil {
 			return nil
@@ -281,12 +360,48 @@ func (s *Steerer) Add(ds ...Dest) error {
 // Remove stops steering the destinations; those not steered are ignored.
 func (s *Steerer) Remove(ds ...Dest) error {
 	keys := make([]destKey, len(ds))
+	slots := make([]uint32, len(ds))
 	for i, d := range ds {
 		var err error
-		if keys[i], _, err = keyOf(d); err != nil {
+		if keys[i], slots[i], err = keyOf(d); err != nil {
 			return err
 		}
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.deleteDests(keys, ds); err != nil {
+		return err
+	}
+	// The ports' bits last, once their destinations are gone.
+	changed := map[uint32]bool{}
+	for i, k := range keys {
+		if _, ok := s.held[k]; !ok {
+			continue
+		}
+		delete(s.held, k)
+		pk := slots[i]<<16 | uint32(ds[i].Port)
+		if s.perPort[pk]--; s.perPort[pk] == 0 {
+			w, bit := portBit(slots[i], ds[i].Port)
+			delete(s.perPort, pk)
+			s.words[w] &^= bit
+			changed[w] = true
+		}
+	}
+	return s.writeWords(changed)
+}
+
+// writeWords writes the changed words of the ports bitmap.
+func (s *Steerer) writeWords(changed map[uint32]bool) error {
+	for w := range changed {
+		if err := s.ports.Update(w, s.words[w], ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("steer: port map: %w", err)
+		}
+	}
+	return nil
+}
+
+// deleteDests takes keys out of the destination map.
+func (s *Steerer) deleteDests(keys []destKey, ds []Dest) error {
 	if len(keys) > 1 {
 		// A batch stops at the first key missing; the rest go one by one.
 		n, err := s.dests.BatchDelete(keys, nil)
@@ -331,6 +446,9 @@ func (s *Steerer) Close() error {
 		}
 		if s.dests != nil {
 			s.dests.Close()
+		}
+		if s.ports != nil {
+			s.ports.Close()
 		}
 	})
 	return nil

@@ -97,6 +97,47 @@ func TestSteer(t *testing.T) {
 		t.Error("removed destination still connects")
 	}
 
+	// The program looks at a port's destinations only while one uses it:
+	// two on one port, one removed, the other still steered (added twice,
+	// it counts once); both removed, neither.
+	twin := steer.Dest{Addr: netip.MustParseAddr("127.83.201.1"), Port: dests[0].Port, Proto: steer.TCP}
+	if err := s.Add(twin, twin); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Add(twin); err != nil {
+		t.Fatal(err)
+	}
+	dial := func(d steer.Dest) error {
+		c, err := net.DialTimeout("tcp", netip.AddrPortFrom(d.Addr, d.Port).String(), 10*time.Second)
+		if err != nil {
+			return err
+		}
+		c.Close()
+		(<-accepted).Close()
+		return nil
+	}
+	if err := s.Remove(dests[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := dial(twin); err != nil {
+		t.Errorf("dial %v after the other destination on its port was removed: %v", twin, err)
+	}
+	if err := dial(dests[0]); err == nil {
+		t.Errorf("removed %v still connects", dests[0])
+	}
+	if err := s.Remove(twin, twin); err != nil {
+		t.Fatal(err)
+	}
+	if err := dial(twin); err == nil {
+		t.Errorf("removed %v still connects", twin)
+	}
+	if err := s.Add(dests[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := dial(dests[0]); err != nil {
+		t.Errorf("dial %v added again: %v", dests[0], err)
+	}
+
 	// UDP: the datagram arrives at the UDP socket.
 	cc, err := net.Dial("udp", "127.83.200.1:5353")
 	if err != nil {
