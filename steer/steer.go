@@ -95,8 +95,8 @@ func keyOf(d Dest) (destKey, uint32, error) {
 // Config configures a Steerer.
 type Config struct {
 	// MaxDests bounds the destinations held at once (0: 1 << 20). The map
-	// allocates entries as they are added; its bucket array (8 bytes per
-	// possible entry) is allocated at once.
+	// allocates entries as they are added; its bucket array (a 16-byte
+	// bucket per possible entry) is allocated at once.
 	MaxDests int
 }
 
