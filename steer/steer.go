@@ -37,6 +37,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -213,7 +214,7 @@ const (
 //	bpf_sk_release(sk);
 //	return SK_PASS;
 func program(dests, socks, ports int) asm.Instructions {
-	return asm.Instructions{
+	return slices.Concat(asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
 		asm.LoadMem(asm.R2, asm.R6, ctxFamily, asm.Word),
 		asm.JNE.Imm(asm.R2, afInet, "pass"),
@@ -228,11 +229,7 @@ func program(dests, socks, ports int) asm.Instructions {
 		asm.RSh.Imm(asm.R2, 6),
 		asm.Add.Reg(asm.R2, asm.R8),
 		asm.StoreMem(asm.RFP, -16, asm.R2, asm.Word),
-		asm.LoadMapPtr(asm.R1, ports),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -16),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "pass"),
+	}, lookup(ports, -16), asm.Instructions{
 		asm.LoadMem(asm.R2, asm.R0, 0, asm.DWord),
 		asm.And.Imm(asm.R9, 63),
 		asm.RSh.Reg(asm.R2, asm.R9),
@@ -246,18 +243,10 @@ func program(dests, socks, ports int) asm.Instructions {
 		asm.LoadMem(asm.R2, asm.R6, ctxProtocol, asm.Word),
 		asm.StoreMem(asm.RFP, -2, asm.R2, asm.Byte),
 		asm.StoreImm(asm.RFP, -1, 0, asm.Byte),
-		asm.LoadMapPtr(asm.R1, dests),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -8),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "pass"),
+	}, lookup(dests, -8), asm.Instructions{
 		asm.LoadMem(asm.R2, asm.R0, 0, asm.Word),
 		asm.StoreMem(asm.RFP, -12, asm.R2, asm.Word),
-		asm.LoadMapPtr(asm.R1, socks),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -12),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "pass"),
+	}, lookup(socks, -12), asm.Instructions{
 		asm.Mov.Reg(asm.R7, asm.R0),
 		asm.Mov.Reg(asm.R1, asm.R6),
 		asm.Mov.Reg(asm.R2, asm.R7),
@@ -267,6 +256,18 @@ func program(dests, socks, ports int) asm.Instructions {
 		asm.FnSkRelease.Call(),
 		asm.Mov.Imm(asm.R0, skPass).WithSymbol("pass"),
 		asm.Return(),
+	})
+}
+
+// lookup is bpf_map_lookup_elem(m, fp+off), on to "pass" when m holds no
+// such key; R0 points at the value after it.
+func lookup(m int, off int16) asm.Instructions {
+	return asm.Instructions{
+		asm.LoadMapPtr(asm.R1, m),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, int32(off)),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "pass"),
 	}
 }
 
@@ -332,12 +333,7 @@ func (s *Steerer) Add(ds ...Dest) error {
 			continue
 		}
 		s.held[k] = struct{}{}
-		pk := vals[i]<<16 | uint32(ds[i].Port)
-		if s.perPort[pk]++; s.perPort[pk] == 1 {
-			w, bit := portBit(vals[i], ds[i].Port)
-			s.words[w] |= bit
-			changed[w] = true
-		}
+		s.countPort(vals[i], ds[i].Port, 1, changed)
 	}
 	if err := s.writeWords(changed); err != nil {
 		return err
@@ -379,15 +375,32 @@ func (s *Steerer) Remove(ds ...Dest) error {
 			continue
 		}
 		delete(s.held, k)
-		pk := slots[i]<<16 | uint32(ds[i].Port)
-		if s.perPort[pk]--; s.perPort[pk] == 0 {
-			w, bit := portBit(slots[i], ds[i].Port)
-			delete(s.perPort, pk)
-			s.words[w] &^= bit
-			changed[w] = true
-		}
+		s.countPort(slots[i], ds[i].Port, -1, changed)
 	}
 	return s.writeWords(changed)
+}
+
+// countPort adds delta (1 or -1) to the destinations held on protocol
+// slot's port; when that makes the port used or unused, it sets or clears
+// the port's bit and marks its word in changed for writeWords.
+func (s *Steerer) countPort(slot uint32, port uint16, delta int, changed map[uint32]bool) {
+	pk := slot<<16 | uint32(port)
+	n := s.perPort[pk] + delta
+	if n == 0 {
+		delete(s.perPort, pk)
+	} else {
+		s.perPort[pk] = n
+	}
+	if (n > 0) == (n-delta > 0) {
+		return
+	}
+	w, bit := portBit(slot, port)
+	if n > 0 {
+		s.words[w] |= bit
+	} else {
+		s.words[w] &^= bit
+	}
+	changed[w] = true
 }
 
 // writeWords writes the changed words of the ports bitmap.
