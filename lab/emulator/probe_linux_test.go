@@ -1093,7 +1093,7 @@ func probeSettings(l *probeLab, path int, p emulation.Params, stream uint64, got
 			if ok {
 				at = s.t0
 			}
-			r, _ := fs.admit(at, probeLen, 0)
+			r, _, _ := fs.admit(at, probeLen, 0)
 			fd[seq] = r - at
 		}
 		if ts := l.tap.at[tapKey{1, seq}]; ts != nil && ts.read != 0 {
@@ -1101,7 +1101,7 @@ func probeSettings(l *probeLab, path int, p emulation.Params, stream uint64, got
 			if ok {
 				at = s.t2
 			}
-			r, _ := rs.admit(at, probeLen, 0)
+			r, _, _ := rs.admit(at, probeLen, 0)
 			rd[seq] = r - at
 		}
 	}

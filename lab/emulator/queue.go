@@ -5,6 +5,7 @@ type entry struct {
 	buf     []byte // the whole pooled buffer; the packet is buf[Headroom:Headroom+n]
 	n       int
 	release int64
+	ahead   int64  // how much earlier than release the writer may take it (see releaseAhead)
 	arrival int64  // when the kernel queued it on the source device (for traces)
 	seq     uint64 // arrival order, to keep equal release times in order
 }

@@ -1,6 +1,8 @@
 package emulator
 
 import (
+	"encoding/binary"
+	"slices"
 	"testing"
 	"time"
 
@@ -129,4 +131,64 @@ func TestUntilDueLead(t *testing.T) {
 	if got := p.untilDue(now); got > 0 {
 		t.Fatalf("lead 15 µs, 10 µs before the release: due in %v, want it due", time.Duration(got))
 	}
+}
+
+// TestLookAhead: the writer takes with the head only packets that wait for
+// the line, each by at most what it waited and at most releaseAhead. Two
+// probes released 80 µs apart on a link without a rate leave each at its
+// own release (the second left with the first before, below the link's
+// least delay); a burst through a 1 Gbit/s link leaves in one batch up to
+// the packet that waited more than releaseAhead.
+func TestLookAhead(t *testing.T) {
+	newTestPump := func(p emulation.Params) *pump {
+		pm, err := newPump(discard{}, &recordDevice{}, newShaper(p, 1, 2), DefaultMTU, func() int64 { return 0 })
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pm.close)
+		return pm
+	}
+	taken := func(pm *pump, now int64) []uint64 {
+		w := newWriter(128)
+		pm.collect(now, w)
+		var got []uint64
+		for _, e := range w.due {
+			got = append(got, binary.BigEndian.Uint64(e.buf[Headroom:]))
+		}
+		return got
+	}
+
+	t.Run("own delay", func(t *testing.T) {
+		pm := newTestPump(emulation.Params{Delay: 5 * time.Millisecond})
+		for i, at := range []int64{0, 80 * us} {
+			bufs, sizes := readBatch(pm, uint64(i), 1, 100)
+			pm.enqueue(at, bufs, sizes, nil)
+		}
+		if got := taken(pm, 5000*us); !slices.Equal(got, []uint64{0}) {
+			t.Fatalf("at the first release the writer took %v, want [0]", got)
+		}
+		if got := taken(pm, 5079*us); len(got) != 0 {
+			t.Fatalf("1 µs before the second release the writer took %v", got)
+		}
+		if got := taken(pm, 5080*us); !slices.Equal(got, []uint64{1}) {
+			t.Fatalf("at the second release the writer took %v, want [1]", got)
+		}
+	})
+
+	t.Run("waiting for the line", func(t *testing.T) {
+		// Ten 1500-byte packets at once: released 12 µs apart from
+		// 5.012 ms, packet i held 12·i µs behind the serializer.
+		pm := newTestPump(emulation.Params{Delay: 5 * time.Millisecond, Rate: 1e9})
+		bufs, sizes := readBatch(pm, 0, 10, 1500)
+		pm.enqueue(0, bufs, sizes, nil)
+		if got := taken(pm, 5012*us); !slices.Equal(got, []uint64{0, 1, 2, 3, 4, 5, 6, 7, 8}) {
+			t.Fatalf("at the head's release the writer took %v, want packets 0-8 (9 waited 108 µs)", got)
+		}
+		if got := taken(pm, 5019*us); len(got) != 0 {
+			t.Fatalf("before packet 9 may leave the writer took %v", got)
+		}
+		if got := taken(pm, 5020*us); !slices.Equal(got, []uint64{9}) {
+			t.Fatalf("100 µs before its release the writer took %v, want [9]", got)
+		}
+	})
 }

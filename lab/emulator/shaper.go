@@ -112,7 +112,11 @@ func correlate(v, rho uint32, last *uint32) uint32 {
 
 // admit decides the fate of a packet of size bytes that arrived at now,
 // while queued packets are held. The release time is only meaningful for
-// pass. The order of the checks is netem's: loss, then the queue limit, then
+// pass, and so is held: the part of the release the packet's own transit
+// (its serialization and its delay) does not account for, the time it
+// waits behind the serializer and behind a packet the FIFO clamp keeps it
+// after. Leaving up to held early still leaves no sooner than its own
+// transit allows (see releaseAhead). The order of the checks is netem's: loss, then the queue limit, then
 // the delay.
 //
 // What the limit bounds depends on the rate. With a rate, it is the buffer
@@ -122,25 +126,27 @@ func correlate(v, rho uint32, last *uint32) uint32 {
 // its default limit of 1000 already caps a single flow below the rate.)
 // Without a rate there is no line to queue for, and the limit bounds every
 // packet held, as in netem.
-func (s *shaper) admit(now int64, size, queued int) (int64, verdict) {
+func (s *shaper) admit(now int64, size, queued int) (release, held int64, v verdict) {
 	if s.loss != 0 && s.loss >= s.crandom(s.lossRho, &s.lossLast) {
-		return 0, dropLoss
+		return 0, 0, dropLoss
 	}
 	if s.rate != 0 {
 		s.backlog.dropUpTo(now)
 		queued = s.backlog.size
 	}
 	if queued >= s.limit {
-		return 0, dropLimit
+		return 0, 0, dropLimit
 	}
 	delay := s.sampleDelay()
 	t := now
+	var wait int64 // behind the serializer
 	if s.rate != 0 {
 		// A packet waits for the serializer, takes len*8/rate on the wire,
 		// and then travels for its delay — unlike netem, which folds the
 		// delay of the queue head into the rate computation. The remainder
 		// is carried so long runs keep the exact rate.
 		if s.serFree > t {
+			wait = s.serFree - t
 			t = s.serFree
 		} else {
 			s.serRem = 0
@@ -151,13 +157,13 @@ func (s *shaper) admit(now int64, size, queued int) (int64, verdict) {
 		s.serFree = t
 		s.backlog.push(t)
 	}
-	release := t + delay
+	release = t + delay
 	if !s.reorder && release < s.lastRelease {
 		// The FIFO clamp: jitter never lets a packet overtake the one before.
 		release = s.lastRelease
 	}
 	s.lastRelease = max(s.lastRelease, release)
-	return release, pass
+	return release, wait + release - (t + delay), pass
 }
 
 // sampleDelay is netem's tabledist (without delay correlation, which Params

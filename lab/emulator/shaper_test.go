@@ -89,7 +89,7 @@ func TestLossRate(t *testing.T) {
 		const n = 1_000_000
 		lost := 0
 		for i := range n {
-			if _, v := s.admit(int64(i)*1000, 100, 0); v == dropLoss {
+			if _, _, v := s.admit(int64(i)*1000, 100, 0); v == dropLoss {
 				lost++
 			}
 		}
@@ -100,7 +100,7 @@ func TestLossRate(t *testing.T) {
 	}
 	s := newShaper(emulation.Params{Loss: 100}, 5, 6)
 	for range 10_000 {
-		if _, v := s.admit(0, 100, 0); v != dropLoss {
+		if _, _, v := s.admit(0, 100, 0); v != dropLoss {
 			t.Fatal("loss 100% let a packet through")
 		}
 	}
@@ -117,7 +117,7 @@ func TestLossCorrelation(t *testing.T) {
 		var lost, pairs, prevLost int
 		prev := false
 		for range n {
-			_, v := s.admit(0, 100, 0)
+			_, _, v := s.admit(0, 100, 0)
 			l := v == dropLoss
 			if l {
 				lost++
@@ -152,12 +152,16 @@ func TestRateSchedule(t *testing.T) {
 		// leave 12 µs apart, then travel 5 ms.
 		s := newShaper(emulation.Params{Rate: 1e9, Delay: 5 * time.Millisecond, Limit: 20_000}, 1, 1)
 		for i := range 10_000 {
-			rel, v := s.admit(0, 1500, i)
+			rel, held, v := s.admit(0, 1500, i)
 			if v != pass {
 				t.Fatalf("packet %d dropped", i)
 			}
 			if want := int64(i+1)*12_000 + int64(5*time.Millisecond); rel != want {
 				t.Fatalf("packet %d released at %d, want %d", i, rel, want)
+			}
+			// It waited behind the i packets before it.
+			if want := int64(i) * 12_000; held != want {
+				t.Fatalf("packet %d held %d, want %d", i, held, want)
 			}
 		}
 	})
@@ -167,7 +171,7 @@ func TestRateSchedule(t *testing.T) {
 		s := newShaper(emulation.Params{Rate: 3e6, Limit: 5000}, 1, 1)
 		var rel int64
 		for i := range 3000 {
-			rel, _ = s.admit(0, 1000, i)
+			rel, _, _ = s.admit(0, 1000, i)
 		}
 		if rel != int64(8*time.Second) {
 			t.Fatalf("last release %v, want 8s", time.Duration(rel))
@@ -178,9 +182,9 @@ func TestRateSchedule(t *testing.T) {
 		s := newShaper(emulation.Params{Rate: 1e6}, 1, 1)
 		for i := range 100 {
 			now := int64(i) * int64(time.Second)
-			rel, _ := s.admit(now, 125, 0)
-			if rel-now != int64(time.Millisecond) {
-				t.Fatalf("packet %d took %v, want 1ms", i, time.Duration(rel-now))
+			rel, held, _ := s.admit(now, 125, 0)
+			if rel-now != int64(time.Millisecond) || held != 0 {
+				t.Fatalf("packet %d took %v (held %v), want 1ms (0)", i, time.Duration(rel-now), time.Duration(held))
 			}
 		}
 	})
@@ -190,7 +194,7 @@ func TestLimitShaper(t *testing.T) {
 	s := newShaper(emulation.Params{Limit: 100}, 1, 1)
 	passed, dropped := 0, 0
 	for range 1000 {
-		if _, v := s.admit(0, 100, passed); v == pass {
+		if _, _, v := s.admit(0, 100, passed); v == pass {
 			passed++
 		} else if v == dropLimit {
 			dropped++
@@ -207,7 +211,7 @@ func TestLimitRated(t *testing.T) {
 	s := newShaper(emulation.Params{Rate: 1e9, Delay: time.Second, Limit: 100}, 1, 1)
 	passed := 0
 	for range 1000 {
-		if _, v := s.admit(0, 1500, passed); v == pass {
+		if _, _, v := s.admit(0, 1500, passed); v == pass {
 			passed++
 		}
 	}
@@ -217,7 +221,7 @@ func TestLimitRated(t *testing.T) {
 	// 100 packets of 12 µs are serialized after 1.2 ms; then they travel
 	// for a second, and the buffer is free again.
 	for i := range 100 {
-		if _, v := s.admit(int64(1200*time.Microsecond)+int64(i)*12_000, 1500, passed); v != pass {
+		if _, _, v := s.admit(int64(1200*time.Microsecond)+int64(i)*12_000, 1500, passed); v != pass {
 			t.Fatalf("packet %d after the backlog drained: %v", i, v)
 		}
 		passed++
@@ -228,13 +232,25 @@ func TestFIFOClamp(t *testing.T) {
 	for _, reorder := range []bool{false, true} {
 		s := newShaper(emulation.Params{Delay: 5 * time.Millisecond, Jitter: 5 * time.Millisecond, Reorder: reorder}, 9, 9)
 		var last int64
-		inversions := 0
+		inversions, clamped := 0, 0
 		for i := range 10_000 {
-			rel, _ := s.admit(int64(i)*10_000, 100, 0)
+			now := int64(i) * 10_000
+			rel, held, _ := s.admit(now, 100, 0)
 			if rel < last {
 				inversions++
 			}
+			// Held is the clamp: what the release adds to the packet's
+			// own delay, which jitter keeps within [0, 10 ms).
+			if own := rel - held - now; own < 0 || own >= int64(10*time.Millisecond) || (reorder && held != 0) {
+				t.Fatalf("packet %d: release %d held %d, own delay %v", i, rel, held, time.Duration(own))
+			}
+			if held > 0 {
+				clamped++
+			}
 			last = rel
+		}
+		if !reorder && clamped == 0 {
+			t.Errorf("FIFO: no packet was clamped")
 		}
 		if !reorder && inversions != 0 {
 			t.Errorf("FIFO: %d packets overtook their predecessor", inversions)
