@@ -21,6 +21,12 @@ type Stats struct {
 	ReadErrors           uint64 // failed reads (e.g. an offload packet with too many segments)
 	WriteErrors          uint64 // batches the receiving device refused (e.g. link down)
 	Batches              uint64 // Write calls: PacketsOut/Batches is the mean batch
+	// WriteTime is the time spent in those calls, in ns. A Write runs the
+	// receiving side's stack up to the socket (and, on clusters, the
+	// bridge, netfilter and forwarding on the way), and packets due
+	// meanwhile wait: WriteTime/Batches beside Late shows how much of the
+	// lateness is the writes' own cost.
+	WriteTime uint64
 	// OnTime counts the packets handed to Write at most OnTimeSlack after
 	// their release time less the writer's lead (see writeLead), Late the
 	// others: a busy host's stalls show here (see docs/topology.md,
@@ -44,6 +50,7 @@ type counters struct {
 	packetsIn, bytesIn, packetsOut, bytesOut atomic.Uint64
 	droppedLoss, droppedLimit                atomic.Uint64
 	readErrors, writeErrors, batches         atomic.Uint64
+	writeTime                                atomic.Uint64
 	onTime, late                             atomic.Uint64
 	direct, unstamped                        atomic.Uint64
 }
@@ -54,7 +61,7 @@ func (c *counters) snapshot() Stats {
 		PacketsOut: c.packetsOut.Load(), BytesOut: c.bytesOut.Load(),
 		DroppedLoss: c.droppedLoss.Load(), DroppedLimit: c.droppedLimit.Load(),
 		ReadErrors: c.readErrors.Load(), WriteErrors: c.writeErrors.Load(),
-		Batches: c.batches.Load(), OnTime: c.onTime.Load(), Late: c.late.Load(),
+		Batches: c.batches.Load(), WriteTime: c.writeTime.Load(), OnTime: c.onTime.Load(), Late: c.late.Load(),
 		Direct: c.direct.Load(), Unstamped: c.unstamped.Load(),
 	}
 }
@@ -623,8 +630,9 @@ func (p *pump) deliver(w *writer) error {
 		entered = p.dep.at(before) + p.depOff
 		p.lead.observe(entered - start)
 	}
+	end := p.now()
+	p.c.writeTime.Add(uint64(max(end-start, 0)))
 	if p.trace != nil {
-		end := p.now()
 		for _, e := range w.due {
 			p.trace(e.buf[Headroom:Headroom+e.n], traced{e.arrival, e.release, lead, start, entered, end, w.woke, w.aimed, w.by, w.armCPU, w.wakeCPU})
 		}

@@ -105,6 +105,7 @@ func Run(ctx context.Context, cfg Config) error {
 			"dropped_loss", s.DroppedLoss, "dropped_limit", s.DroppedLimit,
 			"read_errors", s.ReadErrors, "write_errors", s.WriteErrors, "batches", s.Batches,
 			"on_time", s.OnTime, "late", s.Late, "direct", s.Direct, "unstamped", s.Unstamped,
+			"write_time", time.Duration(s.WriteTime),
 			"write_lead", time.Duration(p.lead.get()))
 	}
 	return err
