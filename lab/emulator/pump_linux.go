@@ -422,7 +422,7 @@ func (p *pump) enqueue(arrival int64, bufs [][]byte, sizes []int, direct *writer
 	held := p.q.len()
 	for i, size := range sizes {
 		bytes += uint64(size)
-		release, ahead, v := p.sh.admit(arrival, size, held)
+		release, wait, v := p.sh.admit(arrival, size, held)
 		switch v {
 		case dropLoss:
 			lost++
@@ -431,7 +431,7 @@ func (p *pump) enqueue(arrival int64, bufs [][]byte, sizes []int, direct *writer
 			limited++
 			continue
 		}
-		e := entry{buf: bufs[i], n: size, release: release, ahead: min(ahead, releaseAhead), arrival: arrival}
+		e := entry{buf: bufs[i], n: size, release: release, ahead: min(wait, releaseAhead), arrival: arrival}
 		if open && len(direct.due) < cap(direct.due) && dueOnArrival(release, p.lead.get(), now) {
 			direct.due = append(direct.due, e)
 		} else {

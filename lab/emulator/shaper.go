@@ -116,8 +116,8 @@ func correlate(v, rho uint32, last *uint32) uint32 {
 // (its serialization and its delay) does not account for, the time it
 // waits behind the serializer and behind a packet the FIFO clamp keeps it
 // after. Leaving up to held early still leaves no sooner than its own
-// transit allows (see releaseAhead). The order of the checks is netem's: loss, then the queue limit, then
-// the delay.
+// transit allows (see releaseAhead). The order of the checks is netem's:
+// loss, then the queue limit, then the delay.
 //
 // What the limit bounds depends on the rate. With a rate, it is the buffer
 // in front of the line: packets waiting for (or in) serialization; packets
