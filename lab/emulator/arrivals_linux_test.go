@@ -49,11 +49,7 @@ func TestArrivalStamps(t *testing.T) {
 	testenv.Run(t, "ip", "-n", ns, "route", "add", "10.8.1.0/24", "via", "10.7.0.1", "dev", "ea")
 
 	now := monotonic()
-	p, err := newPump(ea, discard{}, newShaper(emulation.Params{}, 1, 2), DefaultMTU, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.close()
+	p := testPump(t, ea, discard{}, emulation.Params{}, now)
 	wait, date, done := p.readWaiter()
 	defer done()
 

@@ -30,11 +30,7 @@ func (discard) Close() error                           { return nil }
 func BenchmarkEnginePacket(b *testing.B) {
 	p := emulation.Params{Delay: 5 * time.Millisecond, Jitter: time.Millisecond, Loss: 0.08, Rate: 1e9}
 	var now int64
-	pm, err := newPump(discard{}, discard{}, newShaper(p, 1, 2), DefaultMTU, func() int64 { return now })
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer pm.close()
+	pm := testPump(b, discard{}, discard{}, p, func() int64 { return now })
 	const batch = 44
 	bufs := make([][]byte, batch)
 	sizes := make([]int, batch)
@@ -104,10 +100,7 @@ func BenchmarkRelease(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			now := monotonic()
 			dst := &stampDevice{now: now, at: map[uint64]int64{}}
-			pm, err := newPump(discard{}, dst, newShaper(emulation.Params{Delay: delay, Limit: 1 << 20}, 1, 2), DefaultMTU, now)
-			if err != nil {
-				b.Fatal(err)
-			}
+			pm := testPump(b, discard{}, dst, emulation.Params{Delay: delay, Limit: 1 << 20}, now)
 			bufs := make([][]byte, tc.burst)
 			sizes := make([]int, tc.burst)
 			for i := range bufs {
@@ -142,7 +135,6 @@ func BenchmarkRelease(b *testing.B) {
 			_ = unix.Getrusage(unix.RUSAGE_SELF, &ru1)
 			pm.stop()
 			wg.Wait()
-			pm.close()
 			late := make([]float64, 0, len(aims))
 			for i, aim := range aims {
 				if at, ok := dst.at[uint64(i)]; ok {

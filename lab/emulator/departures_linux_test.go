@@ -38,11 +38,7 @@ func TestDepartureStamps(t *testing.T) {
 	}
 
 	now := monotonic()
-	p, err := newPump(discard{}, d, newShaper(emulation.Params{}, 1, 2), DefaultMTU, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.close()
+	p := testPump(t, discard{}, d, emulation.Params{}, now)
 	p.dep, p.depOff = dep, monoOffset(now)
 	w := newWriter(d.BatchSize())
 	rng := rand.New(rand.NewPCG(5, 5))

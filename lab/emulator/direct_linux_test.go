@@ -25,6 +25,18 @@ func (d *recordDevice) Write(b [][]byte, off int) (int, error) {
 func (d *recordDevice) BatchSize() int { return 128 }
 func (d *recordDevice) Close() error   { return nil }
 
+// testPump is a pump from src to dst through a link with params p (shaper
+// seeds 1, 2), on clock now, closed when the test ends.
+func testPump(tb testing.TB, src, dst Device, p emulation.Params, now clock) *pump {
+	tb.Helper()
+	pm, err := newPump(src, dst, newShaper(p, 1, 2), DefaultMTU, now)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(pm.close)
+	return pm
+}
+
 // readBatch is what the reader hands enqueue: n packets of size bytes,
 // numbered from first.
 func readBatch(p *pump, first uint64, n, size int) ([][]byte, []int) {
@@ -61,11 +73,7 @@ func TestReaderWritesDuePackets(t *testing.T) {
 	clk := func() int64 { return now }
 	newTestPump := func(p emulation.Params) (*pump, *recordDevice, *writer) {
 		dst := &recordDevice{}
-		pm, err := newPump(discard{}, dst, newShaper(p, 1, 2), DefaultMTU, clk)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pm.close)
+		pm := testPump(t, discard{}, dst, p, clk)
 		pm.waiting = true // the writer sleeps in await
 		return pm, dst, newWriter(dst.BatchSize())
 	}

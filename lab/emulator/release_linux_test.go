@@ -110,11 +110,7 @@ func TestPlanWait(t *testing.T) {
 // has no lead (a device without departure stamps).
 func TestUntilDueLead(t *testing.T) {
 	var now int64
-	p, err := newPump(discard{}, discard{}, newShaper(emulation.Params{Delay: 500 * time.Microsecond}, 1, 2), DefaultMTU, func() int64 { return now })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.close()
+	p := testPump(t, discard{}, discard{}, emulation.Params{Delay: 500 * time.Microsecond}, func() int64 { return now })
 	bufs, sizes := [][]byte{make([]byte, p.bufSize)}, []int{64}
 	p.enqueue(1000*us, bufs, sizes, nil) // released at 1500 µs
 	now = 1400 * us
@@ -141,12 +137,7 @@ func TestUntilDueLead(t *testing.T) {
 // the packet that waited more than releaseAhead.
 func TestLookAhead(t *testing.T) {
 	newTestPump := func(p emulation.Params) *pump {
-		pm, err := newPump(discard{}, &recordDevice{}, newShaper(p, 1, 2), DefaultMTU, func() int64 { return 0 })
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pm.close)
-		return pm
+		return testPump(t, discard{}, &recordDevice{}, p, func() int64 { return 0 })
 	}
 	taken := func(pm *pump, now int64) []uint64 {
 		w := newWriter(128)
