@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -80,14 +78,9 @@ func (t *packetTool) Setup(ctx context.Context, env Env) (map[string]string, err
 	if err != nil {
 		return nil, err
 	}
-	// `ip netns exec` hides /sys/fs/bpf; a bpffs of the tool's own, seen
-	// by the lab's namespaces, holds the pins and frees them when unmounted.
-	pins := filepath.Join(env.Dir, "bpffs")
-	if err := os.MkdirAll(pins, 0o700); err != nil {
+	pins, err := mountPins(ctx, env.Dir)
+	if err != nil {
 		return nil, err
-	}
-	if out, err := exec.CommandContext(ctx, "mount", "-t", "bpf", "bpf", pins).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("mount bpffs on %s: %w: %s", pins, err, strings.TrimSpace(string(out)))
 	}
 	t.pins = pins
 
@@ -270,23 +263,11 @@ func (t *packetTool) Teardown(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	if t.pins != "" {
-		if left, _ := os.ReadDir(t.pins); len(left) > 0 {
-			var names []string
-			for _, e := range left {
-				if e.IsDir() { // bpffs's own files (maps.debug, progs.debug) are not ours
-					names = append(names, e.Name())
-				}
-			}
-			if len(names) > 0 {
-				errs = append(errs, fmt.Errorf("pins left after teardown: %v", names))
-			}
-		}
-		if out, err := exec.CommandContext(ctx, "umount", t.pins).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("umount %s: %w: %s", t.pins, err, strings.TrimSpace(string(out))))
-		} else {
-			_ = os.Remove(t.pins)
+		unmounted, err := unmountPins(ctx, t.pins)
+		if unmounted {
 			t.pins = ""
 		}
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

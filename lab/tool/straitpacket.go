@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -45,14 +44,9 @@ var packetSNATBase = netip.MustParseAddr("240.97.0.1")
 // importing gateway the client routes it to that gateway, with several the
 // strait tool's nexthop watcher does.
 func (p *straitPacket) setup(ctx context.Context, env Env, exportGWs, importGWs []*topology.PlanNode) error {
-	// `ip netns exec` hides /sys/fs/bpf; a bpffs of the tool's own, seen
-	// by the lab's namespaces, holds the pins and frees them when unmounted.
-	pins := filepath.Join(env.Dir, "bpffs")
-	if err := os.MkdirAll(pins, 0o700); err != nil {
+	pins, err := mountPins(ctx, env.Dir)
+	if err != nil {
 		return err
-	}
-	if out, err := exec.CommandContext(ctx, "mount", "-t", "bpf", "bpf", pins).CombinedOutput(); err != nil {
-		return fmt.Errorf("mount bpffs on %s: %w: %s", pins, err, strings.TrimSpace(string(out)))
 	}
 	p.pins = pins
 	p.snat = map[string]string{}
@@ -219,23 +213,11 @@ func (p *straitPacket) teardown(ctx context.Context, env Env) error {
 	p.nodes = nil
 	errs = append(errs, p.changes.revert(ctx))
 	if p.pins != "" {
-		if left, _ := os.ReadDir(p.pins); len(left) > 0 {
-			var names []string
-			for _, e := range left {
-				if e.IsDir() { // bpffs's own files (maps.debug, progs.debug) are not ours
-					names = append(names, e.Name())
-				}
-			}
-			if len(names) > 0 {
-				errs = append(errs, fmt.Errorf("pins left after teardown: %v", names))
-			}
-		}
-		if out, err := exec.CommandContext(ctx, "umount", p.pins).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("umount %s: %w: %s", p.pins, err, strings.TrimSpace(string(out))))
-		} else {
-			_ = os.Remove(p.pins)
+		unmounted, err := unmountPins(ctx, p.pins)
+		if unmounted {
 			p.pins = ""
 		}
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
