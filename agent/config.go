@@ -1,10 +1,8 @@
 package agent
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -12,9 +10,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/strait-net/strait/catalog"
+	"github.com/strait-net/strait/internal/strictyaml"
 )
 
 // Config is an agent's configuration file.
@@ -117,17 +114,8 @@ func LoadConfig(path string) (Config, error) {
 		return Config{}, err
 	}
 	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
-		if errors.Is(err, io.EOF) {
-			return Config{}, fmt.Errorf("%s: empty: want a YAML mapping", path)
-		}
+	if err := strictyaml.Decode(b, &c); err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
-	}
-	var rest yaml.Node
-	if err := dec.Decode(&rest); !errors.Is(err, io.EOF) {
-		return Config{}, fmt.Errorf("%s: more than one YAML document: a configuration file holds one", path)
 	}
 	dir := filepath.Dir(path)
 	for _, p := range []*string{&c.Identity.Dir, &c.Identity.Cert, &c.Identity.Key, &c.Identity.CA, &c.Exports, &c.Trace} {

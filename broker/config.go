@@ -1,18 +1,15 @@
 package broker
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/strait-net/strait/catalog"
+	"github.com/strait-net/strait/internal/strictyaml"
 )
 
 // Config is a broker's configuration file.
@@ -101,7 +98,7 @@ func LoadConfig(path string) (Config, error) {
 		return Config{}, err
 	}
 	var c Config
-	if err := decodeStrict(b, &c); err != nil {
+	if err := strictyaml.Decode(b, &c); err != nil {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
 	dir := filepath.Dir(path)
@@ -114,21 +111,4 @@ func LoadConfig(path string) (Config, error) {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return c, nil
-}
-
-// decodeStrict decodes one YAML document with unknown fields as errors.
-func decodeStrict(b []byte, v any) error {
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(v); err != nil {
-		if errors.Is(err, io.EOF) {
-			return errors.New("empty: want a YAML mapping")
-		}
-		return err
-	}
-	var rest yaml.Node
-	if err := dec.Decode(&rest); !errors.Is(err, io.EOF) {
-		return errors.New("more than one YAML document: a configuration file holds one")
-	}
-	return nil
 }

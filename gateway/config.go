@@ -1,10 +1,8 @@
 package gateway
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -13,9 +11,8 @@ import (
 	"strconv"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/strait-net/strait/catalog"
+	"github.com/strait-net/strait/internal/strictyaml"
 	"github.com/strait-net/strait/tunnel"
 	"github.com/strait-net/strait/tunnel/wancc"
 )
@@ -187,25 +184,11 @@ func LoadConfig(path string) (Config, error) {
 		return Config{}, err
 	}
 	var c Config
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
-		if errors.Is(err, io.EOF) {
-			return Config{}, fmt.Errorf("%s: empty: want a YAML mapping with at least cluster and identity", path)
+	if err := strictyaml.Decode(b, &c); err != nil {
+		if errors.Is(err, strictyaml.ErrEmpty) {
+			return Config{}, fmt.Errorf("%s: %w with at least cluster and identity", path, err)
 		}
 		return Config{}, fmt.Errorf("%s: %w", path, err)
-	}
-	// A second document would be ignored silently, and with it whatever
-	// the user meant to configure there.
-	for {
-		var rest yaml.Node
-		err := dec.Decode(&rest)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil || !emptyDocument(&rest) {
-			return Config{}, fmt.Errorf("%s: more than one YAML document: a configuration file holds one", path)
-		}
 	}
 	dir := filepath.Dir(path)
 	for _, p := range []*string{&c.Identity.Dir, &c.Identity.Cert, &c.Identity.Key, &c.Identity.CA, &c.State, &c.Admin} {
@@ -222,15 +205,6 @@ func LoadConfig(path string) (Config, error) {
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return c, nil
-}
-
-// emptyDocument reports whether n is a document with nothing in it, as a
-// trailing "---" makes.
-func emptyDocument(n *yaml.Node) bool {
-	if n.Kind == 0 || (n.Kind == yaml.DocumentNode && len(n.Content) == 0) {
-		return true
-	}
-	return n.Kind == yaml.DocumentNode && n.Content[0].Kind == yaml.ScalarNode && n.Content[0].Tag == "!!null"
 }
 
 // Validate checks every field and names the first bad one.

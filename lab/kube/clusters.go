@@ -7,7 +7,6 @@
 package kube
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -17,9 +16,10 @@ import (
 	"sort"
 	"strings"
 
-	"gopkg.in/yaml.v3"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/strait-net/strait/internal/strictyaml"
 )
 
 // ClusterMap is a clusters file: which kubeconfig context is which of the
@@ -105,9 +105,7 @@ var clusterRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 // kubeconfig paths.
 func ParseClusterMap(b []byte, dir string) (*ClusterMap, error) {
 	var m ClusterMap
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&m); err != nil {
+	if err := strictyaml.Decode(b, &m); err != nil {
 		return nil, fmt.Errorf("parse clusters file: %w", err)
 	}
 	if len(m.Clusters) == 0 {

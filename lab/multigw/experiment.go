@@ -23,7 +23,6 @@
 package multigw
 
 import (
-	"bytes"
 	"embed"
 	"errors"
 	"fmt"
@@ -34,6 +33,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/strait-net/strait/internal/strictyaml"
 	"github.com/strait-net/strait/lab/emulation"
 	"github.com/strait-net/strait/lab/tool"
 	"github.com/strait-net/strait/lab/topology"
@@ -167,10 +167,8 @@ func Load(nameOrPath string) (*Experiment, error) {
 
 // Parse decodes and validates an experiment.
 func Parse(b []byte) (*Experiment, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
 	var e Experiment
-	if err := dec.Decode(&e); err != nil {
+	if err := strictyaml.Decode(b, &e); err != nil {
 		return nil, err
 	}
 	if err := e.Validate(); err != nil {

@@ -4,7 +4,6 @@
 package run
 
 import (
-	"bytes"
 	"embed"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/strait-net/strait/internal/strictyaml"
 	"github.com/strait-net/strait/lab/cpulatency"
 	"github.com/strait-net/strait/lab/emulation"
 	"github.com/strait-net/strait/lab/scenario"
@@ -231,9 +231,7 @@ var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 // as a relative path ("builtin" means the embedded files).
 func Parse(b []byte, dir string) (*Experiment, error) {
 	var e Experiment
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&e); err != nil {
+	if err := strictyaml.Decode(b, &e); err != nil {
 		return nil, fmt.Errorf("parse experiment: %w", err)
 	}
 	if err := e.resolve(dir); err != nil {

@@ -54,6 +54,8 @@ topology:
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nworkloads: [{name: static, payloads: [1KB]}]\n", "takes no request body"},
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nworkloads: [{name: echo}]\nload: {think: soon}\n", "load.think"},
 		{"name: e\nbogus: 1\n", "field bogus not found"},
+		{"", "parse experiment: empty: want a YAML mapping"},
+		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\n---\nname: f\n", "parse experiment: more than one YAML document"},
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nrate: {rps: [0]}\n", "rate.rps[0] 0"},
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nrate: {connections: -1}\n", "rate.connections -1"},
 		{"name: e\n" + topo + "scenarios: [lcl]\nserver: a/server\nclient: b/client\nrate: {duration: 1ms}\n", "rate.duration \"1ms\""},

@@ -9,10 +9,8 @@
 package topology
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"reflect"
 	"regexp"
@@ -21,6 +19,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/strait-net/strait/internal/strictyaml"
 	"github.com/strait-net/strait/lab/emulation"
 )
 
@@ -117,20 +116,12 @@ var Emulators = []string{"auto", "netem", "userspace", "tbf"}
 // of the wrong type are errors with line numbers; Parse does not check the
 // meaning of the values — call Validate, or Plan, which validates.
 func Parse(data []byte) (*Topology, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
 	var t Topology
-	if err := dec.Decode(&t); err != nil {
-		if errors.Is(err, io.EOF) {
+	if err := strictyaml.Decode(data, &t); err != nil {
+		if errors.Is(err, strictyaml.ErrEmpty) {
 			return nil, errors.New("empty topology: want a YAML mapping with name and clusters")
 		}
 		return nil, friendlyYAMLError(err)
-	}
-	// A second document is most likely a paste error; silently ignoring it
-	// would build a different lab than the reader of the file expects.
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, errors.New("more than one YAML document: a topology file holds exactly one")
 	}
 	return &t, nil
 }
