@@ -1,5 +1,5 @@
 // Package strictyaml reads a file that holds one YAML document, as strait
-// reads every configuration, experiment, topology and clusters file: a field
+// reads its configuration, topology, experiment and clusters files: a field
 // the target does not have is an error, and so are an empty file and a
 // second document, which would otherwise be ignored with whatever the user
 // meant to say in it.
