@@ -20,6 +20,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/strait-net/strait/internal/rawsock"
 )
 
 // Kind names a workload.
@@ -218,7 +220,10 @@ func Listen(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	s := &Server{cfg: cfg, ln: ln}
+	// Reads and writes are raw system calls (internal/rawsock): the server
+	// shares the host's CPUs with the tool under test, so what it spends
+	// is taken from every tool (README, "What the cell asks of this host").
+	s := &Server{cfg: cfg, ln: rawsock.Listener{Listener: ln}}
 	h := Handler(cfg)
 	s.srv = &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

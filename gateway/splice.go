@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/strait-net/strait/internal/rawsock"
 	"github.com/strait-net/strait/tunnel"
 )
 
@@ -134,12 +135,7 @@ func newPooledReader(c syscall.Conn) (*pooledReader, error) {
 // back before the wait.
 func (r *pooledReader) fillFrom(fd uintptr) bool {
 	r.bp = bufPool.Get().(*[]byte)
-	for {
-		r.nr, r.rerr = unix.Read(int(fd), *r.bp)
-		if r.rerr != unix.EINTR {
-			break
-		}
-	}
+	r.nr, r.rerr = rawsock.Read(int(fd), *r.bp)
 	if r.rerr == unix.EAGAIN {
 		bufPool.Put(r.bp)
 		r.bp = nil

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/strait-net/strait/internal/rawsock"
 )
 
 // client is one thread's HTTP/1.1 connection and the code that times a
@@ -88,7 +90,7 @@ func bodyMethod(m string) bool { return m == "POST" || m == "PUT" || m == "PATCH
 
 // meterConn counts the bytes read and notes when the first one arrived.
 type meterConn struct {
-	*net.TCPConn
+	*rawsock.TCPConn
 	n     int64
 	first time.Time
 }
@@ -161,7 +163,13 @@ func (c *client) exchange(ctx context.Context, start time.Time, body []byte, s *
 		}
 		tc := nc.(*net.TCPConn)
 		_ = tc.SetNoDelay(true)
-		c.conn = &meterConn{TCPConn: tc}
+		rc, err := rawsock.NewTCPConn(tc)
+		if err != nil {
+			_ = tc.Close()
+			s.Total = time.Since(start)
+			return fmt.Errorf("connect %s: %w", c.addr, err)
+		}
+		c.conn = &meterConn{TCPConn: rc}
 		c.br = bufio.NewReaderSize(c.conn, 64<<10)
 		// Cancelling ctx unblocks a request in flight.
 		c.stop = context.AfterFunc(ctx, func() { _ = tc.SetDeadline(time.Unix(1, 0)) })
@@ -173,8 +181,7 @@ func (c *client) exchange(ctx context.Context, start time.Time, body []byte, s *
 	if c.timeout > 0 {
 		_ = conn.SetDeadline(time.Now().Add(c.timeout))
 	}
-	bufs := net.Buffers{c.hdr, body}
-	n, err := bufs.WriteTo(conn.TCPConn)
+	n, err := conn.WriteBuffers(c.hdr, body)
 	s.BytesSent = n
 	if err != nil {
 		werr := c.ioErr("write request", err)

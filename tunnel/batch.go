@@ -1,8 +1,11 @@
 package tunnel
 
 import (
+	"io"
 	"net"
 	"sync"
+
+	"github.com/strait-net/strait/internal/rawsock"
 )
 
 // maxBatch is how many bytes of TLS records recordBatcher gathers before it
@@ -17,21 +20,34 @@ const maxBatch = 256 << 10
 // gateways' CPU time. While the session's writer has work queued it corks
 // the batcher, which gathers the records and writes them with one call when
 // the writer runs dry or the batch is full. Uncorked (the handshake, alerts)
-// it writes through.
+// it writes through. It reads and writes a TCP socket with raw system calls
+// (internal/rawsock), sparing the runtime's system call bookkeeping on every
+// record; Conn stays the connection for its socket options and deadlines.
 type recordBatcher struct {
 	net.Conn
+	sock   io.ReadWriter // Conn's socket
 	mu     sync.Mutex
 	corked bool
 	buf    []byte
 }
 
-func newRecordBatcher(c net.Conn) *recordBatcher { return &recordBatcher{Conn: c} }
+func newRecordBatcher(c net.Conn) *recordBatcher {
+	b := &recordBatcher{Conn: c, sock: c}
+	if tc, ok := c.(*net.TCPConn); ok {
+		if rc, err := rawsock.NewConn(tc); err == nil {
+			b.sock = rc
+		}
+	}
+	return b
+}
+
+func (b *recordBatcher) Read(p []byte) (int, error) { return b.sock.Read(p) }
 
 func (b *recordBatcher) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.corked && len(b.buf) == 0 {
-		return b.Conn.Write(p)
+		return b.sock.Write(p)
 	}
 	if b.buf == nil {
 		b.buf = make([]byte, 0, maxBatch+maxRecordWire)
@@ -69,7 +85,7 @@ func (b *recordBatcher) flushLocked() error {
 	if len(b.buf) == 0 {
 		return nil
 	}
-	_, err := b.Conn.Write(b.buf)
+	_, err := b.sock.Write(b.buf)
 	b.buf = b.buf[:0]
 	return err
 }

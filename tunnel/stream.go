@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/strait-net/strait/internal/rawsock"
 )
 
 // maxWriteChunk bounds how much of one Write is handed to the writer at once,
@@ -604,19 +606,16 @@ func (d *directSink) write(p []byte) (int, error) {
 	return d.n, d.werr
 }
 
-// writeTo is the raw write; it never asks to wait (true in every case).
+// writeTo is the raw write (internal/rawsock); it never asks to wait (true
+// in every case).
 func (d *directSink) writeTo(fd uintptr) bool {
-	for {
-		n, err := unix.Write(int(fd), d.p)
-		switch err {
-		case nil:
-			d.n = n
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-		default:
-			d.werr = os.NewSyscallError("write", err)
-		}
-		return true
+	n, err := rawsock.Write(int(fd), d.p)
+	switch err {
+	case nil:
+		d.n = n
+	case unix.EAGAIN:
+	default:
+		d.werr = os.NewSyscallError("write", err)
 	}
+	return true
 }

@@ -24,6 +24,7 @@ var appShort = map[apps.Kind]string{
 
 func newAppCmd(kind apps.Kind) *cobra.Command {
 	cfg := apps.Config{Kind: kind}
+	var heapLimit int64
 	cmd := &cobra.Command{
 		Use:   string(kind),
 		Short: appShort[kind],
@@ -31,6 +32,9 @@ func newAppCmd(kind apps.Kind) *cobra.Command {
 			"Bodies larger than --max-body get 413. It prints one line once listening and stops gracefully on SIGINT or SIGTERM.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyHeapLimit(heapLimit); err != nil {
+				return err
+			}
 			cfg.Logger = logger()
 			if kind == apps.Peer {
 				cfg.Peers = cmd.OutOrStdout()
@@ -51,5 +55,6 @@ func newAppCmd(kind apps.Kind) *cobra.Command {
 		f.IntVar(&cfg.StaticSize, "size", apps.DefaultStaticSize, "size of the reply body in bytes")
 	}
 	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", apps.DefaultIdleTimeout, "close keep-alive connections idle this long")
+	addHeapLimitFlag(f, &heapLimit)
 	return cmd
 }

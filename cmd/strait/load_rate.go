@@ -21,6 +21,7 @@ func init() {
 		jsonPath string
 		histPath string
 		ivPath   string
+		heapLim  int64
 	)
 	rate := &cobra.Command{
 		Use:   "rate",
@@ -41,6 +42,9 @@ HdrHistogram's text format (milliseconds, as wrk2 --latency prints it).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			if err := applyHeapLimit(heapLim); err != nil {
 				return err
 			}
 			var ivErr error
@@ -97,6 +101,7 @@ HdrHistogram's text format (milliseconds, as wrk2 --latency prints it).`,
 	f.DurationVar(&cfg.Interval, "interval", 0, "with --intervals: slice the measured window into intervals of this length")
 	f.StringVar(&ivPath, "intervals", "", "write each --interval's count, errors and corrected percentiles as a JSON line to this file")
 	f.StringVar(&histPath, "hist", "", `write the corrected latency's HdrHistogram percentile distribution to this file ("-": stdout)`)
+	addHeapLimitFlag(f, &heapLim)
 	loadCmd.AddCommand(rate)
 }
 

@@ -1,0 +1,69 @@
+package rawsock
+
+import (
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Read is read(2) on a non-blocking fd as a raw system call, retried on
+// EINTR. It returns syscall.EAGAIN when there is nothing to read.
+func Read(fd int, p []byte) (int, error) { return rawRW(unix.SYS_READ, fd, p) }
+
+// Write is write(2) on a non-blocking fd as a raw system call, retried on
+// EINTR. It returns syscall.EAGAIN when the socket's buffer is full, and
+// may write less than p.
+func Write(fd int, p []byte) (int, error) { return rawRW(unix.SYS_WRITE, fd, p) }
+
+func rawRW(trap uintptr, fd int, p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for {
+		n, _, e := unix.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		if e == syscall.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(n), nil
+	}
+}
+
+// maxIovecs bounds the buffers one Writev passes to the kernel; the rest
+// go in the next call.
+const maxIovecs = 64
+
+// Writev is writev(2) of bufs on a non-blocking fd as a raw system call,
+// retried on EINTR. It returns syscall.EAGAIN when the socket's buffer is
+// full, and may write less than bufs.
+func Writev(fd int, bufs [][]byte) (int, error) {
+	var iov [maxIovecs]unix.Iovec
+	k := 0
+	for _, b := range bufs {
+		if len(b) == 0 {
+			continue
+		}
+		if k == len(iov) {
+			break
+		}
+		iov[k].Base = &b[0]
+		iov[k].SetLen(len(b))
+		k++
+	}
+	if k == 0 {
+		return 0, nil
+	}
+	for {
+		n, _, e := unix.RawSyscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(k))
+		if e == syscall.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(n), nil
+	}
+}
