@@ -17,11 +17,11 @@ import (
 
 func init() {
 	var (
-		cfg      load.RateConfig
-		jsonPath string
-		histPath string
-		ivPath   string
-		heapLim  int64
+		cfg       load.RateConfig
+		jsonPath  string
+		histPath  string
+		ivPath    string
+		heapLimit int64
 	)
 	rate := &cobra.Command{
 		Use:   "rate",
@@ -44,7 +44,7 @@ HdrHistogram's text format (milliseconds, as wrk2 --latency prints it).`,
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
-			if err := applyHeapLimit(heapLim); err != nil {
+			if err := applyHeapLimit(heapLimit); err != nil {
 				return err
 			}
 			var ivErr error
@@ -101,7 +101,7 @@ HdrHistogram's text format (milliseconds, as wrk2 --latency prints it).`,
 	f.DurationVar(&cfg.Interval, "interval", 0, "with --intervals: slice the measured window into intervals of this length")
 	f.StringVar(&ivPath, "intervals", "", "write each --interval's count, errors and corrected percentiles as a JSON line to this file")
 	f.StringVar(&histPath, "hist", "", `write the corrected latency's HdrHistogram percentile distribution to this file ("-": stdout)`)
-	addHeapLimitFlag(f, &heapLim)
+	addHeapLimitFlag(f, &heapLimit)
 	loadCmd.AddCommand(rate)
 }
 

@@ -27,6 +27,10 @@ import (
 	"syscall"
 )
 
+// maxIovecs bounds the buffers one Writev passes to the kernel on Linux;
+// the rest go in the next call.
+const maxIovecs = 64
+
 // Conn reads and writes a connection's socket with raw system calls. Like a
 // net.Conn it allows one Read and one Write at a time, concurrently.
 type Conn struct {

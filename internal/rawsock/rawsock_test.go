@@ -129,16 +129,13 @@ func TestWriteAfterReset(t *testing.T) {
 	}
 }
 
-// maxIovecsForTest is syscall_linux.go's maxIovecs.
-const maxIovecsForTest = 64
-
 // WriteBuffers delivers every buffer in order, empty ones and more than
 // one writev(2) takes included, waiting while the socket is full.
 func TestWriteBuffers(t *testing.T) {
 	c, peer := pair(t)
 	var bufs [][]byte
 	var want []byte
-	for i := 0; i < 3*maxIovecsForTest; i++ {
+	for i := 0; i < 3*maxIovecs; i++ {
 		b := pattern(1 + (i*4099)%(256<<10))
 		if i%5 == 0 {
 			b = nil

@@ -20,21 +20,8 @@ func rawRW(trap uintptr, fd int, p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	for {
-		n, _, e := unix.RawSyscall(trap, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-		if e == syscall.EINTR {
-			continue
-		}
-		if e != 0 {
-			return 0, e
-		}
-		return int(n), nil
-	}
+	return rawCall(trap, fd, unsafe.Pointer(&p[0]), len(p))
 }
-
-// maxIovecs bounds the buffers one Writev passes to the kernel; the rest
-// go in the next call.
-const maxIovecs = 64
 
 // Writev is writev(2) of bufs on a non-blocking fd as a raw system call,
 // retried on EINTR. It returns syscall.EAGAIN when the socket's buffer is
@@ -56,14 +43,19 @@ func Writev(fd int, bufs [][]byte) (int, error) {
 	if k == 0 {
 		return 0, nil
 	}
+	return rawCall(unix.SYS_WRITEV, fd, unsafe.Pointer(&iov[0]), k)
+}
+
+// rawCall makes the raw system call trap(fd, buf, n), retried on EINTR.
+func rawCall(trap uintptr, fd int, buf unsafe.Pointer, n int) (int, error) {
 	for {
-		n, _, e := unix.RawSyscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(k))
+		r, _, e := unix.RawSyscall(trap, uintptr(fd), uintptr(buf), uintptr(n))
 		if e == syscall.EINTR {
 			continue
 		}
 		if e != 0 {
 			return 0, e
 		}
-		return int(n), nil
+		return int(r), nil
 	}
 }
