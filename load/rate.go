@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/strait-net/strait/internal/hrtimer"
 )
 
 // Defaults used where RateConfig leaves a field zero.
@@ -455,13 +457,30 @@ func RunRate(ctx context.Context, cfg RateConfig) (*RateResult, error) {
 	}
 	rec := &recorder{latency: newHist(), service: newHist(), lag: newHist(), classes: map[string]int64{}}
 
+	// rctx ends when the drain does (below), or with ctx.
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Each connection waits for its requests' intended starts on a kernel
+	// timer: a Go timer wakes up to a millisecond late while the generator
+	// is idle (internal/hrtimer), which would send requests in bursts and
+	// count the generator's lateness as the target's latency.
+	timers := make([]*hrtimer.Timer, len(conns))
+	for i := range timers {
+		tm, err := hrtimer.New(rctx)
+		if err != nil {
+			return nil, fmt.Errorf("rate: pacing timer: %w", err)
+		}
+		timers[i] = tm
+		defer tm.Close()
+	}
+
 	t0 := time.Now()
 	windowStart := t0.Add(cfg.Warmup)
 	lastIntended := t0.Add(time.Duration(float64(max(total-1, 0)) * interval))
 	// Cancelling rctx after the drain unblocks requests still in flight
 	// (the client arms a deadline on cancel).
-	rctx, cancel := context.WithDeadline(ctx, lastIntended.Add(cfg.Drain))
-	defer cancel()
+	drainEnd := time.AfterFunc(time.Until(lastIntended.Add(cfg.Drain)), cancel)
+	defer drainEnd.Stop()
 
 	if cfg.Interval > 0 && cfg.OnInterval != nil {
 		rec.slice = newHist()
@@ -499,18 +518,11 @@ func RunRate(ctx context.Context, cfg RateConfig) (*RateResult, error) {
 		wg.Go(func() {
 			defer c.close()
 			payload := make([]byte, cfg.Payload)
-			timer := time.NewTimer(time.Hour)
-			defer timer.Stop()
 			for i := int64(ci); i < total; i += int64(len(conns)) {
 				intended := t0.Add(time.Duration(float64(i) * interval))
 				measured := i >= first
-				if d := time.Until(intended); d > 0 {
-					timer.Reset(d)
-					select {
-					case <-rctx.Done():
-					case <-timer.C:
-					}
-				}
+				// An error here is the end of rctx, handled below.
+				_ = timers[ci].Wait(intended)
 				if ctx.Err() != nil {
 					return
 				}
