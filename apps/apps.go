@@ -2,13 +2,13 @@
 // papers deploy in the serving cluster (seed 000's payload-echo, payload-recv
 // and static-reply, seed 001's hello-world). They are deliberately trivial so
 // that what a run measures is the network and the tool under test, not the
-// application: no per-request logging, no allocation beyond the body, and
-// HTTP/1.1 keep-alive as JMeter expects.
+// application: HTTP/1.1 keep-alive as JMeter expects, served by this
+// package's own reader and writer (http1.go says why), with no logging and
+// no allocation per request.
 package apps
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -18,10 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/strait-net/strait/internal/rawsock"
 )
 
 // Kind names a workload.
@@ -165,8 +162,9 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Handler returns the workload's HTTP handler, for callers that serve it
-// themselves. cfg must be valid.
+// Handler returns the workload as a net/http handler, for callers that
+// serve it themselves (tests that wrap it in faults); Listen serves the
+// same answers. cfg must be valid.
 func Handler(cfg Config) http.Handler {
 	cfg = cfg.withDefaults()
 	h := &handler{max: cfg.MaxBody}
@@ -178,7 +176,7 @@ func Handler(cfg Config) http.Handler {
 	case Hello:
 		return &fixed{h: h, body: []byte(HelloBody), contentType: "text/plain; charset=utf-8"}
 	case Peer:
-		return &peer{h: h, out: cfg.Peers}
+		return &peer{h: h, log: &peerLog{out: cfg.Peers}}
 	default:
 		return http.HandlerFunc(h.echo)
 	}
@@ -190,116 +188,6 @@ func StaticBody(n int) []byte {
 	const line = "strait static reply 0123456789 abcdefghijklmnopqrstuvwxyz\n"
 	b := bytes.Repeat([]byte(line), n/len(line)+1)
 	return b[:n]
-}
-
-// Server is a listening workload server.
-type Server struct {
-	cfg       Config
-	ln        net.Listener
-	srv       *http.Server
-	closeOnce sync.Once
-	closeErr  error
-	// handlers counts requests in flight: http.Server.Close does not wait
-	// for them, and Run must not return while any of our code runs. (Not
-	// a WaitGroup: a request may still start while Run waits.)
-	handlers atomic.Int64
-}
-
-// Listen validates cfg and binds its address, so the caller knows the
-// address (Addr) before serving starts and clients can connect at once.
-func Listen(ctx context.Context, cfg Config) (*Server, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	cfg = cfg.withDefaults()
-	// Go turns TCP_NODELAY on for every TCP connection, accepted ones
-	// included; we rely on it: with Nagle on, a response written in two
-	// segments waits for the client's delayed ACK (~40 ms on Linux).
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
-	}
-	// Reads and writes are raw system calls (internal/rawsock): the server
-	// shares the host's CPUs with the tool under test, so what it spends
-	// is taken from every tool (README, "What the cell asks of this host").
-	s := &Server{cfg: cfg, ln: rawsock.Listener{Listener: ln}}
-	h := Handler(cfg)
-	s.srv = &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			s.handlers.Add(1)
-			defer s.handlers.Add(-1)
-			h.ServeHTTP(w, r)
-		}),
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       cfg.IdleTimeout,
-		ErrorLog:          slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn),
-	}
-	return s, nil
-}
-
-// Addr is the bound address, with the real port when Config.Listen asked
-// for port 0.
-func (s *Server) Addr() net.Addr { return s.ln.Addr() }
-
-// Kind is the workload this server runs.
-func (s *Server) Kind() Kind { return s.cfg.Kind }
-
-// Run serves until ctx ends or Close is called. When ctx ends it shuts
-// down gracefully: it stops accepting, lets requests in flight finish for
-// up to ShutdownTimeout, and closes the rest. It returns nil after a
-// requested stop, and only after every handler has returned.
-func (s *Server) Run(ctx context.Context) error {
-	s.cfg.Logger.Debug("serving", "kind", s.cfg.Kind, "addr", s.Addr().String())
-	errc := make(chan error, 1)
-	go func() { errc <- s.srv.Serve(s.ln) }()
-	var err error
-	select {
-	case err = <-errc:
-		// Close was called (ErrServerClosed), or accepting failed.
-		_ = s.Close()
-	case <-ctx.Done():
-		s.shutdown()
-		err = <-errc
-	}
-	s.waitHandlers()
-	s.cfg.Logger.Debug("stopped", "kind", s.cfg.Kind, "addr", s.Addr().String())
-	if err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve %s: %w", s.Addr(), err)
-	}
-	return nil
-}
-
-// waitHandlers waits until no handler runs. Connections are closed by
-// then, so handlers end quickly; polling, as http.Server.Shutdown does,
-// is enough.
-func (s *Server) waitHandlers() {
-	for s.handlers.Load() > 0 {
-		time.Sleep(time.Millisecond)
-	}
-}
-
-func (s *Server) shutdown() {
-	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
-	defer cancel()
-	if err := s.srv.Shutdown(sctx); err != nil {
-		// Busy past the deadline: cut them off. That is the point of the
-		// deadline, not a failure of the server.
-		_ = s.srv.Close()
-	}
-}
-
-// Close stops the server at once, closing all connections. It is safe to
-// call more than once and before or after Run.
-func (s *Server) Close() error {
-	s.closeOnce.Do(func() {
-		// http.Server.Close only knows the listener once Serve runs.
-		s.closeErr = s.srv.Close()
-		if err := s.ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) && s.closeErr == nil {
-			s.closeErr = err
-		}
-	})
-	return s.closeErr
 }
 
 type handler struct {
@@ -424,8 +312,7 @@ func (f *fixed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // RemoteAddr: the connection's, not a header a proxy could set).
 type peer struct {
 	h   *handler
-	mu  sync.Mutex
-	out io.Writer
+	log *peerLog
 }
 
 func (p *peer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -436,16 +323,27 @@ func (p *peer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		host = r.RemoteAddr
 	}
-	if p.out != nil {
-		p.mu.Lock()
-		// The path goes out quoted: a line per request whatever it holds.
-		_, _ = fmt.Fprintf(p.out, "peer %s %q\n", host, r.URL.Path)
-		p.mu.Unlock()
-	}
+	p.log.report(host, r.URL.Path)
 	body := host + "\n"
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/plain; charset=utf-8")
 	hdr.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
 	_, _ = io.WriteString(w, body)
+}
+
+// peerLog writes the peer workload's line per request to Config.Peers.
+type peerLog struct {
+	mu  sync.Mutex
+	out io.Writer
+}
+
+func (l *peerLog) report(host, path string) {
+	if l.out == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// The path goes out quoted: a line per request whatever it holds.
+	_, _ = fmt.Fprintf(l.out, "peer %s %q\n", host, path)
 }
