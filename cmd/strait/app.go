@@ -25,6 +25,7 @@ var appShort = map[apps.Kind]string{
 func newAppCmd(kind apps.Kind) *cobra.Command {
 	cfg := apps.Config{Kind: kind}
 	var heapLimit int64
+	var procs string
 	cmd := &cobra.Command{
 		Use:   string(kind),
 		Short: appShort[kind],
@@ -33,6 +34,9 @@ func newAppCmd(kind apps.Kind) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := applyHeapLimit(heapLimit); err != nil {
+				return err
+			}
+			if err := applyProcs(cmd.Context(), procs); err != nil {
 				return err
 			}
 			cfg.Logger = logger()
@@ -56,5 +60,6 @@ func newAppCmd(kind apps.Kind) *cobra.Command {
 	}
 	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", apps.DefaultIdleTimeout, "close keep-alive connections idle this long")
 	addHeapLimitFlag(f, &heapLimit)
+	addProcsFlag(f, &procs)
 	return cmd
 }

@@ -14,6 +14,7 @@ import (
 func init() {
 	var configPath string
 	var packetTeardown bool
+	var procs string
 	gw := &cobra.Command{
 		Use:   "gateway --config FILE",
 		Short: "Run a cluster's gateway: imports, exports, mTLS sessions to peer gateways",
@@ -21,6 +22,9 @@ func init() {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := gateway.LoadConfig(configPath)
 			if err != nil {
+				return err
+			}
+			if err := applyProcs(cmd.Context(), procs); err != nil {
 				return err
 			}
 			cfg.Logger = logger()
@@ -34,6 +38,7 @@ func init() {
 	}
 	gw.Flags().StringVar(&configPath, "config", "", "gateway configuration file (YAML)")
 	_ = gw.MarkFlagRequired("config")
+	addProcsFlag(gw.Flags(), &procs)
 	gw.Flags().BoolVar(&packetTeardown, "packet-teardown", false, "when stopped (SIGTERM, SIGINT), detach the packet mode's programs and remove their pins and VXLAN device; without it they keep forwarding and the next start adopts them (docs/packet.md)")
 
 	var socket string

@@ -22,6 +22,7 @@ func init() {
 		histPath  string
 		ivPath    string
 		heapLimit int64
+		procs     string
 	)
 	rate := &cobra.Command{
 		Use:   "rate",
@@ -45,6 +46,9 @@ HdrHistogram's text format (milliseconds, as wrk2 --latency prints it).`,
 				return err
 			}
 			if err := applyHeapLimit(heapLimit); err != nil {
+				return err
+			}
+			if err := applyProcs(cmd.Context(), procs); err != nil {
 				return err
 			}
 			var ivErr error
@@ -102,6 +106,7 @@ HdrHistogram's text format (milliseconds, as wrk2 --latency prints it).`,
 	f.StringVar(&ivPath, "intervals", "", "write each --interval's count, errors and corrected percentiles as a JSON line to this file")
 	f.StringVar(&histPath, "hist", "", `write the corrected latency's HdrHistogram percentile distribution to this file ("-": stdout)`)
 	addHeapLimitFlag(f, &heapLimit)
+	addProcsFlag(f, &procs)
 	loadCmd.AddCommand(rate)
 }
 
