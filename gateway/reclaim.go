@@ -45,10 +45,10 @@ const (
 	reclaimTick   = time.Second
 	reclaimQuiet  = 5 * time.Second
 	reclaimMinGap = 30 * time.Second
-	// reclaimMinPeak: a peak below this many connections, or imports,
+	// ReclaimMinPeak: a peak below this many connections, or imports,
 	// leaves too little behind to be worth two collections. Each trigger
 	// keeps its own reclaimMinGap, so a burst of each may reclaim once.
-	reclaimMinPeak = 256
+	ReclaimMinPeak = 256
 	// reclaimMinDatagramRate is the third trigger's least peak, in UDP
 	// datagrams a second: a flood at an import leaves its datagrams'
 	// garbage and a heap goal twice the flood's, with no connections or
@@ -70,7 +70,7 @@ type reclaimTrigger struct {
 }
 
 func newReclaimTrigger() *reclaimTrigger {
-	return &reclaimTrigger{quiet: reclaimQuiet, minGap: reclaimMinGap, minPeak: reclaimMinPeak}
+	return &reclaimTrigger{quiet: reclaimQuiet, minGap: reclaimMinGap, minPeak: ReclaimMinPeak}
 }
 
 // step records that active connections were carried at now and reports
