@@ -458,6 +458,52 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 }
 
+// TestShutdownAnswersARequestJustAccepted: a connection accepted before the
+// shutdown that has sent nothing yet is not closed as idle: its request may
+// be on its way (net/http waits for such connections too).
+func TestShutdownAnswersARequestJustAccepted(t *testing.T) {
+	srv, err := Listen(t.Context(), Config{Kind: Hello, Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	c, err := net.Dial("tcp", srv.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		srv.mu.Lock()
+		n := len(srv.conns)
+		srv.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the connection was not accepted")
+		}
+	}
+	cancel()
+	time.Sleep(20 * time.Millisecond) // the shutdown's first sweep
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("request sent just after the shutdown began: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(body) != HelloBody || !resp.Close {
+		t.Errorf("got %d %q (close %v), want 200 %q and Connection: close", resp.StatusCode, body, resp.Close, HelloBody)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
 // lockedBuffer is a bytes.Buffer the server's handlers write while the
 // test reads it.
 type lockedBuffer struct {

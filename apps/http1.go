@@ -86,12 +86,33 @@ var errBufferFull = errors.New("line too long")
 // line returns the next line, without its LF (and CR), reading at most
 // limit bytes for it.
 func (b *reader) line(limit int) ([]byte, error) {
+	l, err := b.rawLine(limit)
+	return bytes.TrimSuffix(l, []byte{'\r'}), err
+}
+
+// crlfLine is line for the chunked framing, where a line must end in CRLF:
+// parsers that disagree on a bare LF there disagree on where a body ends.
+func (b *reader) crlfLine(limit int) ([]byte, error) {
+	l, err := b.rawLine(limit)
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.HasSuffix(l, []byte{'\r'}) {
+		return nil, errBareLF
+	}
+	return l[:len(l)-1], nil
+}
+
+var errBareLF = errors.New("bare LF")
+
+// rawLine returns the next line without its LF.
+func (b *reader) rawLine(limit int) ([]byte, error) {
 	for scanned := 0; ; {
 		if i := bytes.IndexByte(b.buf[b.r+scanned:b.w], '\n'); i >= 0 {
 			end := b.r + scanned + i
 			l := b.buf[b.r:end]
 			b.r = end + 1
-			return bytes.TrimSuffix(l, []byte{'\r'}), nil
+			return l, nil
 		}
 		scanned = b.w - b.r
 		if scanned >= limit {
@@ -193,6 +214,7 @@ func readHead(b *reader, h *head) error {
 	}
 	var hosts int
 	var te []byte
+	sawTE := false
 	for {
 		l, err := next()
 		if err != nil {
@@ -219,10 +241,11 @@ func readHead(b *reader, h *head) error {
 			}
 			h.length = n
 		case fieldIs(name, "transfer-encoding"):
-			if len(te) > 0 {
+			if sawTE {
 				te = append(te, ',')
 			}
 			te = append(te, value...)
+			sawTE = true
 		case fieldIs(name, "connection"):
 			for _, opt := range bytes.Split(value, []byte{','}) {
 				switch opt = bytes.TrimSpace(opt); {
@@ -243,7 +266,7 @@ func readHead(b *reader, h *head) error {
 			h.contentType = append(h.contentType[:0], value...)
 		}
 	}
-	if len(te) > 0 {
+	if sawTE {
 		if !fieldIs(te, "chunked") {
 			return refuse(http.StatusNotImplemented, "transfer coding %q not implemented (only chunked)", te)
 		}
@@ -258,7 +281,9 @@ func readHead(b *reader, h *head) error {
 		return refuse(http.StatusBadRequest, "an HTTP/1.1 request needs exactly one Host field, got %d", hosts)
 	}
 	if h.minor == 0 {
-		h.close = h.close || !h.keepAlive
+		// A chunked body from an HTTP/1.0 client is framing it cannot
+		// have meant; the connection ends after it (RFC 9112 §6.1).
+		h.close = h.close || !h.keepAlive || h.chunked
 		h.expectContinue = false
 	}
 	return nil
@@ -271,17 +296,19 @@ func (h *head) parseRequestLine(l []byte) error {
 	if !ok1 || !ok2 || !isToken(method) || len(target) == 0 || !visible(target) {
 		return refuse(http.StatusBadRequest, "malformed request line %q", clip(l))
 	}
-	if len(version) != 8 || string(version[:7]) != "HTTP/1." || version[7] < '0' || version[7] > '9' {
-		if bytes.HasPrefix(version, []byte("HTTP/")) {
-			return refuse(http.StatusHTTPVersionNotSupported, "protocol %q not supported (HTTP/1.x only)", clip(version))
-		}
+	if len(version) != 8 || string(version[:5]) != "HTTP/" || !isDigit(version[5]) || version[6] != '.' || !isDigit(version[7]) {
 		return refuse(http.StatusBadRequest, "malformed request line %q", clip(l))
+	}
+	if version[5] != '1' {
+		return refuse(http.StatusHTTPVersionNotSupported, "protocol %q not supported (HTTP/1.x only)", version)
 	}
 	h.minor = int(version[7] - '0')
 	h.method = append(h.method, method...)
 	h.target = append(h.target, target...)
 	return nil
 }
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
 // splitField splits "name: value", trimming the value's whitespace.
 func splitField(l []byte) (name, value []byte, err error) {
@@ -382,7 +409,7 @@ func clip(b []byte) []byte {
 func readChunked(b *reader, max int64, sink func([]byte)) error {
 	var total int64
 	for {
-		l, err := b.line(maxChunkLine)
+		l, err := b.crlfLine(maxChunkLine)
 		if err != nil {
 			return chunkErr(err)
 		}
@@ -408,7 +435,7 @@ func readChunked(b *reader, max int64, sink func([]byte)) error {
 			b.r += int(k)
 			left -= k
 		}
-		if l, err := b.line(maxChunkLine); err != nil {
+		if l, err := b.crlfLine(maxChunkLine); err != nil {
 			return chunkErr(err)
 		} else if len(l) != 0 {
 			return refuse(http.StatusBadRequest, "chunk data longer than its size")
@@ -418,7 +445,7 @@ func readChunked(b *reader, max int64, sink func([]byte)) error {
 		if budget <= 0 {
 			return refuse(http.StatusRequestHeaderFieldsTooLarge, "trailer fields larger than %d bytes", maxHeadBytes)
 		}
-		l, err := b.line(min(budget, maxChunkLine))
+		l, err := b.crlfLine(min(budget, maxChunkLine))
 		if err != nil {
 			return chunkErr(err)
 		}
@@ -431,6 +458,8 @@ func readChunked(b *reader, max int64, sink func([]byte)) error {
 
 func chunkErr(err error) error {
 	switch {
+	case errors.Is(err, errBareLF):
+		return refuse(http.StatusBadRequest, "chunk line ends without CR")
 	case errors.Is(err, errBufferFull):
 		return refuse(http.StatusBadRequest, "chunk line longer than %d bytes", maxChunkLine)
 	case err == io.EOF:

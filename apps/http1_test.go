@@ -72,6 +72,10 @@ func TestRawRequests(t *testing.T) {
 		{"bad chunk size", Echo, "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", []int{400}, "chunk size", true},
 		{"chunk longer than its size", Echo, "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nab\r\n0\r\n\r\n", []int{400}, "chunk data", true},
 		{"unknown expectation", Echo, "POST / HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\nContent-Length: 1\r\n\r\na", []int{417}, "expectation", true},
+		{"empty transfer coding", Echo, "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:\r\nContent-Length: 1\r\n\r\na", []int{501}, "not implemented", true},
+		{"bare LF in chunked framing", Echo, "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nab\r\n0\r\n\r\n", []int{400}, "without CR", true},
+		{"http/1.0 chunked closes", Echo, "POST / HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n0\r\n\r\n", []int{200}, "a", true},
+		{"junk after the version", Echo, "GET / HTTP/1.1 x\r\nHost: x\r\n\r\n", []int{400}, "malformed request line", true},
 		{"head too large", Echo, "GET / HTTP/1.1\r\nHost: x\r\nX: " + strings.Repeat("a", maxHeadBytes) + "\r\n\r\n", []int{431}, "larger than", true},
 	}
 	for _, tt := range tests {
@@ -179,6 +183,20 @@ func TestEchoAllocatesNothing(t *testing.T) {
 	roundTrip()
 	if allocs := testing.AllocsPerRun(200, roundTrip); allocs >= 1 {
 		t.Errorf("%.1f allocations per request, want none", allocs)
+	}
+}
+
+// TestAnnouncedBodyIsNotAllocated: the echo buffer grows with the body that
+// arrives, not with the Content-Length a head announces.
+func TestAnnouncedBodyIsNotAllocated(t *testing.T) {
+	c := &conn{s: &Server{cfg: Config{MaxBody: 1 << 40}.withDefaults()}}
+	c.rd = reader{src: bytes.NewReader(make([]byte, 100<<10)), buf: make([]byte, initialBuffer)}
+	c.h.length = 1 << 40
+	if _, err := c.readBody(true); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("a body cut short: %v, want an unexpected EOF", err)
+	}
+	if cap(c.body) > 1<<20 {
+		t.Fatalf("%d bytes held for 100 KiB received", cap(c.body))
 	}
 }
 

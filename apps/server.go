@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -156,7 +157,8 @@ func (s *Server) closeIdle() int {
 	defer s.mu.Unlock()
 	busy := 0
 	for c := range s.conns {
-		if c.state.CompareAndSwap(stateIdle, stateClosed) {
+		if c.state.CompareAndSwap(stateIdle, stateClosed) ||
+			time.Since(c.accepted) > newGrace && c.state.CompareAndSwap(stateNew, stateClosed) {
 			_ = c.nc.Close()
 		} else if c.state.Load() != stateClosed {
 			busy++
@@ -189,13 +191,18 @@ func (s *Server) Close() error {
 	return s.closeErr
 }
 
-// A connection's states: waiting for a request, answering one, closed by
-// the server.
+// A connection's states: accepted and not yet read from, waiting for a
+// request, answering one, closed by the server.
 const (
-	stateIdle int32 = iota
+	stateNew int32 = iota
+	stateIdle
 	stateBusy
 	stateClosed
 )
+
+// newGrace is how long a graceful shutdown lets a connection that has sent
+// nothing yet live, as net/http does: its request may be on its way.
+const newGrace = 5 * time.Second
 
 // lingerTime is how long a connection refused mid-request keeps reading
 // what the client still sends after the answer, so that the client reads
@@ -208,13 +215,14 @@ const lingerTime = 500 * time.Millisecond
 const maxKeptBody = 1 << 20
 
 type conn struct {
-	s     *Server
-	nc    *rawsock.TCPConn
-	state atomic.Int32
-	rd    reader
-	h     head
-	body  []byte
-	out   []byte
+	s        *Server
+	nc       *rawsock.TCPConn
+	accepted time.Time
+	state    atomic.Int32
+	rd       reader
+	h        head
+	body     []byte
+	out      []byte
 	// date is the Date field's value, formatted once a second.
 	date    []byte
 	dateSec int64
@@ -223,7 +231,7 @@ type conn struct {
 }
 
 func newConn(s *Server, nc *rawsock.TCPConn) *conn {
-	c := &conn{s: s, nc: nc, out: make([]byte, 0, 256)}
+	c := &conn{s: s, nc: nc, accepted: time.Now(), out: make([]byte, 0, 256)}
 	c.rd = reader{src: idleReader{nc, s.cfg.IdleTimeout}, buf: make([]byte, initialBuffer)}
 	if host, _, err := net.SplitHostPort(nc.RemoteAddr().String()); err == nil {
 		c.peerHost = host
@@ -265,7 +273,7 @@ func (c *conn) serve() {
 				return
 			}
 		}
-		if !c.state.CompareAndSwap(stateIdle, stateBusy) {
+		if !c.state.CompareAndSwap(stateIdle, stateBusy) && !c.state.CompareAndSwap(stateNew, stateBusy) {
 			return
 		}
 		c.s.handlers.Add(1)
@@ -277,6 +285,10 @@ func (c *conn) serve() {
 		c.state.Store(stateIdle)
 		if c.s.draining.Load() {
 			return
+		}
+		if len(c.rd.buf) > initialBuffer && c.rd.buffered() == 0 {
+			// A long head grew the buffer; idle connections keep little.
+			c.rd.buf, c.rd.r, c.rd.w = make([]byte, initialBuffer), 0, 0
 		}
 	}
 }
@@ -293,7 +305,7 @@ func (c *conn) exchange() bool {
 		return c.fail(refuse(http.StatusRequestEntityTooLarge, "request body larger than %d bytes", max))
 	}
 	if h.expectContinue && h.hasBody() {
-		if _, err := c.nc.Write([]byte("HTTP/1.1 100 Continue\r\n\r\n")); err != nil {
+		if _, err := c.write([]byte("HTTP/1.1 100 Continue\r\n\r\n"), nil); err != nil {
 			return false
 		}
 	}
@@ -309,6 +321,9 @@ func (c *conn) exchange() bool {
 	if cap(c.body) > maxKeptBody {
 		c.body = nil
 	}
+	if closing {
+		c.linger()
+	}
 	return !closing
 }
 
@@ -316,22 +331,32 @@ func (c *conn) exchange() bool {
 // discards it otherwise.
 func (c *conn) readBody(keep bool) ([]byte, error) {
 	h := &c.h
-	max := c.s.cfg.MaxBody
+	limit := c.s.cfg.MaxBody
 	switch {
 	case h.chunked && keep:
 		c.body = c.body[:0]
-		err := readChunked(&c.rd, max, func(p []byte) { c.body = append(c.body, p...) })
+		err := readChunked(&c.rd, limit, func(p []byte) { c.body = append(c.body, p...) })
 		return c.body, err
 	case h.chunked:
-		return nil, readChunked(&c.rd, max, func([]byte) {})
+		return nil, readChunked(&c.rd, limit, func([]byte) {})
 	case h.length <= 0:
 		return nil, nil
 	case keep:
-		if int64(cap(c.body)) < h.length {
-			c.body = make([]byte, h.length)
+		// The buffer grows with what arrives, not with what the head
+		// announced: a head alone must not hold MaxBody of memory.
+		c.body = c.body[:0]
+		for n := int64(0); n < h.length; {
+			if n == int64(cap(c.body)) {
+				c.body = slices.Grow(c.body, int(min(h.length-n, max(n, 64<<10))))
+			}
+			k := min(h.length-n, int64(cap(c.body))-n)
+			if err := c.rd.readFull(c.body[n : n+k]); err != nil {
+				return nil, err
+			}
+			n += k
+			c.body = c.body[:n]
 		}
-		c.body = c.body[:h.length]
-		return c.body, c.rd.readFull(c.body)
+		return c.body, nil
 	default:
 		return nil, c.rd.discard(h.length)
 	}
@@ -345,13 +370,28 @@ func (c *conn) fail(err error) bool {
 	}
 	msg := append([]byte(se.msg), '\n')
 	if c.respond(se.status, textPlain, msg, true) == nil {
-		// Read what the client still sends for a while, so that it
-		// reads this answer before the connection's end.
-		_ = c.nc.CloseWrite()
-		_ = c.nc.SetReadDeadline(time.Now().Add(lingerTime))
-		_, _ = io.CopyN(io.Discard, c.nc, 1<<20)
+		c.linger()
 	}
 	return false
+}
+
+// linger ends the sending side and reads what the client still sends for
+// a while before the connection is closed: closing with unread data makes
+// the kernel reset the connection, which can destroy the answer before the
+// client reads it (a refused body, requests pipelined behind a last one).
+func (c *conn) linger() {
+	_ = c.nc.CloseWrite()
+	_ = c.nc.SetReadDeadline(time.Now().Add(lingerTime))
+	_, _ = io.CopyN(io.Discard, c.nc, 1<<20)
+}
+
+// write writes bufs, giving up once writing them has taken the idle
+// timeout: a client that never reads must not hold its connection.
+func (c *conn) write(bufs ...[]byte) (int64, error) {
+	if err := c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.IdleTimeout)); err != nil {
+		return 0, err
+	}
+	return c.nc.WriteBuffers(bufs...)
 }
 
 // respond writes a response: status, the fields every answer has, and
@@ -380,7 +420,7 @@ func (c *conn) respond(status int, contentType, body []byte, closing bool) error
 	if c.h.isHead() {
 		body = nil
 	}
-	_, err := c.nc.WriteBuffers(b, body)
+	_, err := c.write(b, body)
 	return err
 }
 

@@ -5,15 +5,17 @@ package hrtimer
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 )
 
 // Timer is a one-shot timer whose waits end early when its context ends.
 // Close releases it.
 type Timer struct {
-	ctx    context.Context
-	timer  *time.Timer
-	closed chan struct{}
+	ctx       context.Context
+	timer     *time.Timer
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
 // New returns a Timer whose waits end when ctx ends.
@@ -23,8 +25,10 @@ func New(ctx context.Context) (*Timer, error) {
 
 // Close releases the timer; a wait in progress returns an error.
 func (t *Timer) Close() error {
-	t.timer.Stop()
-	close(t.closed)
+	t.closeOnce.Do(func() {
+		t.timer.Stop()
+		close(t.closed)
+	})
 	return nil
 }
 

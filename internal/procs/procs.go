@@ -108,8 +108,10 @@ func Adapt(ctx context.Context, cfg Config) {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-tick.C:
-			cpu := cfg.cpuTime()
+		case <-tick.C:
+			// The tick may run late; the use is over the time that
+			// really passed.
+			cpu, now := cfg.cpuTime(), time.Now()
 			use := float64(cpu-lastCPU) / float64(now.Sub(lastWall))
 			lastCPU, lastWall = cpu, now
 			if n, changed := g.observe(use); changed {
