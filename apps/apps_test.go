@@ -405,32 +405,59 @@ func BenchmarkEchoKeepAlive1KB(b *testing.B) {
 	}
 }
 
+// runAndDial runs a server for cfg on a loopback port and dials it once
+// it has accepted the connection; cancel starts the graceful shutdown, done
+// gives Run's result.
+func runAndDial(t *testing.T, cfg Config) (srv *Server, c net.Conn, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
+	cfg.Listen = "127.0.0.1:0"
+	srv, err := Listen(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Run(ctx) }()
+	c, err = net.Dial("tcp", srv.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	waitConns(t, srv, "the connection accepted", func(states []int32) bool { return len(states) == 1 })
+	return srv, c, cancel, errc
+}
+
+// waitConns waits until cond holds for the states of srv's connections.
+func waitConns(t *testing.T, srv *Server, what string, cond func(states []int32) bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+		srv.mu.Lock()
+		var states []int32
+		for c := range srv.conns {
+			states = append(states, c.state.Load())
+		}
+		srv.mu.Unlock()
+		if cond(states) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
 // TestGracefulShutdown: a request in flight when Run's context ends still
 // gets its answer; Run returns after it.
 func TestGracefulShutdown(t *testing.T) {
-	srv, err := Listen(t.Context(), Config{Kind: Echo, Listen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	c, err := net.Dial("tcp", srv.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	srv, c, cancel, done := runAndDial(t, Config{Kind: Echo})
 	if _, err := io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhello"); err != nil {
 		t.Fatal(err)
 	}
-	// Cancel once the handler is reading the body: before that the
-	// request is not in flight yet.
-	for deadline := time.Now().Add(30 * time.Second); srv.handlers.Load() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no handler started for the request")
-		}
-	}
+	// Cancel once the server is reading the request: before that it is
+	// not in flight yet.
+	waitConns(t, srv, "the request in flight", func(states []int32) bool { return len(states) == 1 && states[0] == stateBusy })
 	cancel()
 	select {
 	case err := <-done:
@@ -462,30 +489,7 @@ func TestGracefulShutdown(t *testing.T) {
 // shutdown that has sent nothing yet is not closed as idle: its request may
 // be on its way (net/http waits for such connections too).
 func TestShutdownAnswersARequestJustAccepted(t *testing.T) {
-	srv, err := Listen(t.Context(), Config{Kind: Hello, Listen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	c, err := net.Dial("tcp", srv.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
-		srv.mu.Lock()
-		n := len(srv.conns)
-		srv.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the connection was not accepted")
-		}
-	}
+	_, c, cancel, done := runAndDial(t, Config{Kind: Hello})
 	cancel()
 	time.Sleep(20 * time.Millisecond) // the shutdown's first sweep
 	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {

@@ -30,10 +30,7 @@ type Server struct {
 	wg    sync.WaitGroup // connection goroutines
 	// draining: stop keeping connections alive (Run's context ended or
 	// Close was called).
-	draining atomic.Bool
-	// handlers counts requests in flight, from their first byte to the
-	// end of their answer.
-	handlers  atomic.Int64
+	draining  atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -276,10 +273,7 @@ func (c *conn) serve() {
 		if !c.state.CompareAndSwap(stateIdle, stateBusy) && !c.state.CompareAndSwap(stateNew, stateBusy) {
 			return
 		}
-		c.s.handlers.Add(1)
-		keep := c.exchange()
-		c.s.handlers.Add(-1)
-		if !keep {
+		if !c.exchange() {
 			return
 		}
 		c.state.Store(stateIdle)
