@@ -105,7 +105,12 @@ func TestAdaptRealProcess(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { Adapt(ctx, Config{Max: 2, Interval: 10 * time.Millisecond, DownAfter: 3}); close(done) }()
+	// Up at 0.3 CPU: the burners reach that on one P even on a busy host,
+	// while an idle process stays far below Down (0.15).
+	go func() {
+		Adapt(ctx, Config{Max: 2, Interval: 10 * time.Millisecond, Up: 0.3, Down: 0.15, DownAfter: 3})
+		close(done)
+	}()
 	waitFor(t, "one P at start", func() bool { return runtime.GOMAXPROCS(0) == 1 })
 	var stop atomic.Bool
 	var wg sync.WaitGroup
