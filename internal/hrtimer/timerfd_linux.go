@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/strait-net/strait/internal/rawsock"
 )
 
 // Timer is a one-shot timer whose waits end early when its context ends.
@@ -26,7 +28,7 @@ type Timer struct {
 	armErr syscall.Errno
 	readFn func(fd uintptr) bool
 	buf    [8]byte
-	rerr   syscall.Errno
+	rerr   error
 }
 
 // New returns a Timer whose waits end when ctx ends.
@@ -64,7 +66,7 @@ func (t *Timer) wait(d time.Duration) error {
 	if t.armErr != 0 {
 		return fmt.Errorf("hrtimer: timerfd_settime: %w", t.armErr)
 	}
-	t.rerr = 0
+	t.rerr = nil
 	err := t.rc.Read(t.readFn)
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
@@ -72,7 +74,7 @@ func (t *Timer) wait(d time.Duration) error {
 		return t.done(err)
 	case err != nil:
 		return t.done(fmt.Errorf("hrtimer: %w", err))
-	case t.rerr != 0:
+	case t.rerr != nil:
 		return fmt.Errorf("hrtimer: read timerfd: %w", t.rerr)
 	}
 	return nil
@@ -88,15 +90,10 @@ func (t *Timer) armOnce(fd uintptr) {
 // readOnce reads the expiration count; EAGAIN means not yet expired and
 // sends the caller to wait in the poller.
 func (t *Timer) readOnce(fd uintptr) bool {
-	for {
-		_, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&t.buf[0])), uintptr(len(t.buf)))
-		switch e {
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return false
-		}
-		t.rerr = e
-		return true
+	_, err := rawsock.Read(int(fd), t.buf[:])
+	if err == syscall.EAGAIN {
+		return false
 	}
+	t.rerr = err
+	return true
 }
