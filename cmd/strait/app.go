@@ -60,6 +60,6 @@ func newAppCmd(kind apps.Kind) *cobra.Command {
 	}
 	f.DurationVar(&cfg.IdleTimeout, "idle-timeout", apps.DefaultIdleTimeout, "close keep-alive connections idle this long")
 	addHeapLimitFlag(f, &heapLimit)
-	addProcsFlag(f, &procs)
+	addProcsFlag(f, &procs, procsAuto)
 	return cmd
 }

@@ -106,7 +106,7 @@ HdrHistogram's text format (milliseconds, as wrk2 --latency prints it).`,
 	f.StringVar(&ivPath, "intervals", "", "write each --interval's count, errors and corrected percentiles as a JSON line to this file")
 	f.StringVar(&histPath, "hist", "", `write the corrected latency's HdrHistogram percentile distribution to this file ("-": stdout)`)
 	addHeapLimitFlag(f, &heapLimit)
-	addProcsFlag(f, &procs)
+	addProcsFlag(f, &procs, procsAuto)
 	loadCmd.AddCommand(rate)
 }
 
