@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/strait-net/strait/catalog"
+	"github.com/strait-net/strait/internal/procs"
 )
 
 // The admin API is HTTP over a unix socket that only root can open: the
@@ -161,6 +162,11 @@ func (g *Gateway) serveAdmin(ctx context.Context) (*http.Server, error) {
 
 func (g *Gateway) handleChange(del bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		// Thousands of resources take milliseconds to decode and
+		// realize: on a gateway running Go on one P (strait gateway
+		// --procs auto) that would hold the traffic's goroutines back
+		// meanwhile.
+		defer procs.Boost()()
 		var rs []catalog.Resource
 		var err error
 		ct := r.Header.Get("Content-Type")

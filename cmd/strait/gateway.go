@@ -38,11 +38,11 @@ func init() {
 	}
 	gw.Flags().StringVar(&configPath, "config", "", "gateway configuration file (YAML)")
 	_ = gw.MarkFlagRequired("config")
-	// Go's default, not auto: on one P an apply of 1 200 imports held
-	// keep-alive traffic through the gateway for 16-69 ms
-	// (gateway/importbench's TestBenchSmall), the apply's goroutine
-	// keeping the only P until the runtime preempted it.
-	addProcsFlag(gw.Flags(), &procs, procsGo)
+	// auto: a gateway relaying small requests one at a time pays a
+	// second thread's wake-up per packet on more than one P (README,
+	// "Workloads and load"); applies take every P while they run
+	// (procs.Boost).
+	addProcsFlag(gw.Flags(), &procs, procsAuto)
 	gw.Flags().BoolVar(&packetTeardown, "packet-teardown", false, "when stopped (SIGTERM, SIGINT), detach the packet mode's programs and remove their pins and VXLAN device; without it they keep forwarding and the next start adopts them (docs/packet.md)")
 
 	var socket string

@@ -11,16 +11,18 @@
 // single bulk stream moved as much with one P as with two (1.63 and
 // 1.67 Gbit/s). Above the threshold the process gets every P back, so a
 // process that has more to do than one CPU can carry still uses them all.
-// A burst shorter than the intervals it takes to scale up runs on the one
-// P, ahead of everything else the process does: on a gateway an apply of
-// 1 200 imports held keep-alive traffic for 16–69 ms, so `strait gateway`
-// uses it only when asked (README, "Workloads and load").
+// A burst shorter than the intervals it takes to scale up would run on the
+// one P, ahead of everything else the process does, until the runtime
+// preempts it: on a gateway an apply of 1 200 imports held keep-alive
+// traffic for 16–69 ms. Work known to come in such bursts (a gateway's
+// applies) takes every P for its duration with Boost.
 package procs
 
 import (
 	"context"
 	"log/slog"
 	"runtime"
+	"sync"
 	"time"
 )
 
@@ -96,15 +98,15 @@ func (c Config) withDefaults() Config {
 // Adapt sets GOMAXPROCS to 1 and then, every interval, to Max or back to 1
 // as the process's CPU use asks, until ctx ends; it then leaves Max. On a
 // single CPU, or where the process's CPU time cannot be read, it does
-// nothing.
+// nothing. A process runs one Adapt at a time.
 func Adapt(ctx context.Context, cfg Config) {
 	cfg = cfg.withDefaults()
 	if cfg.Max <= 1 || cfg.cpuTime() < 0 {
 		return
 	}
 	g := governor{cfg: cfg, procs: 1}
-	cfg.setProcs(1)
-	defer func() { cfg.setProcs(cfg.Max) }()
+	state.start(cfg.Max, cfg.setProcs)
+	defer state.stop()
 	tick := time.NewTicker(cfg.Interval)
 	defer tick.Stop()
 	lastCPU, lastWall := cfg.cpuTime(), time.Now()
@@ -119,7 +121,7 @@ func Adapt(ctx context.Context, cfg Config) {
 			use := float64(cpu-lastCPU) / float64(now.Sub(lastWall))
 			lastCPU, lastWall = cpu, now
 			if n, changed := g.observe(use); changed {
-				cfg.setProcs(n)
+				state.choose(n)
 				cfg.Logger.Debug("GOMAXPROCS", "procs", n, "cpu_use", use)
 			}
 		}
@@ -157,4 +159,72 @@ func countRun(n int, hit bool) int {
 		return n + 1
 	}
 	return 0
+}
+
+// Boost gives the process Max Ps until release is called, whatever Adapt
+// chose: for a burst of work that would otherwise hold the only P (and the
+// goroutines the poller woke meanwhile wait until the runtime preempts it,
+// up to 10 ms at a time). Changing GOMAXPROCS stops the world for tens of
+// microseconds, so it is for work that takes longer than that. Without
+// Adapt running it does nothing. release may be called once.
+func Boost() (release func()) {
+	state.boost(1)
+	var once sync.Once
+	return func() { once.Do(func() { state.boost(-1) }) }
+}
+
+// state is what Adapt chose and how many Boosts hold the process at Max.
+var state adaptState
+
+type adaptState struct {
+	mu      sync.Mutex
+	running bool
+	max     int
+	set     func(int)
+	chosen  int // Adapt's choice
+	boosts  int
+	applied int // what set was last given
+}
+
+func (a *adaptState) start(max int, set func(int)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.running, a.max, a.set, a.chosen, a.applied = true, max, set, 1, 0
+	a.applyLocked()
+}
+
+// stop leaves the process at max.
+func (a *adaptState) stop() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.chosen = a.max
+	a.applyLocked()
+	a.running = false
+}
+
+func (a *adaptState) choose(n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.chosen = n
+	a.applyLocked()
+}
+
+func (a *adaptState) boost(d int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.boosts += d
+	if a.running {
+		a.applyLocked()
+	}
+}
+
+func (a *adaptState) applyLocked() {
+	n := a.chosen
+	if a.boosts > 0 {
+		n = a.max
+	}
+	if n != a.applied {
+		a.set(n)
+		a.applied = n
+	}
 }

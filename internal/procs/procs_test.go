@@ -3,6 +3,7 @@ package procs
 import (
 	"context"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -136,5 +137,42 @@ func TestNothingToAdaptOnOneCPU(t *testing.T) {
 	Adapt(context.Background(), Config{Max: 1, cpuTime: func() time.Duration { return 0 }, setProcs: f.set})
 	if len(f.procs) != 0 {
 		t.Fatalf("Adapt with Max 1 set GOMAXPROCS to %v", f.procs)
+	}
+}
+
+// TestBoost: a Boost holds Max Ps over Adapt's choice of one until its last
+// holder releases it, a second release of one holder changes nothing, and
+// without Adapt running a Boost sets nothing.
+func TestBoost(t *testing.T) {
+	f := &fakeProcess{}
+	release := Boost()
+	release()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	// An idle clock: Adapt's own choice stays one P.
+	go func() {
+		Adapt(ctx, Config{Max: 3, Interval: time.Millisecond, cpuTime: func() time.Duration { return 0 }, setProcs: f.set})
+		close(done)
+	}()
+	waitFor(t, "one P at start", func() bool { return f.last() == 1 })
+	first, second := Boost(), Boost()
+	if f.last() != 3 {
+		t.Fatalf("boosted: %v, want 3 Ps last", f.procs)
+	}
+	first()
+	first()
+	if f.last() != 3 {
+		t.Fatalf("one of two boosts released (twice): %v, want 3 Ps last", f.procs)
+	}
+	second()
+	if f.last() != 1 {
+		t.Fatalf("both boosts released: %v, want 1 P last", f.procs)
+	}
+	cancel()
+	<-done
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if want := []int{1, 3, 1, 3}; !slices.Equal(f.procs, want) {
+		t.Errorf("GOMAXPROCS set to %v, want %v (the Boost before Adapt setting nothing)", f.procs, want)
 	}
 }
