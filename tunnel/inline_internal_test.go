@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"io"
 	"net"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 )
@@ -134,4 +136,55 @@ func TestQueuedFramesShareTheInlineFlush(t *testing.T) {
 	default:
 		t.Error("a frame queued with the role free did not wake the writer")
 	}
+}
+
+// TestReadyWritersShareOneFlush: Writes of several streams that become
+// ready to run together (as the readers of connections whose requests the
+// poller returned at once) share the flush of the one that took the role,
+// on one P too, instead of a write(2) each.
+func TestReadyWritersShareOneFlush(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var sink countingWriter
+	// The session's buffer size, and records past their ramp, so that
+	// only flushes write.
+	s := &session{bw: bufio.NewWriterSize(&sink, 64<<10), ramp: rampRecords, cfg: (&Config{}).withDefaults(),
+		wsig: make(chan struct{}, 1), closed: make(chan struct{}), start: time.Now()}
+	s.log = s.cfg.logger()
+	const writers = 16
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range writers {
+		wg.Go(func() {
+			r := &writeReq{hdr: frameHeader{typ: frameData, stream: uint32(2*i + 1)}, payload: make([]byte, 1000), done: make(chan error, 1)}
+			<-start
+			inline, err := s.writeInline(r)
+			if !inline {
+				if err = s.enqueue(r, false); err == nil {
+					err = <-r.done
+				}
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if want := writers * (frameHeaderLen + 1000); sink.bytes != want {
+		t.Fatalf("%d bytes written, want %d", sink.bytes, want)
+	}
+	if sink.writes >= writers {
+		t.Errorf("%d writers ready together made %d writes, want them to share flushes", writers, sink.writes)
+	}
+	t.Logf("%d writers ready together: %d writes", writers, sink.writes)
+}
+
+// countingWriter counts the writes it takes, as the socket below a session
+// would see them.
+type countingWriter struct{ writes, bytes int }
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.writes++
+	c.bytes += len(p)
+	return len(p), nil
 }

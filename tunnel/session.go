@@ -467,6 +467,17 @@ func (s *session) writeInline(r *writeReq) (bool, error) {
 	}
 	var drained []*writeReq
 	if err == nil {
+		// The goroutines ready to run go first: readers the poller woke
+		// with this one (other connections' requests) find the role
+		// held and queue their frames, which then share this flush, one
+		// write(2) for all, where each would have written its own.
+		// When nothing else is ready this costs a trip through the
+		// scheduler. Offered 30 000 and 40 000 requests/s of 1 KB over
+		// 100 connections, gateways on one P, the pair took 0.29–0.33 s
+		// of CPU per 10 000 requests with it and 0.39–0.52 without, and
+		// at 40 000/s answered 30 800–31 700 requests/s against
+		// 17 600–24 800 (README, "Keep-alive request/response").
+		runtime.Gosched()
 		drained, err = s.writeQueued()
 	}
 	if err == nil {
