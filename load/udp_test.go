@@ -120,3 +120,39 @@ func FuzzDecodeUDP(f *testing.F) {
 		}
 	})
 }
+
+// TestServeUDPEchoAnswersItsFormatOnly: a burst of datagrams comes back
+// whole, unchanged and in order, and a datagram that is not of the format
+// gets no answer.
+func TestServeUDPEchoAnswersItsFormatOnly(t *testing.T) {
+	srv := udpListen(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = ServeUDPEcho(ctx, srv) }()
+	c, err := net.DialUDP("udp", nil, srv.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetReadBuffer(1 << 20)
+	if _, err := c.Write([]byte("not the format")); err != nil {
+		t.Fatal(err)
+	}
+	const burst = 200
+	for seq := range burst {
+		if _, err := c.Write(AppendUDP(nil, UDPMsg{Seq: uint64(seq)}, 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second)) // a hang bound only
+	buf := make([]byte, 1<<16)
+	for seq := range burst {
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("echo %d of %d: %v", seq, burst, err)
+		}
+		if want := AppendUDP(nil, UDPMsg{Seq: uint64(seq)}, 100); string(buf[:n]) != string(want) {
+			t.Fatalf("echo %d: %d bytes %x, want %x", seq, n, buf[:n], want)
+		}
+	}
+}
