@@ -9,12 +9,10 @@ package apps
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -162,174 +160,12 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Handler returns the workload as a net/http handler, for callers that
-// serve it themselves (tests that wrap it in faults); Listen serves the
-// same answers. cfg must be valid.
-func Handler(cfg Config) http.Handler {
-	cfg = cfg.withDefaults()
-	h := &handler{max: cfg.MaxBody}
-	switch cfg.Kind {
-	case Recv:
-		return http.HandlerFunc(h.recv)
-	case Static:
-		return &fixed{h: h, body: StaticBody(cfg.StaticSize), contentType: "text/plain; charset=utf-8"}
-	case Hello:
-		return &fixed{h: h, body: []byte(HelloBody), contentType: "text/plain; charset=utf-8"}
-	case Peer:
-		return &peer{h: h, log: &peerLog{out: cfg.Peers}}
-	default:
-		return http.HandlerFunc(h.echo)
-	}
-}
-
 // StaticBody returns the static workload's body of n bytes: printable,
 // deterministic text, so a capture or a client can check it.
 func StaticBody(n int) []byte {
 	const line = "strait static reply 0123456789 abcdefghijklmnopqrstuvwxyz\n"
 	b := bytes.Repeat([]byte(line), n/len(line)+1)
 	return b[:n]
-}
-
-type handler struct {
-	max  int64
-	pool sync.Pool // *[]byte, echo bodies
-}
-
-// readAll reads the whole body into a pooled buffer. It answers 413 itself
-// and returns ok=false when the body is too large or cannot be read.
-func (h *handler) readAll(w http.ResponseWriter, r *http.Request) (buf *[]byte, ok bool) {
-	if r.ContentLength > h.max {
-		tooLarge(w, h.max)
-		return nil, false
-	}
-	bp, _ := h.pool.Get().(*[]byte)
-	if bp == nil {
-		bp = new([]byte)
-	}
-	b := (*bp)[:0]
-	if r.ContentLength > 0 && int64(cap(b)) < r.ContentLength {
-		b = make([]byte, 0, r.ContentLength)
-	}
-	// MaxBytesReader also covers chunked bodies, whose size is unknown up
-	// front, and makes the server close the connection after the 413.
-	body := http.MaxBytesReader(w, r.Body, h.max)
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := body.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			*bp = b
-			h.pool.Put(bp)
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				tooLarge(w, h.max)
-			} else {
-				http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
-			}
-			return nil, false
-		}
-	}
-	*bp = b
-	return bp, true
-}
-
-// discard reads and drops the body, so that the connection stays usable
-// for the next keep-alive request (Go's server closes connections whose
-// unread body exceeds 256 KiB).
-func (h *handler) discard(w http.ResponseWriter, r *http.Request) bool {
-	if r.ContentLength > h.max {
-		tooLarge(w, h.max)
-		return false
-	}
-	_, err := io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, h.max))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			tooLarge(w, h.max)
-		} else {
-			http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
-		}
-		return false
-	}
-	return true
-}
-
-func tooLarge(w http.ResponseWriter, max int64) {
-	w.Header().Set("Connection", "close")
-	http.Error(w, "request body larger than "+strconv.FormatInt(max, 10)+" bytes", http.StatusRequestEntityTooLarge)
-}
-
-func (h *handler) echo(w http.ResponseWriter, r *http.Request) {
-	bp, ok := h.readAll(w, r)
-	if !ok {
-		return
-	}
-	defer h.pool.Put(bp)
-	body := *bp
-	hdr := w.Header()
-	ct := r.Header.Get("Content-Type")
-	if ct == "" {
-		// Setting it spares the server sniffing the body.
-		ct = "application/octet-stream"
-	}
-	hdr.Set("Content-Type", ct)
-	hdr.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(body)
-}
-
-func (h *handler) recv(w http.ResponseWriter, r *http.Request) {
-	if !h.discard(w, r) {
-		return
-	}
-	w.Header().Set("Content-Length", "0")
-	w.WriteHeader(http.StatusOK)
-}
-
-type fixed struct {
-	h           *handler
-	body        []byte
-	contentType string
-}
-
-func (f *fixed) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !f.h.discard(w, r) {
-		return
-	}
-	hdr := w.Header()
-	hdr.Set("Content-Type", f.contentType)
-	hdr.Set("Content-Length", strconv.Itoa(len(f.body)))
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(f.body)
-}
-
-// peer answers with the request's source address (the host part of
-// RemoteAddr: the connection's, not a header a proxy could set).
-type peer struct {
-	h   *handler
-	log *peerLog
-}
-
-func (p *peer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !p.h.discard(w, r) {
-		return
-	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
-	p.log.report(host, r.URL.Path)
-	body := host + "\n"
-	hdr := w.Header()
-	hdr.Set("Content-Type", "text/plain; charset=utf-8")
-	hdr.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(http.StatusOK)
-	_, _ = io.WriteString(w, body)
 }
 
 // peerLog writes the peer workload's line per request to Config.Peers.

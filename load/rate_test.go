@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -173,7 +174,7 @@ func TestRunRateIntervals(t *testing.T) {
 // pause: it and every request arriving in the next d wait until the
 // pause ends, as a target's GC pause or lock-up would.
 func stallingHandler(k int64, d time.Duration) http.Handler {
-	echo := apps.Handler(apps.Config{Kind: apps.Echo})
+	echo := http.HandlerFunc(echoHandler)
 	var (
 		n     atomic.Int64
 		mu    sync.Mutex
@@ -191,6 +192,18 @@ func stallingHandler(k int64, d time.Duration) http.Handler {
 		time.Sleep(time.Until(u))
 		echo.ServeHTTP(w, r)
 	})
+}
+
+// echoHandler answers with the request body, as the echo workload does,
+// for the tests that serve it through net/http to wrap it in faults.
+func echoHandler(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	_, _ = w.Write(body)
 }
 
 // countAtLeast counts the values in h that are at least v, give or take
@@ -268,7 +281,7 @@ func dyingServer(t *testing.T, n int64) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	echo := apps.Handler(apps.Config{Kind: apps.Echo})
+	echo := http.HandlerFunc(echoHandler)
 	var count atomic.Int64
 	srv := &http.Server{}
 	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

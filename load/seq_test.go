@@ -119,7 +119,7 @@ func TestConnectionsCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := &http.Server{
-		Handler: apps.Handler(apps.Config{Kind: apps.Hello}),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, apps.HelloBody) }),
 		ConnState: func(_ net.Conn, s http.ConnState) {
 			if s == http.StateNew {
 				conns.Add(1)
