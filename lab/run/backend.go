@@ -290,7 +290,8 @@ func decodeStreamOutput(out []byte) (res *load.StreamResult, raw []byte, err err
 	if err := dec.Decode(res); err != nil {
 		return nil, nil, fmt.Errorf("JSON result: %w", err)
 	}
-	if rest := bytes.TrimSpace(raw[dec.InputOffset():]); len(rest) > 0 {
+	// Only JSON's whitespace may follow (RFC 8259): raw must decode alone.
+	if rest := bytes.Trim(raw[dec.InputOffset():], " \t\r\n"); len(rest) > 0 {
 		return nil, nil, fmt.Errorf("JSON result: %q follows it", abbreviate(rest))
 	}
 	if res.Mode != "stream" && res.Mode != "rr" {
