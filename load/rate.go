@@ -521,11 +521,8 @@ func RunRate(ctx context.Context, cfg RateConfig) (*RateResult, error) {
 			for i := int64(ci); i < total; i += int64(len(conns)) {
 				intended := t0.Add(time.Duration(float64(i) * interval))
 				measured := i >= first
-				if err := timers[ci].Wait(intended); err != nil && rctx.Err() == nil {
-					// The kernel timer failed (it does not, short of a
-					// bug): pace with the runtime's, late but not lost.
-					time.Sleep(time.Until(intended))
-				}
+				// An error here is the end of rctx, handled below.
+				_ = timers[ci].Wait(intended)
 				if ctx.Err() != nil {
 					return
 				}

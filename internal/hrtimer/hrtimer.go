@@ -18,7 +18,8 @@ import "time"
 
 // Wait waits until deadline: it returns nil then (at once if deadline has
 // passed), or the Timer's context's error if that ends first, or an error
-// if the Timer is closed. One goroutine at a time may wait on a Timer.
+// if the Timer is closed. Should the kernel's timer fail, it waits on the
+// runtime's instead. One goroutine at a time may wait on a Timer.
 func (t *Timer) Wait(deadline time.Time) error {
 	if err := t.ctx.Err(); err != nil {
 		return err

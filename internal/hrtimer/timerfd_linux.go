@@ -58,13 +58,14 @@ func (t *Timer) Close() error {
 }
 
 func (t *Timer) wait(d time.Duration) error {
+	deadline := time.Now().Add(d)
 	t.spec.Value = unix.NsecToTimespec(int64(d))
 	t.armErr = 0
 	if err := t.rc.Control(t.armFn); err != nil {
 		return t.done(fmt.Errorf("hrtimer: %w", err))
 	}
 	if t.armErr != 0 {
-		return fmt.Errorf("hrtimer: timerfd_settime: %w", t.armErr)
+		return t.sleepUntil(deadline)
 	}
 	t.rerr = nil
 	err := t.rc.Read(t.readFn)
@@ -75,9 +76,23 @@ func (t *Timer) wait(d time.Duration) error {
 	case err != nil:
 		return t.done(fmt.Errorf("hrtimer: %w", err))
 	case t.rerr != nil:
-		return fmt.Errorf("hrtimer: read timerfd: %w", t.rerr)
+		return t.sleepUntil(deadline)
 	}
 	return nil
+}
+
+// sleepUntil is the wait of a timer the kernel failed to arm or read (it
+// does not, short of a bug): on the runtime's timer, up to a millisecond
+// late, so that a caller's pacing goes on late rather than stops.
+func (t *Timer) sleepUntil(deadline time.Time) error {
+	s := time.NewTimer(time.Until(deadline))
+	defer s.Stop()
+	select {
+	case <-t.ctx.Done():
+		return t.ctx.Err()
+	case <-s.C:
+		return nil
+	}
 }
 
 // armOnce sets the timer to t.spec. It never blocks, so it is a raw system

@@ -2,6 +2,8 @@ package hrtimer
 
 import (
 	"context"
+	"errors"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -25,5 +27,26 @@ func TestRearmingDropsAnEarlierExpiry(t *testing.T) {
 	}
 	if time.Now().Before(deadline) {
 		t.Fatal("a stale expiry ended the wait early")
+	}
+}
+
+// A timer the kernel fails to arm still waits until the deadline, on the
+// runtime's timer, and a cancel still ends that wait.
+func TestFailedArmWaitsOnTheRuntimesTimer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	tm := newTimer(t, ctx)
+	tm.armFn = func(uintptr) { tm.armErr = syscall.EINVAL }
+	deadline := time.Now().Add(5 * time.Millisecond)
+	if err := tm.Wait(deadline); err != nil {
+		t.Fatal(err)
+	}
+	if time.Now().Before(deadline) {
+		t.Fatal("the wait ended before its deadline")
+	}
+	done := make(chan error, 1)
+	go func() { done <- tm.Wait(time.Now().Add(time.Hour)) }()
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("wait after cancel: %v, want context.Canceled", err)
 	}
 }
