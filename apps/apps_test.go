@@ -405,15 +405,19 @@ func BenchmarkEchoKeepAlive1KB(b *testing.B) {
 	}
 }
 
-// runAndDial runs a server for cfg on a loopback port and dials it once
-// it has accepted the connection; cancel starts the graceful shutdown, done
-// gives Run's result.
-func runAndDial(t *testing.T, cfg Config) (srv *Server, c net.Conn, cancel context.CancelFunc, done <-chan error) {
+// runAndDial runs a server for cfg on a loopback port, with newGrace for a
+// silent connection when it is not zero, and dials it once it has accepted
+// the connection; cancel starts the graceful shutdown, done gives Run's
+// result.
+func runAndDial(t *testing.T, cfg Config, newGrace time.Duration) (srv *Server, c net.Conn, cancel context.CancelFunc, done <-chan error) {
 	t.Helper()
 	cfg.Listen = "127.0.0.1:0"
 	srv, err := Listen(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if newGrace != 0 {
+		srv.newGrace = newGrace
 	}
 	t.Cleanup(func() { srv.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
@@ -451,7 +455,7 @@ func waitConns(t *testing.T, srv *Server, what string, cond func(states []int32)
 // TestGracefulShutdown: a request in flight when Run's context ends still
 // gets its answer; Run returns after it.
 func TestGracefulShutdown(t *testing.T) {
-	srv, c, cancel, done := runAndDial(t, Config{Kind: Echo})
+	srv, c, cancel, done := runAndDial(t, Config{Kind: Echo}, 0)
 	if _, err := io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nhello"); err != nil {
 		t.Fatal(err)
 	}
@@ -487,9 +491,10 @@ func TestGracefulShutdown(t *testing.T) {
 
 // TestShutdownAnswersARequestJustAccepted: a connection accepted before the
 // shutdown that has sent nothing yet is not closed as idle: its request may
-// be on its way (net/http waits for such connections too).
+// be on its way (net/http waits for such connections too). The grace and
+// the shutdown's timeout are long, so that a slow host passes too.
 func TestShutdownAnswersARequestJustAccepted(t *testing.T) {
-	_, c, cancel, done := runAndDial(t, Config{Kind: Hello})
+	_, c, cancel, done := runAndDial(t, Config{Kind: Hello, ShutdownTimeout: time.Hour}, time.Hour)
 	cancel()
 	time.Sleep(20 * time.Millisecond) // the shutdown's first sweep
 	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
@@ -505,6 +510,20 @@ func TestShutdownAnswersARequestJustAccepted(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
+	}
+}
+
+// TestShutdownClosesASilentConnection: a connection that has sent nothing
+// for longer than the grace is closed by the shutdown at once, not held
+// until its timeout (an hour here), and Run returns.
+func TestShutdownClosesASilentConnection(t *testing.T) {
+	_, c, cancel, done := runAndDial(t, Config{Kind: Hello, ShutdownTimeout: time.Hour}, time.Nanosecond)
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if n, err := c.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("read on the silent connection after the shutdown: %d bytes, %v; want EOF", n, err)
 	}
 }
 

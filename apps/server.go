@@ -30,7 +30,10 @@ type Server struct {
 	wg    sync.WaitGroup // connection goroutines
 	// draining: stop keeping connections alive (Run's context ended or
 	// Close was called).
-	draining  atomic.Bool
+	draining atomic.Bool
+	// newGrace is how long a graceful shutdown lets a connection that
+	// has sent nothing yet live (defaultNewGrace; tests change it).
+	newGrace  time.Duration
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -53,7 +56,7 @@ func Listen(ctx context.Context, cfg Config) (*Server, error) {
 	// Reads and writes are raw system calls (internal/rawsock), for the
 	// same reason as the hand-made HTTP: the server's CPU is taken from
 	// the tool under test.
-	return &Server{cfg: cfg, ln: rawsock.Listener{Listener: ln}, reply: newReplier(cfg), conns: map[*conn]struct{}{}}, nil
+	return &Server{cfg: cfg, ln: rawsock.Listener{Listener: ln}, reply: newReplier(cfg), conns: map[*conn]struct{}{}, newGrace: defaultNewGrace}, nil
 }
 
 // Addr is the bound address, with the real port when Config.Listen asked
@@ -155,7 +158,7 @@ func (s *Server) closeIdle() int {
 	busy := 0
 	for c := range s.conns {
 		if c.state.CompareAndSwap(stateIdle, stateClosed) ||
-			time.Since(c.accepted) > newGrace && c.state.CompareAndSwap(stateNew, stateClosed) {
+			time.Since(c.accepted) > s.newGrace && c.state.CompareAndSwap(stateNew, stateClosed) {
 			_ = c.nc.Close()
 		} else if c.state.Load() != stateClosed {
 			busy++
@@ -197,9 +200,10 @@ const (
 	stateClosed
 )
 
-// newGrace is how long a graceful shutdown lets a connection that has sent
-// nothing yet live, as net/http does: its request may be on its way.
-const newGrace = 5 * time.Second
+// defaultNewGrace is how long a graceful shutdown lets a connection that
+// has sent nothing yet live, as net/http does: its request may be on its
+// way.
+const defaultNewGrace = 5 * time.Second
 
 // lingerTime is how long a connection refused mid-request keeps reading
 // what the client still sends after the answer, so that the client reads
