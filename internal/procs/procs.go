@@ -166,7 +166,8 @@ func countRun(n int, hit bool) int {
 // goroutines the poller woke meanwhile wait until the runtime preempts it,
 // up to 10 ms at a time). Changing GOMAXPROCS stops the world for tens of
 // microseconds, so it is for work that takes longer than that. Without
-// Adapt running it does nothing. release may be called once.
+// Adapt running it does nothing. Calls of release after the first do
+// nothing.
 func Boost() (release func()) {
 	state.boost(1)
 	var once sync.Once
