@@ -30,12 +30,3 @@ func (t *Timer) Wait(deadline time.Time) error {
 	}
 	return t.wait(d)
 }
-
-// done is what a wait cut short returns: the context's error once it has
-// ended.
-func (t *Timer) done(err error) error {
-	if cerr := t.ctx.Err(); cerr != nil {
-		return cerr
-	}
-	return err
-}

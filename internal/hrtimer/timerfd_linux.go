@@ -81,6 +81,15 @@ func (t *Timer) wait(d time.Duration) error {
 	return nil
 }
 
+// done is what a wait cut short returns: the context's error once it has
+// ended.
+func (t *Timer) done(err error) error {
+	if cerr := t.ctx.Err(); cerr != nil {
+		return cerr
+	}
+	return err
+}
+
 // sleepUntil is the wait of a timer the kernel failed to arm or read (it
 // does not, short of a bug): on the runtime's timer, up to a millisecond
 // late, so that a caller's pacing goes on late rather than stops.
