@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/strait-net/strait/catalog"
+	"github.com/strait-net/strait/internal/dnsname"
 	"github.com/strait-net/strait/internal/strictyaml"
 )
 
@@ -59,7 +60,7 @@ func (c Config) poll() time.Duration {
 
 // Validate names the first bad field.
 func (c Config) Validate() error {
-	if !catalog.IsDNSLabel(c.Cluster) {
+	if !dnsname.IsLabel(c.Cluster) {
 		return fmt.Errorf("cluster: %q is not a DNS label", c.Cluster)
 	}
 	if c.Identity.Dir == "" && (c.Identity.Cert == "" || c.Identity.Key == "" || c.Identity.CA == "") {

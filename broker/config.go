@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/strait-net/strait/catalog"
+	"github.com/strait-net/strait/internal/dnsname"
 	"github.com/strait-net/strait/internal/strictyaml"
 )
 
@@ -69,7 +69,7 @@ func (c Config) listen() string {
 
 // Validate names the first bad field.
 func (c Config) Validate() error {
-	if !catalog.IsDNSLabel(c.ID) {
+	if !dnsname.IsLabel(c.ID) {
 		return fmt.Errorf("id: %q is not a DNS label (the cluster ID in the broker's certificate)", c.ID)
 	}
 	if c.Identity.Dir == "" && (c.Identity.Cert == "" || c.Identity.Key == "" || c.Identity.CA == "") {

@@ -411,25 +411,6 @@ func TestStore(t *testing.T) {
 	}
 }
 
-func TestValidNames(t *testing.T) {
-	for _, tt := range []struct {
-		s              string
-		label, subdomn bool
-	}{
-		{"a", true, true}, {"a-b", true, true}, {"0", true, true}, {"a.b", false, true},
-		{"-a", false, false}, {"a-", false, false}, {"A", false, false}, {"", false, false},
-		{strings.Repeat("a", 63), true, true}, {strings.Repeat("a", 64), false, false},
-		{"a..b", false, false}, {"a_b", false, false},
-	} {
-		if got := IsDNSLabel(tt.s); got != tt.label {
-			t.Errorf("IsDNSLabel(%q) = %v", tt.s, got)
-		}
-		if got := IsDNSSubdomain(tt.s); got != tt.subdomn {
-			t.Errorf("IsDNSSubdomain(%q) = %v", tt.s, got)
-		}
-	}
-}
-
 func FuzzParse(f *testing.F) {
 	// One seed per document: small seeds keep the fuzzer's minimization
 	// of new inputs short.

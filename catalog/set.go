@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+
+	"github.com/strait-net/strait/internal/atomicfile"
 )
 
 // Set is an in-memory collection of valid resources, one per Key, with a
@@ -748,45 +750,5 @@ func (st *Store) write(s *Set) (int64, error) {
 		buf.WriteString("\n  ")
 	}
 	buf.WriteString("]\n}\n")
-	return int64(buf.Len()), WriteFileAtomic(st.path, buf.Bytes(), 0o600)
-}
-
-// WriteFileAtomic replaces path with data so that readers and a crash see
-// either the old or the new content: it writes a temporary file in the same
-// directory, syncs it, renames it over path and syncs the directory.
-func WriteFileAtomic(path string, data []byte, perm fs.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after a successful rename
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		// The rename is durable only once the directory entry is.
-		err = d.Sync()
-		d.Close()
-		if err != nil {
-			return fmt.Errorf("sync %s: %w", dir, err)
-		}
-	}
-	return nil
+	return int64(buf.Len()), atomicfile.Write(st.path, buf.Bytes(), 0o600)
 }

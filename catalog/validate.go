@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/strait-net/strait/internal/dnsname"
 )
 
 // FieldError is one invalid field: Path is as in the YAML, e.g.
@@ -44,28 +46,9 @@ func (e *errs) err() error {
 }
 
 var (
-	dns1123LabelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 	dns1035LabelRE = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
 	qualifiedRE    = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
 )
-
-// IsDNSLabel reports whether s is an RFC 1123 label as Kubernetes checks
-// it: cluster IDs, clusterset names and namespaces are DNS labels.
-func IsDNSLabel(s string) bool { return len(s) <= 63 && dns1123LabelRE.MatchString(s) }
-
-// IsDNSSubdomain reports whether s is an RFC 1123 subdomain (Kubernetes
-// object names).
-func IsDNSSubdomain(s string) bool {
-	if len(s) == 0 || len(s) > 253 {
-		return false
-	}
-	for _, l := range strings.Split(s, ".") {
-		if !dns1123LabelRE.MatchString(l) || len(l) > 63 {
-			return false
-		}
-	}
-	return true
-}
 
 // isServiceName is the rule for Service names (RFC 1035 label), which MCS
 // export and import names are.
@@ -75,7 +58,7 @@ func (e *errs) dnsLabel(path, s string) {
 	switch {
 	case s == "":
 		e.add(path, "required: a DNS label (lowercase letters, digits and '-', at most 63)")
-	case !IsDNSLabel(s):
+	case !dnsname.IsLabel(s):
 		e.add(path, "%q is not a DNS label (lowercase letters, digits and '-', starting and ending alphanumeric, at most 63)", s)
 	}
 }
@@ -84,7 +67,7 @@ func (e *errs) dnsSubdomain(path, s string) {
 	switch {
 	case s == "":
 		e.add(path, "required: a DNS subdomain (lowercase letters, digits, '-' and '.', at most 253)")
-	case !IsDNSSubdomain(s):
+	case !dnsname.IsSubdomain(s):
 		e.add(path, "%q is not a DNS subdomain (lowercase letters, digits, '-' and '.', at most 253)", s)
 	}
 }
@@ -105,7 +88,7 @@ func (e *errs) labelKey(path, k string) {
 		name, prefix = prefix, ""
 	}
 	switch {
-	case hasPrefix && !IsDNSSubdomain(prefix):
+	case hasPrefix && !dnsname.IsSubdomain(prefix):
 		e.add(path, "key %q: prefix %q is not a DNS subdomain", k, prefix)
 	case len(name) == 0 || len(name) > 63 || !qualifiedRE.MatchString(name):
 		e.add(path, "key %q is not a qualified name (alphanumerics, '-', '_', '.', at most 63, optional DNS-subdomain prefix and '/')", k)
@@ -165,7 +148,7 @@ func (e *errs) hostPort(path, s string) {
 		e.add(path, "%q is not host:port", s)
 		return
 	}
-	if _, err := netip.ParseAddr(host); err != nil && !IsDNSSubdomain(strings.ToLower(host)) {
+	if _, err := netip.ParseAddr(host); err != nil && !dnsname.IsSubdomain(strings.ToLower(host)) {
 		e.add(path, "%q: host %q is neither an IP address nor a DNS name", s, host)
 	}
 	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
@@ -187,7 +170,7 @@ func (e *errs) ports(path string, ps []ServicePort, required, export bool) {
 		if p.Name == "" && len(ps) > 1 {
 			e.add(pp+".name", "required when there is more than one port")
 		} else if p.Name != "" {
-			if !IsDNSLabel(p.Name) {
+			if !dnsname.IsLabel(p.Name) {
 				e.add(pp+".name", "%q is not a DNS label", p.Name)
 			}
 			if names[p.Name] {

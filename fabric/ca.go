@@ -36,7 +36,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/strait-net/strait/catalog"
+	"github.com/strait-net/strait/internal/atomicfile"
+	"github.com/strait-net/strait/internal/dnsname"
 )
 
 // File names in a clusterset directory.
@@ -89,7 +90,7 @@ func parseSPIFFEID(u *url.URL) (clusterset string, role Role, name string, ok bo
 		return "", "", "", false
 	}
 	for _, r := range []Role{RoleCluster, RoleBroker} {
-		if id, found := strings.CutPrefix(u.Path, "/"+string(r)+"/"); found && catalog.IsDNSLabel(u.Host) && catalog.IsDNSLabel(id) {
+		if id, found := strings.CutPrefix(u.Path, "/"+string(r)+"/"); found && dnsname.IsLabel(u.Host) && dnsname.IsLabel(id) {
 			return u.Host, r, id, true
 		}
 	}
@@ -98,7 +99,7 @@ func parseSPIFFEID(u *url.URL) (clusterset string, role Role, name string, ok bo
 
 // checkName checks a clusterset name or cluster ID: both are DNS labels.
 func checkName(what, s string) error {
-	if !catalog.IsDNSLabel(s) {
+	if !dnsname.IsLabel(s) {
 		return fmt.Errorf("%s %q is not a DNS label (lowercase letters, digits and '-', starting and ending alphanumeric, at most 63)", what, s)
 	}
 	return nil
@@ -281,7 +282,7 @@ func parseCACerts(data []byte) ([]*x509.Certificate, string, error) {
 		}
 		cs := ""
 		for _, u := range c.URIs {
-			if u.Scheme == "spiffe" && (u.Path == "" || u.Path == "/") && catalog.IsDNSLabel(u.Host) {
+			if u.Scheme == "spiffe" && (u.Path == "" || u.Path == "/") && dnsname.IsLabel(u.Host) {
 				cs = u.Host
 			}
 		}
@@ -332,10 +333,10 @@ func InitDir(dir, clusterset string, lifetime time.Duration, force bool) (*CA, e
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	if err := catalog.WriteFileAtomic(keyPath, kp, 0o600); err != nil {
+	if err := atomicfile.Write(keyPath, kp, 0o600); err != nil {
 		return nil, err
 	}
-	if err := catalog.WriteFileAtomic(certPath, ca.CertPEM(), 0o644); err != nil {
+	if err := atomicfile.Write(certPath, ca.CertPEM(), 0o644); err != nil {
 		return nil, err
 	}
 	return ca, nil
@@ -411,10 +412,10 @@ func issueFiles(caDir, outDir, cluster string, role Role, lifetime time.Duration
 		CA:       filepath.Join(outDir, CACertFile),
 		NotAfter: now.Add(lifetime),
 	}
-	if err := catalog.WriteFileAtomic(out.Key, kp, 0o600); err != nil {
+	if err := atomicfile.Write(out.Key, kp, 0o600); err != nil {
 		return Issued{}, err
 	}
-	if err := catalog.WriteFileAtomic(out.Cert, certPEM, 0o644); err != nil {
+	if err := atomicfile.Write(out.Cert, certPEM, 0o644); err != nil {
 		return Issued{}, err
 	}
 	// Copy the whole ca.crt, which may be a rollover bundle.
@@ -423,7 +424,7 @@ func issueFiles(caDir, outDir, cluster string, role Role, lifetime time.Duration
 		return Issued{}, err
 	}
 	if old, err := os.ReadFile(out.CA); err != nil || !bytes.Equal(old, caPEM) {
-		if err := catalog.WriteFileAtomic(out.CA, caPEM, 0o644); err != nil {
+		if err := atomicfile.Write(out.CA, caPEM, 0o644); err != nil {
 			return Issued{}, err
 		}
 	}

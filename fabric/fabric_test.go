@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strait-net/strait/catalog"
+	"github.com/strait-net/strait/internal/atomicfile"
 )
 
 func newTestCA(t *testing.T, clusterset string) *CA {
@@ -40,7 +40,7 @@ func writeIdentity(t *testing.T, dir string, ca *CA, cluster string, notBefore, 
 func writeFiles(t *testing.T, dir string, ca *CA, cluster string, certPEM, keyPEM []byte) {
 	t.Helper()
 	for name, data := range map[string][]byte{KeyFile(cluster): keyPEM, CertFile(cluster): certPEM, CACertFile: ca.CertPEM()} {
-		if err := catalog.WriteFileAtomic(filepath.Join(dir, name), data, 0o600); err != nil {
+		if err := atomicfile.Write(filepath.Join(dir, name), data, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -367,7 +367,7 @@ func TestRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := catalog.WriteFileAtomic(filepath.Join(dir, "west.key"), newKey, 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, "west.key"), newKey, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if changed, err := west.Reload(); err == nil || changed {

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/strait-net/strait/catalog"
+	"github.com/strait-net/strait/internal/dnsname"
 	"github.com/strait-net/strait/internal/strictyaml"
 	"github.com/strait-net/strait/tunnel"
 	"github.com/strait-net/strait/tunnel/wancc"
@@ -209,7 +209,7 @@ func LoadConfig(path string) (Config, error) {
 
 // Validate checks every field and names the first bad one.
 func (c *Config) Validate() error {
-	if !catalog.IsDNSLabel(c.Cluster) {
+	if !dnsname.IsLabel(c.Cluster) {
 		return fmt.Errorf("cluster %q: must be a DNS label (the cluster ID in the certificate)", c.Cluster)
 	}
 	if c.Identity.Dir == "" && (c.Identity.Cert == "" || c.Identity.Key == "" || c.Identity.CA == "") {
@@ -292,7 +292,7 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("sources[%d].cidr %q: not a CIDR prefix", i, s.CIDR)
 		}
 		s.prefix = p.Masked()
-		if s.Namespace != "" && !catalog.IsDNSLabel(s.Namespace) {
+		if s.Namespace != "" && !dnsname.IsLabel(s.Namespace) {
 			return fmt.Errorf("sources[%d].namespace %q: must be a DNS label", i, s.Namespace)
 		}
 	}

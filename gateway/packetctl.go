@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/strait-net/strait/catalog"
+	"github.com/strait-net/strait/internal/dnsname"
 )
 
 // The packet mode's control travels on the peers' authenticated TLS
@@ -131,7 +132,7 @@ func (h *packetHello) validate() error {
 		return fmt.Errorf("sources: %d, at most %d", len(h.Sources), maxPacketSources)
 	}
 	for i, im := range h.Imports {
-		if !catalog.IsDNSLabel(im.Namespace) || !catalog.IsDNSLabel(im.Name) {
+		if !dnsname.IsLabel(im.Namespace) || !dnsname.IsLabel(im.Name) {
 			return fmt.Errorf("imports[%d]: %q/%q: namespace and name must be DNS labels", i, im.Namespace, im.Name)
 		}
 		a, err := netip.ParseAddr(im.Address)
@@ -150,7 +151,7 @@ func (h *packetHello) validate() error {
 		if err != nil || p != p.Masked() {
 			return fmt.Errorf("sources[%d].cidr %q: want a masked CIDR prefix", i, s.CIDR)
 		}
-		if s.Namespace != "" && !catalog.IsDNSLabel(s.Namespace) {
+		if s.Namespace != "" && !dnsname.IsLabel(s.Namespace) {
 			return fmt.Errorf("sources[%d].namespace %q: must be a DNS label", i, s.Namespace)
 		}
 		if len(s.Labels) > maxLabels {

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/strait-net/strait/catalog"
+	"github.com/strait-net/strait/internal/dnsname"
 	"github.com/strait-net/strait/packet"
 	"github.com/strait-net/strait/policy"
 	"github.com/strait-net/strait/ring"
@@ -191,7 +192,7 @@ func (g *Gateway) streamsMayServeExports() bool {
 
 func (c *Config) validatePacket() error {
 	for id, p := range c.Peers {
-		if !catalog.IsDNSLabel(id) {
+		if !dnsname.IsLabel(id) {
 			return fmt.Errorf("peers.%s: a peer is named by its cluster ID, a DNS label", id)
 		}
 		switch p.DataPlane {

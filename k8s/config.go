@@ -8,9 +8,8 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/strait-net/strait/internal/dnsname"
 	"k8s.io/client-go/rest"
-
-	"github.com/strait-net/strait/catalog"
 )
 
 // Config configures a Controller.
@@ -52,7 +51,7 @@ const DefaultClustersetIPs = "10.255.0.0/16"
 
 // Validate names the first bad field.
 func (c Config) Validate() error {
-	if !catalog.IsDNSLabel(c.Cluster) {
+	if !dnsname.IsLabel(c.Cluster) {
 		return fmt.Errorf("cluster: %q is not a DNS label (lowercase letters, digits, '-', at most 63)", c.Cluster)
 	}
 	if c.REST == nil {
