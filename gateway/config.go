@@ -93,7 +93,7 @@ type Config struct {
 	// dead (0: 10). A killed gateway does not need them (its sessions end
 	// at once); they are for a machine or link that dies without a word.
 	// 3 (30 ms) took live gateways out hundreds of times per run on the
-	// loaded 2-core lab host; see the issue 5 note.
+	// loaded 2-core lab host (docs/failover.md, "Health").
 	ProbeMisses int `yaml:"probe-misses"`
 	// Health is a UDP address ("" = off) where the gateway answers health
 	// probes (package health), so that whatever spreads local clients over

@@ -1,12 +1,12 @@
-// Package syncscale is the broker layer's scale experiment (issue 7,
-// seed 003 §6.3.2): several clusters, each a real gateway and agent
-// process, create tens of thousands of exports through their gateways'
+// Package syncscale is the broker layer's scale experiment (seed 003 §6.3.2;
+// README, "Brokers and agents"): several clusters, each a real gateway and
+// agent process, create tens of thousands of exports through their gateways'
 // admin API as fast as it accepts them, and every agent records when each
 // remote export reaches it. It reports the time from an export's creation
-// until it is visible in every other cluster, the time until all exports
-// are everywhere, the brokers' CPU seconds and peak memory, and the bytes
-// agents and brokers exchanged; optionally it kills a broker mid-run and
-// reports the stall.
+// until it is visible in every other cluster, the time until all exports are
+// everywhere, the brokers' CPU seconds and peak memory, and the bytes agents
+// and brokers exchanged; optionally it kills a broker mid-run and reports
+// the stall.
 package syncscale
 
 import (

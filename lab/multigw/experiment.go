@@ -1,5 +1,5 @@
 // Package multigw runs the lab experiments of clusters with several active
-// gateways (issue 5, seed 003 Sections 6.2–6.3):
+// gateways (seed 003 Sections 6.2–6.3; docs/failover.md):
 //
 //   - failover: `strait load probe` at a fixed rate through strait while one
 //     gateway of the exporting cluster, then one of the importing cluster,
