@@ -16,9 +16,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/strait-net/strait/internal/testenv"
 )
 
 // start runs a server for cfg on a free loopback port and returns its base
@@ -527,30 +528,11 @@ func TestShutdownClosesASilentConnection(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer the server's handlers write while the
-// test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestPeerReports checks that the peer workload tells whoever runs it each
 // request's source address and path, a line per request whatever the path
 // holds.
 func TestPeerReports(t *testing.T) {
-	var out lockedBuffer
+	var out testenv.Output
 	url := start(t, Config{Kind: Peer, Peers: &out})
 	var want string
 	for _, path := range []string{"/nodeport", "/a%0Ab"} {

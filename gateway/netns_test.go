@@ -75,26 +75,9 @@ const (
 // proc is a process started in a namespace whose output the test reads.
 type proc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testenv.Output
 	done chan struct{}
 	err  error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startIn starts argv in the namespace netns; it is killed when t ends
@@ -108,7 +91,7 @@ func startIn(t *testing.T, netns string, argv ...string) *proc {
 // starts it: it is killed when owner ends.
 func startOwned(t, owner *testing.T, netns string, argv ...string) *proc {
 	t.Helper()
-	p := &proc{out: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{out: &testenv.Output{}, done: make(chan struct{})}
 	p.cmd = exec.Command("ip", append([]string{"netns", "exec", netns}, argv...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.WaitDelay = testenv.KilledOutputWait
@@ -1135,7 +1118,7 @@ func (e *env) openUpload(t *testing.T) (send func() (string, error)) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	var out testenv.Output
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

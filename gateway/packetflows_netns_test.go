@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/strait-net/strait/gateway"
+	"github.com/strait-net/strait/internal/testenv"
 )
 
 // flowsClient drives the flow-map test from the client's namespace, with
@@ -97,7 +98,7 @@ func TestPacketModeFlowMapFull(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	var out testenv.Output
 	hold.Stdout, hold.Stderr = &out, &out
 	if err := hold.Start(); err != nil {
 		t.Fatal(err)

@@ -1,12 +1,10 @@
 package nexthop_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -85,9 +83,9 @@ clusters:
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := func(netns string, argv ...string) (*exec.Cmd, *syncBuffer) {
+	start := func(netns string, argv ...string) (*exec.Cmd, *testenv.Output) {
 		cmd := exec.Command("ip", append([]string{"netns", "exec", netns}, argv...)...)
-		out := &syncBuffer{}
+		out := &testenv.Output{}
 		cmd.Stdout, cmd.Stderr = out, out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -217,22 +215,4 @@ func perMember(b map[int]int) map[int]int {
 		per[nh]++
 	}
 	return per
-}
-
-// syncBuffer collects a process's output while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
