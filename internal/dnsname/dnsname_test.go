@@ -7,7 +7,7 @@ import (
 
 func TestNames(t *testing.T) {
 	for _, tt := range []struct {
-		s                 string
+		s                string
 		label, subdomain bool
 	}{
 		{"a", true, true}, {"a-b", true, true}, {"0", true, true}, {"a.b", false, true},
