@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,9 +20,10 @@ import (
 //	hold ADDR        an HTTP/1.1 keep-alive connection to ADDR:80: one
 //	                 echo request, "first ok", then a second request on the
 //	                 same connection at each line on stdin, "again ok"
-//	udp ADDR N       N UDP flows to ADDR:5353, each from a socket of its
-//	                 own kept open (so N source ports), each answered (one
-//	                 retry); prints "answered K"
+//	udp ADDR N PORT  N UDP flows to ADDR:5353, each from a socket of its
+//	                 own kept open, bound to source ports PORT to
+//	                 PORT+N-1, each answered (one retry); prints
+//	                 "answered K"
 const flowsClient = `
 import http.client, socket, sys
 if sys.argv[1] == "hold":
@@ -38,6 +40,7 @@ if sys.argv[1] == "hold":
 socks, answered = [], 0
 for i in range(int(sys.argv[3])):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("", int(sys.argv[4]) + i))
     s.settimeout(1)
     s.connect((sys.argv[2], 5353))
     socks.append(s)
@@ -138,7 +141,11 @@ func TestPacketModeFlowMapFull(t *testing.T) {
 		if round == 10 {
 			t.Fatalf("the keep-alive connection's entry outlived %d newer flows in a 16-entry map", sent)
 		}
-		b, err := exec.Command("ip", "netns", "exec", e.ca, "python3", script, "udp", packetVIP, "100").CombinedOutput()
+		// Each round's flows come from ports of their own, below the
+		// ephemeral range: a port the kernel handed out again would be
+		// a flow the map may still hold, placed by no one.
+		port := strconv.Itoa(20000 + 100*round)
+		b, err := exec.Command("ip", "netns", "exec", e.ca, "python3", script, "udp", packetVIP, "100", port).CombinedOutput()
 		if got := strings.TrimSpace(string(b)); err != nil || got != "answered 100" {
 			t.Fatalf("100 UDP flows through a 16-entry flow map: %v, %s", err, got)
 		}
