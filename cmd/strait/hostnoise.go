@@ -2,8 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -46,9 +46,9 @@ what the run's own load adds.`,
 		},
 	}
 	f := cmd.Flags()
-	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to measure")
-	f.DurationVar(&cfg.Interval, "interval", time.Millisecond, "time between a probe's wake-ups (at least 100µs)")
-	f.DurationVar(&cfg.Late, "late", time.Millisecond, "a wake-up later than this counts as late")
+	f.DurationVar(&cfg.Duration, "duration", hostnoise.DefaultDuration, "how long to measure")
+	f.DurationVar(&cfg.Interval, "interval", hostnoise.DefaultInterval, fmt.Sprintf("time between a probe's wake-ups (at least %v)", hostnoise.MinInterval))
+	f.DurationVar(&cfg.Late, "late", hostnoise.DefaultLate, "a wake-up later than this counts as late")
 	f.IntSliceVar(&cfg.CPUs, "cpus", nil, "CPUs to probe (default: every CPU this process may run on)")
 	f.StringVar(&jsonPath, "json", "", "also write the result as JSON to this file")
 	labCmd.AddCommand(cmd)

@@ -38,26 +38,27 @@ type Config struct {
 	CPUs []int
 }
 
+// What a zero Config field means, and the least interval.
 const (
-	defaultInterval = time.Millisecond
-	defaultDuration = 10 * time.Second
-	defaultLate     = time.Millisecond
-	minInterval     = 100 * time.Microsecond
+	DefaultInterval = time.Millisecond
+	DefaultDuration = 10 * time.Second
+	DefaultLate     = time.Millisecond
+	MinInterval     = 100 * time.Microsecond
 )
 
 func (c Config) withDefaults() (Config, error) {
 	if c.Interval == 0 {
-		c.Interval = defaultInterval
+		c.Interval = DefaultInterval
 	}
 	if c.Duration == 0 {
-		c.Duration = defaultDuration
+		c.Duration = DefaultDuration
 	}
 	if c.Late == 0 {
-		c.Late = defaultLate
+		c.Late = DefaultLate
 	}
 	switch {
-	case c.Interval < minInterval:
-		return c, fmt.Errorf("interval %v: must be at least %v (the probes would take the CPUs they measure)", c.Interval, minInterval)
+	case c.Interval < MinInterval:
+		return c, fmt.Errorf("interval %v: must be at least %v (the probes would take the CPUs they measure)", c.Interval, MinInterval)
 	case c.Duration < c.Interval:
 		return c, fmt.Errorf("duration %v: must be at least one interval (%v)", c.Duration, c.Interval)
 	case c.Late <= 0:

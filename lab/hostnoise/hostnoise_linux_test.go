@@ -45,8 +45,8 @@ func TestEveryCPUIsProbed(t *testing.T) {
 		}
 		// A wake-up per interval at most: a late one skips the ticks it
 		// missed instead of catching up.
-		if c.Wakeups < 1 || c.Wakeups > int(cfg.Duration/defaultInterval) {
-			t.Errorf("CPU %d: %d wake-ups in %v at %v", c.CPU, c.Wakeups, cfg.Duration, defaultInterval)
+		if c.Wakeups < 1 || c.Wakeups > int(cfg.Duration/DefaultInterval) {
+			t.Errorf("CPU %d: %d wake-ups in %v at %v", c.CPU, c.Wakeups, cfg.Duration, DefaultInterval)
 		}
 		if c.Late > c.Wakeups || c.Worst < 0 || (c.Late > 0) != (c.Lost > 0) {
 			t.Errorf("CPU %d: inconsistent %+v", c.CPU, c)
